@@ -1,0 +1,54 @@
+"""The command's frame: version, help on every group, and the light import."""
+
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from workbench import __version__
+from workbench.cli import app
+
+runner = CliRunner()
+
+
+def test_version():
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.output.strip() == f"workbench {__version__}"
+
+
+def _groups():
+    import typer.main
+
+    click_app = typer.main.get_command(app)
+    return [name for name, cmd in click_app.commands.items() if hasattr(cmd, "commands")]
+
+
+def test_help_lists_groups():
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == 0
+    for group in _groups():
+        assert group in result.output
+
+
+@pytest.mark.parametrize("group", _groups())
+def test_every_group_has_help(group):
+    import typer.main
+
+    cmd = typer.main.get_command(app).commands[group]
+    assert cmd.help, f"command group {group!r} has no help text"
+    result = runner.invoke(app, [group, "--help"])
+    assert result.exit_code == 0, result.output
+    for sub, subcmd in cmd.commands.items():
+        assert (subcmd.help or "").strip(), f"`workbench {group} {sub}` has no help text"
+
+
+def test_import_workbench_is_light():
+    code = (
+        "import sys, workbench, workbench.cli\n"
+        "bad = [m for m in ('streamlit', 'torch', 'duckdb', 'transformers') if m in sys.modules]\n"
+        "print(','.join(bad))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", f"importing workbench pulled in: {out.stdout.strip()}"

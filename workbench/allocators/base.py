@@ -1,0 +1,199 @@
+"""The allocator protocol: how a step's rollout budget is spread over prompts.
+
+Each training step the engine calls, in order:
+
+1. `begin_step(ctx)` -> grants for stage 0. `ctx.candidates` are the prompts the sampler drew
+   (`ctx.candidates_wanted` of them: an allocator may ask for more than the batch via
+   `candidates_wanted(prompts_per_step)`), each with its `PromptStats`; `ctx.draw(n)` draws more
+   prompts from the sampler mid-step (dynamic sampling).
+2. The engine generates and scores the granted rollouts, then calls `next_stage(ctx, results)` with
+   every group's results so far (all stages pooled per prompt). It returns more grants (a new stage)
+   or [] to end the step.
+3. `use_in_update(group)` says whether a pooled group enters the policy update (e.g. DARS drops groups
+   with accuracy 0 or 1; dynamic sampling drops zero-variance groups). Dropped groups are logged.
+
+Allocators are deterministic given their seed (`ctx.rng` is seeded by the engine from the run seed
+and step), never exceed `ctx.budget` (the engine also enforces it), and give every grant a reason.
+They can be switched or re-parameterised between steps by a control command: their parameters live
+in a validated config dataclass (`Config`).
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Literal, Sequence
+
+import numpy as np
+
+
+@dataclass
+class PromptStats:
+    """Per-prompt statistics shared by all allocators (persisted in `prompt_stats` every step)."""
+
+    prompt_id: str
+    alpha: float = 1.0
+    """Beta posterior of the pass rate: 1 + (decayed) successes."""
+    beta: float = 1.0
+    """Beta posterior of the pass rate: 1 + (decayed) failures."""
+    visits: int = 0
+    """Steps in which the prompt received at least one rollout."""
+    rollouts: int = 0
+    """Rollouts received in total."""
+    correct: int = 0
+    """Correct rollouts in total (reward >= 0.5)."""
+    easy_streak: int = 0
+    """Consecutive visits whose group was all correct."""
+    hard_streak: int = 0
+    """Consecutive visits whose group was all wrong."""
+    last_step: int = -1
+    """Last step the prompt received rollouts (-1: never)."""
+    last_pass: float | None = None
+    """Observed pass rate at the last visit."""
+    mean_tokens: float | None = None
+    """Running mean of generated tokens per rollout (for token budgets)."""
+
+    @property
+    def mean(self) -> float:
+        """Posterior mean pass rate."""
+        return self.alpha / (self.alpha + self.beta)
+
+    @property
+    def seen(self) -> bool:
+        return self.visits > 0
+
+    def update(self, rewards: Sequence[float], step: int, tokens: int = 0, decay: float = 1.0) -> None:
+        """Fold one visit's rewards in (decay < 1 forgets older evidence)."""
+        n = len(rewards)
+        if n == 0:
+            return
+        c = sum(1 for r in rewards if r >= 0.5)
+        self.alpha = 1.0 + decay * (self.alpha - 1.0) + c
+        self.beta = 1.0 + decay * (self.beta - 1.0) + (n - c)
+        self.visits += 1
+        self.rollouts += n
+        self.correct += c
+        self.easy_streak = self.easy_streak + 1 if c == n else 0
+        self.hard_streak = self.hard_streak + 1 if c == 0 else 0
+        self.last_step = step
+        self.last_pass = c / n
+        if tokens:
+            per = tokens / n
+            self.mean_tokens = per if self.mean_tokens is None else 0.9 * self.mean_tokens + 0.1 * per
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The budget in force for one step."""
+
+    kind: Literal["rollouts", "tokens"]
+    """Rollouts per step, or generated tokens per step."""
+    amount: int
+    """The total for the step."""
+    used: int = 0
+    """Already spent this step (rollouts granted, or tokens generated)."""
+    tokens_per_rollout: float = 16.0
+    """Estimate of generated tokens per rollout (for converting a token budget into rollouts)."""
+
+    @property
+    def left(self) -> int:
+        return max(0, self.amount - self.used)
+
+    def rollouts_left(self) -> int:
+        """How many more rollouts fit."""
+        if self.kind == "rollouts":
+            return self.left
+        return int(math.floor(self.left / max(self.tokens_per_rollout, 1e-9)))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    prompt_id: str
+    stats: PromptStats
+    level: int | None = None
+
+
+@dataclass(frozen=True)
+class Grant:
+    """`n` more rollouts for one prompt in one stage, and why."""
+
+    prompt_id: str
+    n: int
+    reason: str
+    predicted_pass: float | None = None
+
+
+@dataclass
+class GroupResult:
+    """One prompt's rewards this step, all stages pooled, in generation order."""
+
+    prompt_id: str
+    rewards: list[float]
+    tokens: int = 0
+    stages: list[int] = field(default_factory=list)
+
+    @property
+    def n(self) -> int:
+        return len(self.rewards)
+
+    @property
+    def correct(self) -> int:
+        return sum(1 for r in self.rewards if r >= 0.5)
+
+    @property
+    def has_signal(self) -> bool:
+        """True when the rewards vary (a zero-variance group carries no GRPO gradient)."""
+        return len(set(self.rewards)) > 1
+
+
+@dataclass
+class StepContext:
+    """Everything an allocator may look at while deciding one step."""
+
+    step: int
+    stage: int
+    budget: Budget
+    candidates: list[Candidate]
+    stats: dict[str, PromptStats]
+    rng: np.random.Generator
+    draw: Callable[[int], list[Candidate]]
+    """Draw n more candidate prompts from the sampler (for allocators that top up mid-step)."""
+    prompts_per_step: int
+    """The configured batch of prompts (B)."""
+    info: dict[str, Any] = field(default_factory=dict)
+    """Allocator-reported metrics for this step (logged as alloc/<key>)."""
+
+
+class Allocator(ABC):
+    """Base class: subclasses set `name`, `Config` and implement `begin_step`."""
+
+    name: ClassVar[str]
+    Config: ClassVar[type]
+
+    def __init__(self, config: Any | None = None, *, seed: int = 0) -> None:
+        self.config = config if config is not None else self.Config()
+        self.seed = seed
+
+    def candidates_wanted(self, prompts_per_step: int) -> int:
+        """How many candidate prompts the sampler should draw for the step."""
+        return prompts_per_step
+
+    @abstractmethod
+    def begin_step(self, ctx: StepContext) -> list[Grant]:
+        """Grants for the first stage."""
+
+    def next_stage(self, ctx: StepContext, results: dict[str, GroupResult]) -> list[Grant]:
+        """Grants for another stage given all results so far; [] ends the step."""
+        return []
+
+    def use_in_update(self, group: GroupResult) -> bool:
+        """Whether a pooled group enters the policy update."""
+        return True
+
+    def state_dict(self) -> dict[str, Any]:
+        """Allocator state to checkpoint (JSON-serialisable)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what `state_dict` returned."""

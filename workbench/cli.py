@@ -1,0 +1,58 @@
+"""The `workbench` command. Thin commands over the library; domain errors become one line on
+stderr and exit code 1."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+
+from workbench import __version__
+from workbench.commands import MODULES
+from workbench.errors import WorkbenchError
+
+app = typer.Typer(
+    name="workbench",
+    help="Rollout Workbench: GRPO-family RL with pluggable rollout allocators, a DuckLake store of every "
+    "rollout, and a dashboard to watch and steer runs.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+bench = typer.Typer(
+    help="Benchmarks. Each prints one JSON object (or list) with ratios measured side by side and medians.",
+    no_args_is_help=True,
+)
+app.add_typer(bench, name="bench")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"workbench {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """Rollout Workbench."""
+
+
+for _name in MODULES:
+    importlib.import_module(f"workbench.commands.{_name}").register(app, bench)
+
+
+def main() -> None:
+    try:
+        app()
+    except WorkbenchError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,6 @@
+"""The `workbench` command's parts: one module per noun, each with `register(app, bench)` adding its
+commands to the top-level Typer app and to the `bench` group. Commands are thin: they parse, call one
+library function and print. Heavy imports (torch, duckdb, streamlit) happen inside the commands so
+that `workbench --help` stays fast."""
+
+MODULES = ["store", "organism", "engine", "allocators", "control", "app", "analysis"]

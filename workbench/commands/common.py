@@ -1,0 +1,36 @@
+"""Options shared by the commands (one spelling everywhere) and output helpers."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+DEFAULT_STORE = "store"
+
+StoreOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--store",
+        help="Store directory (DuckLake: SQLite catalog + Parquet files). "
+        "Default: $WORKBENCH_STORE, else ./store.",
+        show_default=False,
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object (for scripts).")]
+
+
+def store_path(store: Path | None) -> Path:
+    """The store directory in force: --store, else $WORKBENCH_STORE, else ./store."""
+    if store is not None:
+        return store
+    return Path(os.environ.get("WORKBENCH_STORE") or DEFAULT_STORE)
+
+
+def print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+    sys.stdout.flush()
