@@ -1,0 +1,58 @@
+"""The seam between live control and the engine.
+
+The engine implements `Controllable`; `workbench.control` reads pending rows from the store's
+`controls` table at step boundaries (and, for in-step settings, at stage boundaries), validates each
+command, calls the matching method, and records the outcome (applied at step N, or rejected with a
+reason). A method raises `workbench.errors.ConfigError` (naming the field) to reject a command; the
+run is never harmed by a bad command.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Protocol, runtime_checkable
+
+COMMANDS = (
+    "pause",
+    "resume",
+    "stop",
+    "checkpoint",
+    "set_budget",
+    "set_allocator",
+    "set_allocator_params",
+    "set_temperature",
+    "set_eval_interval",
+)
+"""Every command a user can issue (the `command` column of `controls`)."""
+
+
+@runtime_checkable
+class Controllable(Protocol):
+    """What a running engine offers live control."""
+
+    def set_budget(self, kind: Literal["rollouts", "tokens"], amount: int) -> None:
+        """Budget per step from the next step on."""
+        ...
+
+    def set_allocator(self, name: str, params: dict[str, Any]) -> None:
+        """Switch allocator (built from `params`; unknown or ill-typed fields rejected)."""
+        ...
+
+    def set_allocator_params(self, params: dict[str, Any]) -> None:
+        """Change some parameters of the allocator in force."""
+        ...
+
+    def set_temperature(self, temperature: float) -> None:
+        """Sampling temperature from the next stage on."""
+        ...
+
+    def set_eval_interval(self, every: int) -> None:
+        """Evaluate every `every` steps (0 turns evaluation off)."""
+        ...
+
+    def request_checkpoint(self) -> None:
+        """Write a checkpoint at the end of the current step."""
+        ...
+
+    def request_stop(self) -> None:
+        """Checkpoint, then exit cleanly (status `stopped`)."""
+        ...
