@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -32,3 +32,20 @@ class VerifyResult:
     """The reward, usually 0.0 or 1.0."""
     verdict: str
     """Short machine-readable verdict: "correct", "wrong", "no_answer", "verifier_error: <reason>", ..."""
+
+
+@runtime_checkable
+class Task(Protocol):
+    """What the engine needs from a task (see `workbench.tasks.get_task`)."""
+
+    def train_prompts(self) -> list[Prompt]:
+        """The train split, in a deterministic order."""
+        ...
+
+    def eval_prompts(self) -> list[Prompt]:
+        """The held-out eval split, disjoint from the train split."""
+        ...
+
+    def verify(self, response: str, prompt: Prompt) -> VerifyResult:
+        """Judge one response; never raises (errors become verdict "verifier_error: <reason>")."""
+        ...

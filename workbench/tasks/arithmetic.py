@@ -1,0 +1,175 @@
+"""The default task: arithmetic problems with difficulty levels, the model organism's world.
+
+A level is a *spec* such as "2+1" (a two-digit number plus a one-digit number), "4+4", "2+2+2"
+(three terms: a multi-step problem) or "2*2" (multiplication). The prompt text is the expression the
+organism is conditioned on ("37+5="), the answer its value in digits ("42"), verified by exact match.
+The default levels run from trivially easy ("1+1") to beyond a 1M-parameter organism's reach
+("3*2"), so per-prompt pass rates spread over [0, 1].
+
+Problems are generated from the seed alone (Python's `random.Random` seeded with a string: the same
+on every platform and Python version), one stream per (split, level). Eval problems are drawn first;
+train problems never repeat an eval problem, and no problem appears twice within a split.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass
+from functools import cached_property
+
+from workbench.errors import ConfigError
+from workbench.tasks.base import Prompt, VerifyResult
+from workbench.tasks.common import config_from_dict, require
+from workbench.tasks.verifiers import BUILTIN_METHODS, Verifier
+
+LEVEL_SPEC = re.compile(r"^[1-6](?:[+\-*][1-6]){1,3}$")
+DEFAULT_LEVELS = ("1+1", "2+1", "2+2", "3+2", "3+3", "4+4", "2+2+2", "2*1", "3*2")
+
+
+@dataclass(frozen=True)
+class ArithmeticTaskConfig:
+    """The synthetic arithmetic task (the organism's default)."""
+
+    kind: str = "arithmetic"
+    """Task kind; always "arithmetic" for this config."""
+    seed: int = 0
+    """Seed of the problem generator: the same seed gives the same prompts, ids and splits."""
+    levels: tuple[str, ...] = DEFAULT_LEVELS
+    """Difficulty levels, easiest first; level i (1-based) is `levels[i-1]`. A spec gives the digits of
+    each operand joined by its operator: "2+1" is 2-digit + 1-digit, "2+2+2" three 2-digit terms,
+    "2*1" multiplication. Operands have 1-6 digits; 2-4 terms; operators + - *."""
+    train_size: int = 6000
+    """Train prompts in all, spread evenly over levels (a level with fewer distinct problems gets
+    what it has)."""
+    eval_per_level: int = 32
+    """Held-out eval prompts per level."""
+    template: str = "{expr}="
+    """Prompt text; `{expr}` is replaced by the expression (e.g. "37+5")."""
+    verifier: str = "exact"
+    """"exact", "math" or a user verifier "module:function"."""
+    verify_timeout_s: float = 5.0
+    """Per-call timeout of the verifier (seconds)."""
+
+    def __post_init__(self) -> None:
+        require(self.kind == "arithmetic", "task.kind", f"must be 'arithmetic' for this config, got {self.kind!r}")
+        require(isinstance(self.seed, int), "task.seed", f"must be an integer, got {self.seed!r}")
+        require(len(self.levels) >= 1, "task.levels", "needs at least one level")
+        for i, spec in enumerate(self.levels):
+            require(
+                isinstance(spec, str) and bool(LEVEL_SPEC.match(spec)),
+                f"task.levels[{i}]",
+                f"{spec!r} is not a level spec like '2+1', '2+2+2' or '2*1' (1-6 digits, 2-4 terms, + - *)",
+            )
+        require(len(set(self.levels)) == len(self.levels), "task.levels", "has a duplicate level")
+        require(self.train_size >= 1, "task.train_size", f"must be >= 1, got {self.train_size}")
+        require(self.eval_per_level >= 1, "task.eval_per_level", f"must be >= 1, got {self.eval_per_level}")
+        require("{expr}" in self.template, "task.template", f"must contain '{{expr}}', got {self.template!r}")
+        require(self.verify_timeout_s > 0, "task.verify_timeout_s", "must be > 0")
+        if self.verifier not in BUILTIN_METHODS and ":" not in self.verifier:
+            raise ConfigError(f"task.verifier: {self.verifier!r}; allowed: exact, math or 'module:function'")
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ArithmeticTaskConfig":
+        """Build from a plain dict (TOML/JSON), rejecting unknown keys by name."""
+        return config_from_dict(cls, data, where="task")
+
+
+def _operand(rng: random.Random, digits: int) -> int:
+    return rng.randint(0, 9) if digits == 1 else rng.randint(10 ** (digits - 1), 10**digits - 1)
+
+
+def sample_problem(rng: random.Random, spec: str) -> tuple[str, str]:
+    """One problem of level `spec`: (expression, answer), e.g. ("37+5", "42")."""
+    parts = re.split(r"([+\-*])", spec)
+    expr = "".join(p if p in "+-*" else str(_operand(rng, int(p))) for p in parts)
+    return expr, str(_evaluate(expr))
+
+
+def _evaluate(expr: str) -> int:
+    """Value of an expression of non-negative integers and + - * (usual precedence)."""
+    total = 0
+    for sign, term in re.findall(r"([+\-]?)([^+\-]+)", expr):
+        value = 1
+        for factor in term.split("*"):
+            value *= int(factor)
+        total += -value if sign == "-" else value
+    return total
+
+
+def level_space(spec: str) -> int:
+    """Number of distinct problems of a level (caps how many unique prompts it can give)."""
+    n = 1
+    for p in re.split(r"[+\-*]", spec):
+        d = int(p)
+        n *= 10 if d == 1 else 9 * 10 ** (d - 1)
+    return n
+
+
+def _draw_unique(rng: random.Random, spec: str, n: int, exclude: set[str]) -> list[tuple[str, str]]:
+    """Up to `n` distinct problems of `spec` not in `exclude` (fewer when the level runs out)."""
+    n = min(n, max(0, level_space(spec) - len(exclude)))
+    out: list[tuple[str, str]] = []
+    seen = set(exclude)
+    attempts = 0
+    while len(out) < n and attempts < 50 * n + 1000:
+        attempts += 1
+        expr, answer = sample_problem(rng, spec)
+        if expr not in seen:
+            seen.add(expr)
+            out.append((expr, answer))
+    return out
+
+
+class ArithmeticTask:
+    """Prompts and verifier of the arithmetic task (see the module docstring)."""
+
+    def __init__(self, cfg: ArithmeticTaskConfig | None = None):
+        self.cfg = cfg or ArithmeticTaskConfig()
+        self.verifier = Verifier(self.cfg.verifier, self.cfg.verify_timeout_s)
+
+    def _prompt(self, split: str, i: int, level: int, expr: str, answer: str) -> Prompt:
+        spec = self.cfg.levels[level - 1]
+        return Prompt(
+            id=f"arith-{split}-{i:06d}",
+            text=self.cfg.template.format(expr=expr),
+            answer=answer,
+            level=level,
+            split=split,
+            metadata={"spec": spec, "expr": expr},
+        )
+
+    @cached_property
+    def _eval_exprs(self) -> list[list[tuple[str, str]]]:
+        cfg = self.cfg
+        return [
+            _draw_unique(random.Random(f"arith:{cfg.seed}:eval:{spec}"), spec, cfg.eval_per_level, set())
+            for spec in cfg.levels
+        ]
+
+    @cached_property
+    def eval_exprs(self) -> frozenset[str]:
+        """Every eval expression (the warm start and the train split stay clear of them)."""
+        return frozenset(e for level in self._eval_exprs for e, _ in level)
+
+    def eval_prompts(self) -> list[Prompt]:
+        """`eval_per_level` held-out prompts per level, easiest level first."""
+        out = []
+        for level, problems in enumerate(self._eval_exprs, start=1):
+            out.extend(self._prompt("eval", len(out), level, e, a) for e, a in problems)
+        return out
+
+    def train_prompts(self) -> list[Prompt]:
+        """`train_size` train prompts spread evenly over levels, none equal to an eval prompt."""
+        cfg, out = self.cfg, []
+        per, extra = divmod(cfg.train_size, len(cfg.levels))
+        for level, spec in enumerate(cfg.levels, start=1):
+            rng = random.Random(f"arith:{cfg.seed}:train:{spec}")
+            exclude = {e for e, _ in self._eval_exprs[level - 1]}
+            problems = _draw_unique(rng, spec, per + (level <= extra), exclude)
+            out.extend(self._prompt("train", len(out), level, e, a) for e, a in problems)
+        return out
+
+    def verify(self, response: str, prompt: Prompt) -> VerifyResult:
+        """Judge a response against the prompt's answer (never raises)."""
+        return self.verifier(response, prompt.answer, prompt)

@@ -1,0 +1,247 @@
+"""Verifiers: turn a response and a reference answer into a reward and a verdict.
+
+Three methods:
+
+- "exact": equal after normalisation (surrounding whitespace, runs of whitespace, case, a trailing
+  period). The organism's path: a string compare, microseconds per call.
+- "math": the final answer is extracted from the response (`\\boxed{x}`, `#### x`, `Answer: x`,
+  `A: x`, else the last number) and compared with the reference's: first as exact rationals
+  (fast: "1,000" == "1000.0", "0.5" == "1/2"), then through `math-verify` (LaTeX, fractions, sets,
+  symbolic equality) under a per-call timeout.
+- "module:function": a user verifier, called as `fn(response, reference)` (or with a third keyword
+  `prompt=` when it declares one), returning a bool or a float reward.
+
+A verifier that raises or times out never crashes a run: it gives reward 0 and the verdict
+`verifier_error: <reason>`, which the store keeps with the rollout.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import math
+import signal
+import threading
+from fractions import Fraction
+from typing import Any, Callable
+
+from workbench.errors import ConfigError
+from workbench.tasks.base import Prompt, VerifyResult
+from workbench.tasks.extract import final_answer, last_boxed
+
+CORRECT = VerifyResult(1.0, "correct")
+WRONG = VerifyResult(0.0, "wrong")
+NO_ANSWER = VerifyResult(0.0, "no_answer")
+BUILTIN_METHODS = ("exact", "math")
+DEFAULT_TIMEOUT_S = 5.0
+
+
+class VerifierTimeout(Exception):
+    """Raised inside a verifier call that ran past its timeout."""
+
+
+def error_result(reason: str) -> VerifyResult:
+    """Reward 0 with verdict `verifier_error: <reason>` (one line, at most 200 characters)."""
+    reason = " ".join(str(reason).split())[:200] or "unknown error"
+    return VerifyResult(0.0, f"verifier_error: {reason}")
+
+
+def call_with_timeout(fn: Callable[[], Any], timeout_s: float | None) -> Any:
+    """Run `fn()` and raise VerifierTimeout after `timeout_s` seconds.
+
+    In the main thread an interval timer (SIGALRM) interrupts the call. In other threads, where
+    signals cannot be used, the call runs in a daemon thread that is abandoned on timeout (its
+    result is discarded; the caller continues).
+    """
+    if not timeout_s or timeout_s <= 0:
+        return fn()
+    if threading.current_thread() is threading.main_thread():
+        def _alarm(signum, frame):  # noqa: ARG001
+            raise VerifierTimeout(f"timed out after {timeout_s:g} s")
+
+        old = signal.signal(signal.SIGALRM, _alarm)
+        signal.setitimer(signal.ITIMER_REAL, timeout_s)
+        try:
+            return fn()
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+    box: dict[str, Any] = {}
+
+    def _run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            box["error"] = exc
+
+    worker = threading.Thread(target=_run, daemon=True, name="verifier")
+    worker.start()
+    worker.join(timeout_s)
+    if worker.is_alive():
+        raise VerifierTimeout(f"timed out after {timeout_s:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+# ---------------------------------------------------------------- exact
+
+
+def normalize_exact(text: str) -> str:
+    """Whitespace collapsed, case folded, one trailing period dropped."""
+    text = " ".join(text.split()).casefold()
+    return text[:-1].rstrip() if text.endswith(".") else text
+
+
+def verify_exact(response: str, reference: str) -> VerifyResult:
+    """Exact match after `normalize_exact`; the common case (already equal) is one compare."""
+    if response == reference:
+        return CORRECT if response else NO_ANSWER
+    r = normalize_exact(response)
+    if not r:
+        return NO_ANSWER
+    return CORRECT if r == normalize_exact(reference) else WRONG
+
+
+# ---------------------------------------------------------------- math
+
+
+def _as_rational(text: str) -> Fraction | None:
+    """`text` as an exact rational when it is a plain number ("1,234", "$5", "-0.25", "3/4", "50%"
+    is not), else None."""
+    t = text.strip().strip("$").replace("\\$", "").replace("\\!", "")
+    t = t.replace(" ", "").rstrip(".")
+    if t.startswith("\\frac{") and t.count("{") == 2:
+        num, _, den = t[len("\\frac{") :].partition("}{")
+        t = f"{num}/{den.rstrip('}')}"
+    if "," in t:
+        head, *groups = t.lstrip("-").split(",")
+        if not head or len(head) > 3 or any(len(g.split(".")[0]) != 3 for g in groups):
+            return None
+        t = t.replace(",", "")
+    try:
+        return Fraction(t)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def _math_verify_equal(pred: str, ref: str) -> bool:
+    """Equivalence through math-verify; both sides wrapped as LaTeX math (timeouts are ours)."""
+    import math_verify.grader
+    import math_verify.parser
+    from math_verify import parse, verify
+
+    # The timeout is ours (call_with_timeout); silence math-verify's warning that its own is off.
+    math_verify.parser.TIMEOUT_WARNING_SHOWN = math_verify.grader.TIMEOUT_WARNING_SHOWN = True
+
+    def _parse(s: str):
+        s = s.strip()
+        wrapped = s if ("$" in s or "\\boxed" in s or "\\(" in s) else f"${s}$"
+        return parse(wrapped, parsing_timeout=None) or parse(s, parsing_timeout=None)
+
+    gold, target = _parse(ref), _parse(pred)
+    if not gold or not target:
+        return normalize_exact(pred) == normalize_exact(ref)
+    return bool(verify(gold, target, timeout_seconds=None))
+
+
+def verify_math(response: str, reference: str, timeout_s: float | None = DEFAULT_TIMEOUT_S) -> VerifyResult:
+    """Math equivalence of the response's final answer and the reference's (see module docstring)."""
+    pred = final_answer(response)
+    if pred is None:
+        return NO_ANSWER
+    ref = last_boxed(reference) if "\\boxed" in reference else None
+    if ref is None:
+        ref = final_answer(reference) if "####" in reference else reference.strip()
+    p, r = _as_rational(pred), _as_rational(ref)
+    if p is not None and r is not None:
+        return CORRECT if p == r else WRONG
+    if normalize_exact(pred) == normalize_exact(ref):
+        return CORRECT
+    try:
+        ok = call_with_timeout(lambda: _math_verify_equal(pred, ref), timeout_s)
+    except VerifierTimeout as exc:
+        return error_result(f"math-verify {exc}")
+    except Exception as exc:  # noqa: BLE001 - a verifier must never crash the run
+        return error_result(f"math-verify {type(exc).__name__}: {exc}")
+    return CORRECT if ok else WRONG
+
+
+# ---------------------------------------------------------------- user verifiers
+
+
+def load_user_verifier(spec: str) -> Callable[..., Any]:
+    """Import `module:function`; ConfigError naming the spec when it cannot be found."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"verifier: {spec!r} is neither {' nor '.join(BUILTIN_METHODS)} nor 'module:function'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"verifier: cannot import module {module_name!r} of {spec!r}: {exc}") from exc
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise ConfigError(f"verifier: {module_name!r} has no callable {attr!r}")
+    return fn
+
+
+def _accepts_prompt(fn: Callable[..., Any]) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return "prompt" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def score_user_result(value: Any) -> VerifyResult:
+    """A user verifier's return value as a result: bool, or a finite float (>= 0.5 counts correct)."""
+    if isinstance(value, bool):
+        return CORRECT if value else WRONG
+    if isinstance(value, (int, float)) and math.isfinite(float(value)):
+        reward = float(value)
+        return VerifyResult(reward, "correct" if reward >= 0.5 else "wrong")
+    return error_result(f"returned {type(value).__name__} {value!r:.40}, not a bool or finite float")
+
+
+class Verifier:
+    """A verifier bound to its method and timeout: `verifier(response, reference, prompt)`.
+
+    Built once per task (imports a user verifier once); calls never raise.
+    """
+
+    def __init__(self, method: str = "exact", timeout_s: float | None = DEFAULT_TIMEOUT_S):
+        self.method = method
+        self.timeout_s = timeout_s
+        self._user = None if method in BUILTIN_METHODS else load_user_verifier(method)
+        self._user_prompt = self._user is not None and _accepts_prompt(self._user)
+
+    def __call__(self, response: str, reference: str, prompt: Prompt | None = None) -> VerifyResult:
+        try:
+            if self.method == "exact":
+                return verify_exact(response, reference)
+            if self.method == "math":
+                return verify_math(response, reference, self.timeout_s)
+            fn = self._user
+            if self._user_prompt:
+                call = lambda: fn(response, reference, prompt=prompt)  # noqa: E731
+            else:
+                call = lambda: fn(response, reference)  # noqa: E731
+            return score_user_result(call_with_timeout(call, self.timeout_s))
+        except VerifierTimeout as exc:
+            return error_result(str(exc))
+        except Exception as exc:  # noqa: BLE001 - a verifier must never crash the run
+            return error_result(f"{type(exc).__name__}: {exc}")
+
+
+_CACHE: dict[tuple[str, float | None], Verifier] = {}
+
+
+def verify(
+    response: str, reference: str, method: str = "math", *, timeout_s: float | None = DEFAULT_TIMEOUT_S
+) -> VerifyResult:
+    """Judge `response` against `reference` with `method` ("exact", "math" or "module:function")."""
+    key = (method, timeout_s)
+    verifier = _CACHE.get(key)
+    if verifier is None:
+        verifier = _CACHE[key] = Verifier(method, timeout_s)
+    return verifier(response, reference)
