@@ -9,8 +9,13 @@ Each training step the engine calls, in order:
 2. The engine generates and scores the granted rollouts, then calls `next_stage(ctx, results)` with
    every group's results so far (all stages pooled per prompt). It returns more grants (a new stage)
    or [] to end the step.
-3. `use_in_update(group)` says whether a pooled group enters the policy update (e.g. DARS drops groups
+3. After the last stage, `reuse_requests(results)` lists prompts whose all-wrong group should get one
+   earlier correct response of that prompt appended (AR3PO's response reuse; default: none). The engine
+   appends it (flagged off-policy in `rollouts.off_policy`) when it has one, before step 4.
+4. `use_in_update(group)` says whether a pooled group enters the policy update (e.g. DARS drops groups
    with accuracy 0 or 1; dynamic sampling drops zero-variance groups). Dropped groups are logged.
+
+A grant with `n == 0` is a logged decision (e.g. "skipped: easy streak 3"): nothing is generated for it.
 
 Allocators are deterministic given their seed (`ctx.rng` is seeded by the engine from the run seed
 and step), never exceed `ctx.budget` (the engine also enforces it), and give every grant a reason.
@@ -191,9 +196,34 @@ class Allocator(ABC):
         """Whether a pooled group enters the policy update."""
         return True
 
+    def reuse_requests(self, results: dict[str, GroupResult]) -> list[str]:
+        """Prompt ids whose all-wrong group should get one earlier correct response appended (off-policy)."""
+        return []
+
+    def set_params(self, params: dict[str, Any]) -> None:
+        """Change some config fields (a live control); unknown or ill-typed fields raise ConfigError
+        naming the field and nothing changes. State (trackers, streak probabilities) is kept."""
+        from workbench.allocators._config import config_from_dict
+
+        self.config = config_from_dict(type(self.config), params, base=self.config)
+
     def state_dict(self) -> dict[str, Any]:
         """Allocator state to checkpoint (JSON-serialisable)."""
         return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what `state_dict` returned."""
+
+
+def fit_to_budget(grants: list[Grant], budget: Budget) -> list[Grant]:
+    """Trim grants, last first, so that their total fits `budget.rollouts_left()`; the safety net every
+    allocator applies to what it returns. Grants trimmed to 0 keep their reason plus "(budget)"."""
+    left = budget.rollouts_left()
+    out: list[Grant] = []
+    for g in grants:
+        n = max(0, min(int(g.n), left))
+        left -= n
+        if n != g.n:
+            g = Grant(g.prompt_id, n, f"{g.reason} (cut to {n} by budget)", g.predicted_pass)
+        out.append(g)
+    return out

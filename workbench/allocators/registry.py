@@ -1,0 +1,70 @@
+"""The allocator registry: a module dict, a decorator that refuses duplicates, a getter that lists the
+valid names when it fails, and `make_allocator`, which builds one from a plain dict of parameters (a
+run config's table or a live control command) rejecting unknown and ill-typed fields by name."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, TypeVar
+
+from workbench.allocators._config import config_from_dict, describe_config
+from workbench.allocators.base import Allocator
+from workbench.errors import ConfigError
+
+_REGISTRY: dict[str, type[Allocator]] = {}
+
+A = TypeVar("A", bound=type[Allocator])
+
+
+def register_allocator(name: str) -> Callable[[A], A]:
+    """Class decorator: register an Allocator subclass under `name` (sets `cls.name`)."""
+
+    def deco(cls: A) -> A:
+        if name in _REGISTRY:
+            raise ValueError(f"allocator {name!r} is already registered (by {_REGISTRY[name].__qualname__})")
+        if not isinstance(cls, type) or not issubclass(cls, Allocator):
+            raise TypeError(f"register_allocator({name!r}) needs an Allocator subclass, got {cls!r}")
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return deco
+
+
+def available_allocators() -> list[str]:
+    """Registered names, sorted."""
+    return sorted(_REGISTRY)
+
+
+def get_allocator(name: str) -> type[Allocator]:
+    """The class registered under `name`; an unknown name raises ConfigError listing the valid ones."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ConfigError(
+            f"unknown allocator {name!r}; valid: {', '.join(available_allocators())}"
+        ) from None
+
+
+def make_config(name: str, params: dict[str, Any] | None = None) -> Any:
+    """The validated config of allocator `name` from a dict (missing fields take their defaults)."""
+    return config_from_dict(get_allocator(name).Config, {} if params is None else params)
+
+
+def make_allocator(name: str, params: dict[str, Any] | None = None, seed: int = 0) -> Allocator:
+    """Build allocator `name` from a dict of parameters; raises ConfigError naming a bad field."""
+    cls = get_allocator(name)
+    return cls(make_config(name, params), seed=seed)
+
+
+def describe_allocator(name: str) -> dict[str, Any]:
+    """Name, one-line summary, module docstring and parameters (name, type, default, doc)."""
+    cls = get_allocator(name)
+    import sys
+
+    doc = (sys.modules[cls.__module__].__doc__ or "").strip()
+    return {
+        "name": name,
+        "summary": doc.splitlines()[0] if doc else "",
+        "doc": doc,
+        "params": describe_config(cls.Config),
+    }

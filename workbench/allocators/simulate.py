@@ -1,0 +1,279 @@
+"""The offline allocator simulator: every registered allocator on the same synthetic population of
+prompts with known, drifting pass rates, through the same protocol the engine follows. Seconds, no model.
+
+The population: prompt i has a latent logit a_i ~ Normal(`logit_mean`, `logit_sd`); its true pass rate
+is sigmoid(a_i + g), g a global competence. Learning, as in RL: every group that enters the update with
+both outcomes moves its prompt's logit up by `lr_prompt` * sqrt(n / 8) and g up by `lr_global` / 1000;
+every step each logit also takes a Normal(0, `drift`) random step (the policy drifts). Rollouts are
+Bernoulli(p_i); for a token budget every rollout costs `tokens_per_rollout` tokens.
+
+`drive_step` is the engine's step, line by line (begin_step, stages of next_stage with the budget's
+`used` advanced, reuse_requests, use_in_update, PromptStats.update). The contract tests drive allocators
+through it too, with `check=True` turning every protocol breach into an AssertionError.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal
+
+import numpy as np
+
+from workbench.allocators._config import check_choice, check_float, check_int
+from workbench.allocators.base import Allocator, Budget, Candidate, Grant, GroupResult, PromptStats, StepContext
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    population: int = 512
+    """Prompts in the synthetic data set."""
+    prompts_per_step: int = 32
+    """The batch B the sampler is asked for."""
+    group_size: int = 8
+    """Uniform's n; the budget is budget_factor * B * group_size rollouts (or that many times tokens)."""
+    budget_factor: float = 1.5
+    """Budget per step as a multiple of uniform's spend (room for top-ups and over-sampling)."""
+    budget_kind: Literal["rollouts", "tokens"] = "rollouts"
+    """Budget unit."""
+    tokens_per_rollout: int = 16
+    """Generated tokens per rollout (token budgets)."""
+    steps: int = 60
+    """Training steps simulated per allocator and seed."""
+    logit_mean: float = -0.5
+    """Mean initial logit of the pass rates."""
+    logit_sd: float = 2.5
+    """Spread of the initial logits (large: many trivial and hopeless prompts)."""
+    lr_prompt: float = 0.15
+    """Logit gain of a prompt per informative group used in the update (times sqrt(n / 8))."""
+    lr_global: float = 0.5
+    """Global logit gain per 1000 informative groups."""
+    drift: float = 0.03
+    """Standard deviation of each logit's random step per step."""
+    max_stages: int = 64
+    """The engine's hard limit on stages per step."""
+
+    def __post_init__(self) -> None:
+        o = "simulate"
+        check_int(o, "population", self.population, 1)
+        check_int(o, "prompts_per_step", self.prompts_per_step, 1, self.population)
+        check_int(o, "group_size", self.group_size, 1, 4096)
+        check_float(o, "budget_factor", self.budget_factor, 0.0, 100.0)
+        check_choice(o, "budget_kind", self.budget_kind, ("rollouts", "tokens"))
+        check_int(o, "tokens_per_rollout", self.tokens_per_rollout, 1)
+        check_int(o, "steps", self.steps, 1)
+        check_float(o, "logit_sd", self.logit_sd, 0.0, 20.0)
+        check_float(o, "logit_mean", self.logit_mean, -20.0, 20.0)
+        check_float(o, "lr_prompt", self.lr_prompt, 0.0, 10.0)
+        check_float(o, "lr_global", self.lr_global, 0.0, 100.0)
+        check_float(o, "drift", self.drift, 0.0, 10.0)
+        check_int(o, "max_stages", self.max_stages, 1)
+
+    @property
+    def budget_amount(self) -> int:
+        rollouts = self.budget_factor * self.prompts_per_step * self.group_size
+        scale = self.tokens_per_rollout if self.budget_kind == "tokens" else 1
+        return int(round(rollouts * scale))
+
+
+@dataclass
+class StepOutcome:
+    """What one driven step did."""
+
+    grants: list[tuple[int, Grant]]
+    """(stage, grant) in order."""
+    results: dict[str, GroupResult]
+    reused: list[str]
+    """Prompts whose group got an earlier correct response appended (off-policy)."""
+    used_in_update: dict[str, bool]
+    rollouts: int
+    stages: int
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class Sampler:
+    """Epoch-wise shuffled draws over prompt ids; never the same prompt twice in one step."""
+
+    def __init__(self, ids: list[str], stats: dict[str, PromptStats], rng: np.random.Generator) -> None:
+        self.ids, self.stats, self.rng = ids, stats, rng
+        self.queue: list[str] = []
+        self.taken: set[str] = set()
+
+    def new_step(self) -> None:
+        self.taken = set()
+
+    def draw(self, k: int) -> list[Candidate]:
+        out: list[Candidate] = []
+        budget = len(self.ids) - len(self.taken)
+        while len(out) < min(k, budget):
+            if not self.queue:
+                self.queue = [self.ids[i] for i in self.rng.permutation(len(self.ids))]
+            pid = self.queue.pop()
+            if pid in self.taken:
+                continue
+            self.taken.add(pid)
+            out.append(Candidate(pid, self.stats.setdefault(pid, PromptStats(pid))))
+        return out
+
+
+def _check_grants(grants: list[Grant], budget: Budget, stage: int) -> None:
+    for g in grants:
+        assert isinstance(g, Grant), f"stage {stage}: not a Grant: {g!r}"
+        assert isinstance(g.n, int) and g.n >= 0, f"stage {stage}: bad n in {g}"
+        assert isinstance(g.reason, str) and g.reason.strip(), f"stage {stage}: grant without reason {g}"
+    total = sum(g.n for g in grants)
+    assert total <= budget.rollouts_left(), f"stage {stage}: granted {total} > {budget.rollouts_left()} left"
+
+
+def drive_step(
+    alloc: Allocator,
+    *,
+    step: int,
+    stats: dict[str, PromptStats],
+    budget: Budget,
+    draw: Callable[[int], list[Candidate]],
+    prompts_per_step: int,
+    sample: Callable[[str, int], list[float]],
+    seed: int = 0,
+    has_correct_before: Callable[[str], bool] | None = None,
+    max_stages: int = 64,
+    check: bool = False,
+) -> StepOutcome:
+    """Run one step of the protocol as the engine does; `sample(prompt_id, n)` returns n rewards."""
+    rng = np.random.default_rng([seed, step])
+    cands = draw(alloc.candidates_wanted(prompts_per_step)) if prompts_per_step > 0 else []
+    ctx = StepContext(step, 0, budget, cands, stats, rng, draw, prompts_per_step)
+    grants = alloc.begin_step(ctx)
+    per_rollout = 1 if budget.kind == "rollouts" else budget.tokens_per_rollout
+    log: list[tuple[int, Grant]] = []
+    results: dict[str, GroupResult] = {}
+    stage = 0
+    while True:
+        if check:
+            _check_grants(grants, ctx.budget, stage)
+        positive = [g for g in grants if g.n > 0]
+        log += [(stage, g) for g in grants]
+        for g in positive:
+            res = results.setdefault(g.prompt_id, GroupResult(g.prompt_id, []))
+            res.rewards += list(sample(g.prompt_id, g.n))
+            res.stages += [stage] * g.n
+            res.tokens += int(g.n * per_rollout)
+        used = ctx.budget.used + int(math.ceil(sum(g.n for g in positive) * per_rollout))
+        if stage > 0 and not positive:
+            break
+        stage += 1
+        if stage >= max_stages:
+            assert not check, f"allocator {alloc.name} did not end the step within {max_stages} stages"
+            break
+        ctx = dataclasses.replace(ctx, stage=stage, budget=dataclasses.replace(ctx.budget, used=used))
+        grants = alloc.next_stage(ctx, results)
+        if not grants:
+            break
+    reused = [
+        pid for pid in alloc.reuse_requests(results)
+        if pid in results and (has_correct_before is None or has_correct_before(pid))
+    ]
+    on_policy = {pid: list(g.rewards) for pid, g in results.items()}
+    for pid in reused:
+        results[pid].rewards.append(1.0)
+        results[pid].stages.append(-1)
+    used_in_update = {pid: bool(alloc.use_in_update(g)) for pid, g in results.items()}
+    for pid, rewards in on_policy.items():
+        stats.setdefault(pid, PromptStats(pid)).update(rewards, step)
+    n = sum(len(r) for r in on_policy.values())
+    return StepOutcome(log, results, reused, used_in_update, n, stage, dict(ctx.info))
+
+
+def simulate_one(name: str, params: dict[str, Any] | None, cfg: SimConfig, seed: int) -> dict[str, Any]:
+    """Simulate one allocator for `cfg.steps` steps; returns its metrics."""
+    from workbench.allocators.registry import make_allocator
+
+    alloc = make_allocator(name, params or {}, seed=seed)
+    pop_rng = np.random.default_rng([seed, 1])
+    ids = [f"sim-{i:05d}" for i in range(cfg.population)]
+    logits = pop_rng.normal(cfg.logit_mean, cfg.logit_sd, size=cfg.population)
+    index = {pid: i for i, pid in enumerate(ids)}
+    stats: dict[str, PromptStats] = {}
+    sampler = Sampler(ids, stats, np.random.default_rng([seed, 2]))
+    out_rng = np.random.default_rng([seed, 3])
+    drift_rng = np.random.default_rng([seed, 4])
+    g = 0.0
+
+    def true_pass() -> np.ndarray:
+        return 1.0 / (1.0 + np.exp(-(logits + g)))
+
+    def sample(pid: str, n: int) -> list[float]:
+        p = 1.0 / (1.0 + math.exp(-(logits[index[pid]] + g)))
+        return (out_rng.random(n) < p).astype(float).tolist()
+
+    pass0 = float(true_pass().mean())
+    tot = dict(groups=0, zero=0, informative=0, rollouts=0, stages=0, reused=0, dropped=0)
+    t0 = time.perf_counter()
+    for step in range(cfg.steps):
+        sampler.new_step()
+        budget = Budget(cfg.budget_kind, cfg.budget_amount, 0, float(cfg.tokens_per_rollout))
+        o = drive_step(
+            alloc, step=step, stats=stats, budget=budget, draw=sampler.draw,
+            prompts_per_step=cfg.prompts_per_step, sample=sample, seed=seed,
+            has_correct_before=lambda pid: stats[pid].correct > 0, max_stages=cfg.max_stages,
+        )
+        informative = 0
+        for pid, grp in o.results.items():
+            tot["groups"] += 1
+            tot["zero"] += not grp.has_signal
+            if o.used_in_update[pid] and grp.has_signal:
+                informative += 1
+                logits[index[pid]] += cfg.lr_prompt * math.sqrt(grp.n / 8.0)
+            tot["dropped"] += not o.used_in_update[pid]
+        g += cfg.lr_global * informative / 1000.0
+        logits += drift_rng.normal(0.0, cfg.drift, size=cfg.population) if cfg.drift > 0 else 0.0
+        tot["informative"] += informative
+        tot["rollouts"] += o.rollouts
+        tot["stages"] += o.stages
+        tot["reused"] += len(o.reused)
+    per = 1 if cfg.budget_kind == "rollouts" else cfg.tokens_per_rollout
+    return {
+        "allocator": name,
+        "zero_signal_frac": tot["zero"] / max(tot["groups"], 1),
+        "informative_per_1k": 1000.0 * tot["informative"] / max(tot["rollouts"], 1),
+        "budget_used_frac": tot["rollouts"] * per / (cfg.budget_amount * cfg.steps) if cfg.budget_amount else 0.0,
+        "informative_groups_per_step": tot["informative"] / cfg.steps,
+        "rollouts_per_step": tot["rollouts"] / cfg.steps,
+        "groups_per_step": tot["groups"] / cfg.steps,
+        "dropped_groups_per_step": tot["dropped"] / cfg.steps,
+        "reused_per_step": tot["reused"] / cfg.steps,
+        "stages_per_step": tot["stages"] / cfg.steps,
+        "pass_mean_start": pass0,
+        "pass_mean_end": float(true_pass().mean()),
+        "seconds": time.perf_counter() - t0,
+    }
+
+
+def simulate(
+    names: list[str] | None = None,
+    cfg: SimConfig | None = None,
+    seeds: int = 3,
+    params: dict[str, dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
+    """Every named allocator (default: all registered) on the same populations, one per seed; each
+    metric is the mean over seeds (pass_gain = pass_mean_end - pass_mean_start)."""
+    from workbench.allocators.registry import available_allocators, get_allocator
+
+    cfg = cfg or SimConfig()
+    names = names or available_allocators()
+    for name in names:
+        get_allocator(name)
+    check_int("simulate", "seeds", seeds, 1, 1000)
+    rows = []
+    for name in names:
+        runs = [simulate_one(name, (params or {}).get(name), cfg, seed) for seed in range(seeds)]
+        row: dict[str, Any] = {"allocator": name}
+        for key in runs[0]:
+            if key != "allocator":
+                row[key] = float(np.mean([r[key] for r in runs]))
+        row["pass_gain"] = row["pass_mean_end"] - row["pass_mean_start"]
+        row["seeds"] = seeds
+        rows.append(row)
+    return rows

@@ -1,0 +1,77 @@
+"""`until_correct` — AR3PO's adaptive rollout: sample in stages until a prompt has a correct response.
+
+Paper: Zhang et al. 2025, "Improving Sampling Efficiency in RLVR through Adaptive Rollout and Response
+Reuse" (arXiv:2509.25808), AR3PO.
+
+Rule (departures from uniform GRPO):
+1. Rollouts come in stages of `stage_size` per prompt; stage 1 goes to every candidate.
+2. After each stage, a prompt stops receiving once its pooled group holds a correct response, or once it
+   reached `n_max` rollouts this step; the others get another stage (at most `n_max` in total).
+3. Response reuse (`reuse=True`): a group that ends all wrong, for a prompt answered correctly at an
+   earlier step, is flagged through `reuse_requests`; the engine appends one earlier correct response of
+   that prompt to the group, marked off-policy (`rollouts.off_policy`), so the group carries a signal.
+4. Every group enters the update (a still all-wrong group carries no gradient).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workbench.allocators._config import check_int
+from workbench.allocators.base import Allocator, Grant, GroupResult, StepContext, fit_to_budget
+from workbench.allocators.registry import register_allocator
+from workbench.allocators.uniform import whole_groups
+
+
+@dataclass(frozen=True)
+class UntilCorrectConfig:
+    stage_size: int = 4
+    """Rollouts per prompt per stage (s)."""
+    n_max: int = 16
+    """Cap on a prompt's rollouts in one step."""
+    reuse: bool = True
+    """Ask the engine to append an earlier correct response to all-wrong groups (off-policy)."""
+
+    def __post_init__(self) -> None:
+        check_int("until_correct", "stage_size", self.stage_size, 1, 4096)
+        check_int("until_correct", "n_max", self.n_max, self.stage_size, 65536)
+
+
+@register_allocator("until_correct")
+class UntilCorrect(Allocator):
+    Config = UntilCorrectConfig
+
+    def __init__(self, config=None, *, seed: int = 0) -> None:
+        super().__init__(config, seed=seed)
+        self._order: list[str] = []
+        self._solved_before: set[str] = set()
+        self._stage = 0
+
+    def begin_step(self, ctx: StepContext) -> list[Grant]:
+        grants = fit_to_budget(whole_groups(ctx, self.config.stage_size, "ar3po stage 1"), ctx.budget)
+        self._order = [g.prompt_id for g in grants if g.n > 0]
+        self._solved_before = {c.prompt_id for c in ctx.candidates if c.stats.correct > 0}
+        self._stage = 1
+        return grants
+
+    def next_stage(self, ctx: StepContext, results: dict[str, GroupResult]) -> list[Grant]:
+        c = self.config
+        self._stage += 1
+        grants = []
+        for pid in self._order:
+            g = results.get(pid)
+            if g is None or g.correct > 0 or g.n >= c.n_max:
+                continue
+            k = min(c.stage_size, c.n_max - g.n)
+            grants.append(Grant(pid, k, f"ar3po stage {self._stage}: no correct response in {g.n}", 0.0))
+        grants = fit_to_budget(grants, ctx.budget)
+        ctx.info.update(stages=self._stage - (0 if any(g.n for g in grants) else 1))
+        return [g for g in grants if g.n > 0]
+
+    def reuse_requests(self, results: dict[str, GroupResult]) -> list[str]:
+        if not self.config.reuse:
+            return []
+        return [
+            pid for pid in self._order
+            if pid in results and results[pid].n > 0 and results[pid].correct == 0 and pid in self._solved_before
+        ]
