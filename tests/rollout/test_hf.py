@@ -1,0 +1,167 @@
+"""HFBackend: logprobs/entropy match a full forward pass, greedy matches generate, EOS, padding, seeds."""
+
+import pytest
+import torch
+
+from workbench.algorithms import pack_sequences, sequence_logprobs
+from workbench.errors import WorkbenchError
+from workbench.rollout import RolloutBackend, make_backend
+from workbench.rollout.base import SamplingParams
+from workbench.rollout.hf import HFBackend, bare_generate, sampling_logprobs
+
+SAMPLE = SamplingParams(temperature=0.9, max_new_tokens=12)
+GREEDY = SamplingParams(top_k=1, max_new_tokens=12)
+
+
+def _gen(backend, prompts, sampling, seed=0):
+    return backend.generate(prompts, sampling, generator=torch.Generator().manual_seed(seed))
+
+
+def test_is_a_rollout_backend(model, tokenizer):
+    assert isinstance(HFBackend(model, tokenizer), RolloutBackend)
+
+
+def _full_forward(model, prompts, out, sampling):
+    """Distribution of every generated token recomputed by one padded forward pass of the whole sequence."""
+    packed = pack_sequences(prompts, out.tokens, out.lengths, pad_token_id=0)
+    with torch.no_grad():
+        pos = (packed.attention_mask.cumsum(-1) - 1).clamp(min=0)
+        logits = model(input_ids=packed.input_ids, attention_mask=packed.attention_mask,
+                       position_ids=pos).logits[:, packed.response_start - 1 : -1]
+    n, t, v = logits.shape
+    logp = sampling_logprobs(logits.reshape(n * t, v), sampling).reshape(n, t, v)
+    return packed, logp
+
+
+@pytest.mark.parametrize("sampling", [SAMPLE, SamplingParams(temperature=1.3, top_k=5, top_p=0.8,
+                                                             max_new_tokens=12)])
+def test_logprobs_and_entropy_match_full_forward(model, tokenizer, prompts, sampling):
+    out = _gen(HFBackend(model, tokenizer), prompts * 4, sampling)
+    packed, logp = _full_forward(model, prompts * 4, out, sampling)
+    m = packed.response_mask.bool()
+    want_lp = logp.gather(-1, out.tokens.unsqueeze(-1)).squeeze(-1)
+    want_ent = torch.special.entr(logp.exp()).sum(-1)
+    assert m.sum() > 3 * len(prompts)
+    assert torch.allclose(out.logprobs[m], want_lp[m], atol=1e-4)
+    assert torch.allclose(out.entropy[m], want_ent[m], atol=1e-4)
+    assert (out.logprobs[~m] == 0).all() and (out.entropy[~m] == 0).all()
+
+
+def test_logprobs_match_trainer_helper(model, tokenizer, prompts):
+    """Without truncation the sampler's logprobs are what the trainer's sequence_logprobs computes."""
+    out = _gen(HFBackend(model, tokenizer), prompts, SAMPLE)
+    packed = pack_sequences(prompts, out.tokens, out.lengths, pad_token_id=0)
+    with torch.no_grad():
+        lp, _ = sequence_logprobs(model, packed.input_ids, packed.attention_mask, packed.response_start,
+                                  response_mask=packed.response_mask, temperature=SAMPLE.temperature)
+    assert torch.allclose(out.logprobs, lp, atol=1e-4)
+
+
+def test_greedy_matches_transformers_generate(model, tokenizer, prompts):
+    out = _gen(HFBackend(model, tokenizer), prompts, GREEDY)
+    bare = bare_generate(model, tokenizer, prompts, GREEDY)
+    width = max(out.tokens.shape[1], bare.tokens.shape[1])
+    pad = lambda x: torch.nn.functional.pad(x, (0, width - x.shape[1]), value=tokenizer.pad_token_id)  # noqa: E731
+    assert torch.equal(pad(out.tokens), pad(bare.tokens))
+    assert (out.logprobs <= 0).all() and (out.entropy == 0).all()  # top_k=1: a one-point distribution
+
+
+def test_left_padding_equals_generating_alone(model, tokenizer, prompts):
+    backend = HFBackend(model, tokenizer)
+    batch = _gen(backend, prompts, GREEDY)
+    for i, p in enumerate(prompts):
+        alone = _gen(backend, [p], GREEDY)
+        n = int(alone.lengths[0])
+        assert int(batch.lengths[i]) == n
+        assert batch.tokens[i, :n].tolist() == alone.tokens[0, :n].tolist()
+        assert torch.allclose(batch.logprobs[i, :n], alone.logprobs[0, :n], atol=1e-5)
+
+
+def test_eos_stop_and_finish_reasons(model, tokenizer, prompts):
+    out = _gen(HFBackend(model, tokenizer), prompts * 8, SamplingParams(max_new_tokens=6), seed=3)
+    reasons = out.finish_reasons()
+    assert set(reasons) == {"stop", "length"}
+    for i, reason in enumerate(reasons):
+        n = int(out.lengths[i])
+        row = out.tokens[i].tolist()
+        if reason == "stop":
+            assert row[n - 1] == tokenizer.eos_token_id and tokenizer.eos_token_id not in row[: n - 1]
+            assert row[n:] == [tokenizer.pad_token_id] * (len(row) - n)
+        else:
+            assert n == 6 and tokenizer.eos_token_id not in row
+
+
+def test_stops_early_when_every_sequence_finished(model, tokenizer, prompts):
+    stoppers = list(range(2, 18))  # nearly every token ends the sequence
+    backend = HFBackend(model, tokenizer, eos_token_ids=stoppers)
+    out = _gen(backend, prompts, SamplingParams(max_new_tokens=40))
+    assert out.finished.all()
+    assert out.tokens.shape[1] == int(out.lengths.max()) < 40
+
+
+def test_seeded_generator_is_deterministic(model, tokenizer, prompts):
+    backend = HFBackend(model, tokenizer)
+    a, b = _gen(backend, prompts * 4, SAMPLE, seed=7), _gen(backend, prompts * 4, SAMPLE, seed=7)
+    c = _gen(backend, prompts * 4, SAMPLE, seed=8)
+    assert torch.equal(a.tokens, b.tokens) and torch.equal(a.logprobs, b.logprobs)
+    assert not torch.equal(a.tokens, c.tokens)
+
+
+def test_top_k_and_top_p_restrict_the_support(model, tokenizer, prompts):
+    backend = HFBackend(model, tokenizer)
+    greedy = _gen(backend, prompts, GREEDY)
+    tiny_p = _gen(backend, prompts, SamplingParams(top_p=1e-6, max_new_tokens=12))
+    assert torch.equal(tiny_p.tokens, greedy.tokens)  # the nucleus keeps only the top token
+    out = _gen(backend, prompts * 8, SamplingParams(top_k=3, max_new_tokens=12))
+    _, logp = _full_forward(model, prompts * 8, out, SamplingParams(max_new_tokens=12))
+    rank = (logp > logp.gather(-1, out.tokens.unsqueeze(-1))).sum(-1)
+    m = (torch.arange(out.tokens.shape[1]) < out.lengths.unsqueeze(1))
+    assert rank[m].max() <= 2 and rank[m].max() > 0
+    assert (out.entropy[m] <= torch.log(torch.tensor(3.0)) + 1e-5).all()
+
+
+def test_mode_restored_and_weights(model, tokenizer, prompts, model_factory):
+    backend = HFBackend(model, tokenizer)
+    model.train()
+    try:
+        a = _gen(backend, prompts, GREEDY)
+        assert model.training
+    finally:
+        model.eval()
+    backend.update_weights(model)
+    assert backend.policy_version == 1
+    other = model_factory(seed=1)
+    backend2 = HFBackend(model_factory(seed=2), tokenizer)
+    backend2.update_weights(other)
+    assert backend2.policy_version == 1
+    assert torch.equal(_gen(backend2, prompts, GREEDY).tokens, _gen(HFBackend(other, tokenizer), prompts, GREEDY).tokens)
+    assert torch.equal(a.tokens, _gen(backend, prompts, GREEDY).tokens)
+
+
+@pytest.mark.parametrize("field,value", [("temperature", 0.0), ("top_p", 0.0), ("top_p", 1.5), ("top_k", -1),
+                                         ("max_new_tokens", 0)])
+def test_bad_sampling_rejected(model, tokenizer, prompts, field, value):
+    with pytest.raises(WorkbenchError, match=f"sampling.{field}"):
+        HFBackend(model, tokenizer).generate(prompts, SamplingParams(**{field: value}))
+
+
+def test_empty_prompt_rejected(model, tokenizer):
+    with pytest.raises(WorkbenchError, match="at least one token"):
+        HFBackend(model, tokenizer).generate([[1], []], GREEDY)
+
+
+def test_make_backend(model, tokenizer):
+    assert isinstance(make_backend("hf", model, tokenizer, "cpu"), HFBackend)
+    with pytest.raises(WorkbenchError, match=r"'gpu' extra"):
+        make_backend("vllm", model, tokenizer, "cpu")
+    with pytest.raises(WorkbenchError, match=r"'ray' extra"):
+        make_backend("ray", model, tokenizer, "cpu")
+    with pytest.raises(WorkbenchError, match="valid names: hf, vllm, ray"):
+        make_backend("tgi", model, tokenizer, "cpu")
+    with pytest.raises(WorkbenchError, match="model is on cpu"):
+        HFBackend(model, tokenizer, device="cuda")
+
+
+def test_bare_generate_samples(model, tokenizer, prompts):
+    out = bare_generate(model, tokenizer, prompts * 4, SAMPLE)
+    assert out.tokens.shape[0] == 24 and 1 <= out.tokens.shape[1] <= 12 and out.gen_time_s > 0

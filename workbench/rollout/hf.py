@@ -1,0 +1,225 @@
+"""In-process Hugging Face generation with a hand-written KV-cache loop (CPU or CUDA).
+
+`HFBackend` samples continuations for a batch of prompts and returns, per generated token, its
+log-probability and the entropy of the distribution it was sampled from (after temperature, top-k and
+top-p). Writing the loop ourselves, rather than calling `model.generate`, gives those two numbers for
+the cost of one log-softmax per step; NOTES measured the loop within ~15% of `generate` at batch 1,024
+and equal up to 256 on the organism.
+
+How it works:
+1. Prompts (token ids, BOS included) are left-padded; position ids count real tokens only, so a
+   padded prompt sees exactly the positions it would see alone.
+2. One prefill forward fills a `DynamicCache` and gives the first next-token logits; then one forward
+   per new token (input [N, 1]) until `max_new_tokens` or until every sequence has produced EOS.
+3. Each step: logits / temperature, keep the top-k, keep the top-p nucleus, renormalise, sample with
+   the caller's `torch.Generator` (top_k == 1 takes the argmax: greedy, no randomness consumed).
+4. After a sequence's EOS its remaining positions hold the pad id and 0 logprob/entropy.
+
+The model runs in eval mode (no dropout) under `torch.inference_mode`; its previous train/eval mode is
+restored afterwards, because the backend usually shares the trainer's module.
+
+Weights: the in-process backend normally holds the *same* module as the trainer, so new weights are
+already in place after the optimiser step and `update_weights(model)` only bumps `policy_version`.
+Given a different module, it copies that module's state dict into its own.
+
+Results come back on the CPU (the store and the verifier read them there; the trainer moves what it
+needs), whatever device the model runs on.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from workbench.errors import WorkbenchError
+from workbench.rollout.base import GenerationBatch, SamplingParams
+
+
+def validate_sampling(sampling: SamplingParams) -> None:
+    """Reject sampling parameters outside their ranges, naming the field."""
+    if not sampling.temperature > 0:
+        raise WorkbenchError(f"sampling.temperature must be > 0, got {sampling.temperature}")
+    if not 0 < sampling.top_p <= 1:
+        raise WorkbenchError(f"sampling.top_p must be in (0, 1], got {sampling.top_p}")
+    if sampling.top_k < 0:
+        raise WorkbenchError(f"sampling.top_k must be >= 0 (0 disables it), got {sampling.top_k}")
+    if sampling.max_new_tokens < 1:
+        raise WorkbenchError(f"sampling.max_new_tokens must be >= 1, got {sampling.max_new_tokens}")
+
+
+def left_pad(prompts: Sequence[Sequence[int]], pad_token_id: int, device: torch.device | str = "cpu"
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """[N, P] input ids and attention mask with the prompts right-aligned (left padding)."""
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise WorkbenchError("generate needs at least one prompt, and every prompt at least one token (BOS)")
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):] = torch.as_tensor(list(p), dtype=torch.long)
+        mask[i, width - len(p):] = 1
+    return ids.to(device), mask.to(device)
+
+
+def sampling_logprobs(logits: torch.Tensor, sampling: SamplingParams) -> torch.Tensor:
+    """Log-probabilities [N, V] of the sampling distribution: temperature, then top-k, then top-p.
+
+    Filtered tokens get -inf. The same order as transformers' logits warpers, so that with a shared
+    seed the distribution matches `generate`'s.
+    """
+    x = logits.float()
+    if sampling.temperature != 1.0:
+        x = x / sampling.temperature
+    vocab = x.shape[-1]
+    if 0 < sampling.top_k < vocab:
+        kth = torch.topk(x, sampling.top_k, dim=-1).values[:, -1:]
+        x = x.masked_fill(x < kth, -torch.inf)
+    if sampling.top_p < 1.0:
+        sorted_x, order = torch.sort(x, dim=-1, descending=True)
+        probs = torch.softmax(sorted_x, dim=-1)
+        mass_before = probs.cumsum(dim=-1) - probs
+        drop_sorted = mass_before >= sampling.top_p
+        drop_sorted[:, 0] = False
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        x = x.masked_fill(drop, -torch.inf)
+    return torch.log_softmax(x, dim=-1)
+
+
+def _sample(logp: torch.Tensor, greedy: bool, generator: torch.Generator | None) -> torch.Tensor:
+    if greedy:
+        return logp.argmax(dim=-1)
+    return torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
+
+
+def _eos_ids(tokenizer, model) -> list[int]:
+    ids = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if ids is None:
+        ids = getattr(tokenizer, "eos_token_id", None)
+    if ids is None:
+        raise WorkbenchError("the tokenizer and the model's generation config define no EOS token")
+    return [int(i) for i in ([ids] if isinstance(ids, int) else ids)]
+
+
+class HFBackend:
+    """RolloutBackend over an in-process transformers causal LM (see the module docstring)."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer, device: str | torch.device = "cpu", *,
+                 eos_token_ids: Sequence[int] | None = None, pad_token_id: int | None = None) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.device = torch.device(device)
+        self.eos_token_ids = list(eos_token_ids) if eos_token_ids is not None else _eos_ids(tokenizer, model)
+        pad = pad_token_id if pad_token_id is not None else getattr(tokenizer, "pad_token_id", None)
+        self.pad_token_id = int(pad) if pad is not None else self.eos_token_ids[0]
+        self.policy_version = 0
+        self._check_device()
+
+    def _check_device(self) -> None:
+        param = next(self.model.parameters(), None)
+        if param is not None and param.device.type != self.device.type:
+            raise WorkbenchError(f"the model is on {param.device} but the rollout backend was asked for "
+                                 f"{self.device}; move the model first (model.to('{self.device}'))")
+
+    def update_weights(self, model: torch.nn.Module) -> None:
+        """Take new weights: nothing to copy when `model` is the backend's own module; bump policy_version."""
+        if model is not self.model:
+            self.model.load_state_dict(model.state_dict())
+        self.policy_version += 1
+
+    def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams, *,
+                 generator: torch.Generator | None = None) -> GenerationBatch:
+        """Sample one continuation per prompt; see GenerationBatch for the layout."""
+        validate_sampling(sampling)
+        start = time.perf_counter()
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.inference_mode():
+                tokens, logprobs, entropy, lengths, finished = self._loop(prompts, sampling, generator)
+        finally:
+            self.model.train(was_training)
+        return GenerationBatch(tokens=tokens, logprobs=logprobs, entropy=entropy, lengths=lengths,
+                               finished=finished, gen_time_s=time.perf_counter() - start)
+
+    def _forward(self, ids, mask, pos, cache) -> torch.Tensor:
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache,
+                         use_cache=True, logits_to_keep=1)
+        return out.logits[:, -1]
+
+    def _loop(self, prompts, sampling: SamplingParams, generator):
+        """The KV-cache decoding loop; returns CPU tensors trimmed to the longest generation."""
+        from transformers import DynamicCache
+
+        dev = self.device
+        ids, mask = left_pad(prompts, self.pad_token_id, dev)
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache(config=getattr(self.model, "config", None))
+        logits = self._forward(ids, mask, pos, cache)
+        next_pos = pos[:, -1] + 1
+        n, t_max = len(prompts), sampling.max_new_tokens
+        tokens = torch.full((n, t_max), self.pad_token_id, dtype=torch.long, device=dev)
+        logprobs = torch.zeros((n, t_max), dtype=torch.float32, device=dev)
+        entropy = torch.zeros((n, t_max), dtype=torch.float32, device=dev)
+        finished = torch.zeros(n, dtype=torch.bool, device=dev)
+        lengths = torch.zeros(n, dtype=torch.long, device=dev)
+        eos = torch.tensor(self.eos_token_ids, dtype=torch.long, device=dev)
+        pad = torch.full((n,), self.pad_token_id, dtype=torch.long, device=dev)
+        greedy = sampling.top_k == 1
+        ones = torch.ones((n, 1), dtype=mask.dtype, device=dev)
+        steps = 0
+        for t in range(t_max):
+            logp = sampling_logprobs(logits, sampling)
+            tok = _sample(logp, greedy, generator)
+            alive = ~finished
+            tokens[:, t] = torch.where(alive, tok, pad)
+            logprobs[:, t] = torch.where(alive, logp.gather(-1, tok.unsqueeze(-1)).squeeze(-1), 0.0)
+            entropy[:, t] = torch.where(alive, torch.special.entr(logp.exp()).sum(-1), 0.0)
+            lengths += alive.long()
+            finished |= alive & torch.isin(tok, eos)
+            steps = t + 1
+            if t + 1 == t_max or bool(finished.all()):
+                break
+            mask = torch.cat([mask, ones], dim=1)
+            logits = self._forward(tok.unsqueeze(-1), mask, next_pos.unsqueeze(-1), cache)
+            next_pos = next_pos + 1
+        return (tokens[:, :steps].cpu(), logprobs[:, :steps].cpu(), entropy[:, :steps].cpu(),
+                lengths.cpu(), finished.cpu())
+
+
+@dataclass
+class BareGeneration:
+    """What `bare_generate` returns: new tokens only (pad after EOS), as `model.generate` made them."""
+
+    tokens: torch.Tensor
+    """[N, T] int64 generated ids (prompt columns removed)."""
+    gen_time_s: float
+
+
+def bare_generate(model: torch.nn.Module, tokenizer, prompts: Sequence[Sequence[int]], sampling: SamplingParams,
+                  *, device: str | torch.device = "cpu") -> BareGeneration:
+    """Plain `model.generate` on the same left-padded prompts and sampling settings, timed.
+
+    The baseline for the engine's `rollout_vs_bare_ratio`: it returns no logprobs or entropy, which is
+    exactly the work the workbench's own loop adds. top_k == 1 runs greedy decoding.
+    """
+    validate_sampling(sampling)
+    eos = _eos_ids(tokenizer, model)
+    pad = getattr(tokenizer, "pad_token_id", None)
+    pad = eos[0] if pad is None else int(pad)
+    ids, mask = left_pad(prompts, pad, device)
+    greedy = sampling.top_k == 1
+    kwargs = dict(do_sample=False) if greedy else dict(
+        do_sample=True, temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
+    start = time.perf_counter()
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=sampling.max_new_tokens,
+                                 eos_token_id=eos, pad_token_id=pad, **kwargs)
+    finally:
+        model.train(was_training)
+    return BareGeneration(tokens=out[:, ids.shape[1]:].cpu(), gen_time_s=time.perf_counter() - start)
