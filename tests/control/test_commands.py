@@ -119,3 +119,38 @@ def test_parse_params():
     for bad in (["k"], ["=3"]):
         with pytest.raises(ControlError, match="expected name=value"):
             parse_params(bad)
+
+
+def test_set_allocator_validated_by_its_config():
+    from workbench.allocators import available_allocators
+
+    assert validate("set_allocator", {"name": "multistage", "params": {"n": 4, "n_max": 16}}) == {
+        "name": "multistage",
+        "params": {"n": 4, "n_max": 16},
+    }
+    assert validate("set_allocator", {"name": "uniform"}) == {"name": "uniform", "params": {}}
+    with pytest.raises(ControlError, match="name: unknown allocator 'nope'.*uniform"):
+        validate("set_allocator", {"name": "nope"})
+    assert "uniform" in available_allocators()
+
+
+@pytest.mark.parametrize(
+    "params, text",
+    [
+        ({"m": 3}, "unknown parameter"),
+        ({"n": "x"}, "must be an integer"),
+        ({"n": -3}, r"\[1, "),
+    ],
+)
+def test_set_allocator_bad_params_name_field(params, text):
+    with pytest.raises(ControlError, match=f"^set_allocator: params: allocator 'uniform': .*{text}"):
+        validate("set_allocator", {"name": "uniform", "params": params})
+
+
+def test_set_allocator_params_merged_with_the_allocator_in_force():
+    got = validate("set_allocator_params", {"params": {"n": 4}}, allocator="uniform", allocator_params={"n": 8})
+    assert got == {"params": {"n": 4}}
+    with pytest.raises(ControlError, match="set_allocator_params: params: allocator 'uniform'"):
+        validate("set_allocator_params", {"params": {"n": 0}}, allocator="uniform")
+    with pytest.raises(ControlError, match="schedule"):
+        validate("set_allocator_params", {"params": {"schedule": "bogus"}}, allocator="multistage")
