@@ -1,0 +1,250 @@
+"""One DuckDB connection with the DuckLake attached, and the two ways through it: reads (a cursor per
+call, so threads can share a store) and write transactions (one at a time per store, retried when a
+commit loses the catalog lock).
+
+Local stores keep the catalog in SQLite in WAL mode (readers never block the writer) and serialise
+writers across processes with an advisory lock file, so concurrent writers queue instead of failing
+their commits and rewriting Parquet files. A commit that still loses the catalog (another machine on
+a shared catalog, a PostgreSQL serialisation failure) is retried with exponential backoff and jitter;
+the whole transaction is replayed, so no row is lost.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import random
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import duckdb
+import polars as pl
+
+from workbench.errors import StoreError
+from workbench.store.extensions import _quote, load_extension
+
+T = TypeVar("T")
+
+CATALOG_FILE = "catalog.sqlite"
+DATA_DIR = "data"
+LOCK_FILE = ".write.lock"
+ALIAS = "lake"
+
+_RETRYABLE = ("database is locked", "conflict", "busy", "could not serialize", "deadlock",
+              "could not obtain lock", "current transaction is aborted")
+_PARQUET_PATH = re.compile(r"""["']?([^"'\s]+\.parquet)["']?""")
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a store lives: a DuckLake catalog (`sqlite:<file>` or `postgres:<libpq string>`) and the
+    directory or URL holding its Parquet files. `root` is the local store directory, if any."""
+
+    catalog: str
+    data_path: str
+    root: Path | None = None
+
+    @property
+    def kind(self) -> str:
+        return self.catalog.split(":", 1)[0]
+
+    def describe(self) -> str:
+        return str(self.root) if self.root is not None else f"{self.catalog} (data {self.data_path})"
+
+
+def local_location(path: str | os.PathLike[str], *, create: bool) -> Location:
+    """The Location of a store directory; checks the path is a usable directory (created if missing
+    and `create`), naming the path in the error when it is not."""
+    root = Path(path).expanduser().absolute()
+    if root.exists() and not root.is_dir():
+        raise StoreError(f"store path {root} is a regular file, not a store directory")
+    if not root.exists():
+        if not create:
+            raise StoreError(f"store directory {root} does not exist")
+        try:
+            root.mkdir(parents=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create store directory {root}: {exc.strerror}") from exc
+    catalog = root / CATALOG_FILE
+    if catalog.exists() and not catalog.is_file():
+        raise StoreError(f"store catalog {catalog} is not a regular file")
+    return Location(f"sqlite:{catalog}", str(root / DATA_DIR) + os.sep, root)
+
+
+def _check_writable(root: Path) -> None:
+    """Probe that the store directory and its data directory accept new files (root bypasses mode
+    bits, so a probe file is the honest test)."""
+    for folder in (root, root / DATA_DIR):
+        try:
+            folder.mkdir(exist_ok=True)
+            probe = folder / f".probe-{os.getpid()}-{threading.get_ident()}"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise StoreError(f"store directory {folder} is not writable: {exc.strerror}") from exc
+
+
+def _prepare_sqlite(catalog_file: Path) -> None:
+    """Put the SQLite catalog in WAL mode (persistent in the file), so readers never block a commit."""
+    try:
+        con = sqlite3.connect(catalog_file, timeout=30)
+        try:
+            if con.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                con.execute("PRAGMA journal_mode=WAL")
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"store catalog {catalog_file} is not a usable SQLite database: {exc}") from exc
+
+
+class Lake:
+    """A DuckDB connection with the store's DuckLake attached as `lake` (and made the default schema)."""
+
+    def __init__(self, location: Location, *, read_only: bool = False) -> None:
+        self.location = location
+        self.read_only = read_only
+        self._thread_lock = threading.RLock()
+        self._closed = False
+        if location.root is not None and not read_only:
+            _check_writable(location.root)
+        if location.kind == "sqlite":
+            catalog_file = Path(location.catalog.split(":", 1)[1])
+            if read_only and not catalog_file.exists():
+                raise StoreError(f"store catalog {catalog_file} does not exist")
+            if not read_only:
+                _prepare_sqlite(catalog_file)
+        self.con = self._connect()
+
+    def _connect(self) -> duckdb.DuckDBPyConnection:
+        con = duckdb.connect(":memory:")
+        try:
+            load_extension(con, "sqlite" if self.location.kind == "sqlite" else self.location.kind)
+            load_extension(con, "ducklake")
+            options = [f"DATA_PATH '{_quote(self.location.data_path)}'"]
+            if self.read_only:
+                options.append("READ_ONLY")
+            con.execute(f"ATTACH 'ducklake:{_quote(self.location.catalog)}' AS {ALIAS} ({', '.join(options)})")
+            con.execute(f"USE {ALIAS}")
+            con.execute("SET ducklake_max_retry_count = 100")
+        except duckdb.Error as exc:
+            con.close()
+            raise StoreError(f"cannot open store {self.location.describe()}: {_first_line(exc)}") from exc
+        return con
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.con.close()
+
+    # -- reads -------------------------------------------------------------------------------
+    @contextmanager
+    def cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A fresh cursor on the store (its own transaction context; safe to use from any thread)."""
+        if self._closed:
+            raise StoreError(f"store {self.location.describe()} is closed")
+        cur = self.con.cursor()
+        try:
+            cur.execute(f"USE {ALIAS}")
+            yield cur
+        finally:
+            cur.close()
+
+    def read(self, query: str, params: list[Any] | dict[str, Any] | None = None) -> pl.DataFrame:
+        """Run one read query with bound parameters; a Polars DataFrame. Retries a busy catalog."""
+        for attempt in range(8):
+            try:
+                with self.cursor() as cur:
+                    return cur.execute(query, params or []).pl()
+            except duckdb.Error as exc:
+                if not _retryable(exc) or attempt == 7:
+                    raise self.error(exc, "read") from exc
+                time.sleep(0.02 * 2**attempt * random.uniform(0.5, 1.5))
+        raise AssertionError("unreachable")
+
+    # -- writes ------------------------------------------------------------------------------
+    def write(self, fn: Callable[[duckdb.DuckDBPyConnection], T], what: str, *,
+              timeout_s: float = 120.0) -> T:
+        """Run `fn(cursor)` inside one transaction and commit it. Writers of one store queue on a lock
+        (a thread lock, and a lock file for local stores); a commit that still loses the catalog is
+        rolled back and the whole transaction replayed, with exponential backoff, until `timeout_s`."""
+        if self.read_only:
+            raise StoreError(f"store {self.location.describe()} is open read-only; cannot {what}")
+        deadline = time.monotonic() + timeout_s
+        delay = 0.01
+        attempt = 0
+        while True:
+            attempt += 1
+            with self._thread_lock, self._file_lock(deadline, what):
+                try:
+                    return self._transaction(fn)
+                except duckdb.Error as exc:
+                    if not _retryable(exc) or time.monotonic() + delay > deadline:
+                        raise self.error(exc, f"{what} (attempt {attempt})") from exc
+            time.sleep(delay * random.uniform(0.5, 1.5))
+            delay = min(delay * 2, 1.0)
+
+    def _transaction(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
+        with self.cursor() as cur:
+            cur.execute("BEGIN TRANSACTION")
+            try:
+                result = fn(cur)
+                cur.execute("COMMIT")
+            except BaseException:
+                try:
+                    cur.execute("ROLLBACK")
+                except duckdb.Error:
+                    pass
+                raise
+            return result
+
+    @contextmanager
+    def _file_lock(self, deadline: float, what: str) -> Iterator[None]:
+        if self.location.root is None:
+            yield
+            return
+        path = self.location.root / LOCK_FILE
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as exc:
+            raise StoreError(f"cannot open write lock {path}: {exc.strerror}") from exc
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise StoreError(f"timed out waiting for the write lock {path} to {what}") from None
+                    time.sleep(0.002)
+            yield
+        finally:
+            os.close(fd)  # closing the descriptor releases the lock
+
+    # -- errors ------------------------------------------------------------------------------
+    def error(self, exc: Exception, what: str) -> StoreError:
+        """A StoreError naming the store and, when DuckDB names one, the data file at fault."""
+        message = _first_line(exc)
+        match = _PARQUET_PATH.search(str(exc))
+        where = self.location.describe()
+        if match and ("No files found" in str(exc) or "IO Error" in str(exc) or "Invalid" in str(exc)
+                      or "parquet" in message.lower()):
+            return StoreError(f"store {where}: data file {match.group(1)} is missing or corrupt "
+                              f"({what}): {message}")
+        return StoreError(f"store {where}: {what} failed: {message}")
+
+
+def _retryable(exc: Exception) -> bool:
+    text = str(exc).lower()
+    return any(marker in text for marker in _RETRYABLE)
+
+
+def _first_line(exc: Exception) -> str:
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return " ".join(lines[:2]) if lines else type(exc).__name__

@@ -1,0 +1,149 @@
+"""The read path (dashboard, notebooks, CLI): small query functions, every filter value a bound
+parameter, Polars DataFrames out, a stable order on every query that pages."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import polars as pl
+
+from workbench.errors import DataError, StoreError
+from workbench.store.connection import Lake
+from workbench.store.records import check_columns
+
+ROLLOUT_ORDER = "step, stage, prompt_id, idx"
+
+# keyword -> (SQL condition with one ? per value)
+_ROLLOUT_FILTERS = {
+    "step_min": "step >= ?", "step_max": "step <= ?", "prompt_id": "prompt_id = ?",
+    "reward_min": "reward >= ?", "reward_max": "reward <= ?", "verdict": "verdict = ?",
+    "length_min": "length >= ?", "length_max": "length <= ?",
+    "entropy_min": "entropy_mean >= ?", "entropy_max": "entropy_mean <= ?",
+    "stage": "stage = ?", "finish_reason": "finish_reason = ?",
+}
+
+
+def rollout_where(run_id: str, filters: dict[str, Any]) -> tuple[str, list[Any]]:
+    """WHERE clause and parameters for the rollout filters (None means no filter)."""
+    unknown = set(filters) - set(_ROLLOUT_FILTERS)
+    if unknown:
+        raise DataError(f"rollouts: unknown filter(s) {sorted(unknown)}; filters are {sorted(_ROLLOUT_FILTERS)}")
+    clauses, params = ["run_id = ?"], [run_id]
+    for key, condition in _ROLLOUT_FILTERS.items():
+        value = filters.get(key)
+        if value is not None:
+            clauses.append(condition)
+            params.append(value)
+    return " AND ".join(clauses), params
+
+
+def _run_ids(run_ids: str | list[str]) -> list[str]:
+    ids = [run_ids] if isinstance(run_ids, str) else list(run_ids)
+    if not ids:
+        raise DataError("run_ids: at least one run id is required")
+    return ids
+
+
+class ReaderMixin:
+    """Read methods of `Store` (see workbench/store/store.py); `self._lake` is the attached store."""
+
+    _lake: Lake
+
+    def list_runs(self) -> pl.DataFrame:
+        """Every run, newest first, with its last step and number of steps."""
+        return self._lake.read(
+            "SELECT r.*, s.last_step, coalesce(s.steps, 0) AS steps FROM runs r LEFT JOIN "
+            "(SELECT run_id, max(step) AS last_step, count(*) AS steps FROM steps GROUP BY run_id) s "
+            "USING (run_id) ORDER BY r.created_at DESC, r.run_id")
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        """One run's row as a dict (`config` decoded from JSON); StoreError if there is no such run."""
+        frame = self._lake.read("SELECT * FROM runs WHERE run_id = ?", [run_id])
+        if frame.height == 0:
+            raise StoreError(f"unknown run {run_id!r} in store {self._lake.location.describe()}")
+        row = frame.row(0, named=True)
+        row["config"] = json.loads(row["config"]) if row["config"] else {}
+        return row
+
+    def run_steps(self, run_ids: str | list[str]) -> pl.DataFrame:
+        """Step metrics of one or several runs, ordered by run then step."""
+        ids = _run_ids(run_ids)
+        marks = ", ".join("?" for _ in ids)
+        return self._lake.read(f"SELECT * FROM steps WHERE run_id IN ({marks}) ORDER BY run_id, step", ids)
+
+    def rollouts(self, run_id: str, *, limit: int = 50, offset: int = 0,
+                 columns: list[str] | None = None, **filters: Any) -> pl.DataFrame:
+        """A page of a run's rollouts in the stable order (step, stage, prompt_id, idx).
+
+        Filters (all optional, bound parameters): step_min, step_max, prompt_id, reward_min,
+        reward_max, verdict, length_min, length_max, entropy_min, entropy_max (on entropy_mean),
+        stage, finish_reason. `columns` picks columns (default: all)."""
+        where, params = rollout_where(run_id, filters)
+        if columns is not None:
+            check_columns("rollouts", list(columns))
+            keys = ["step", "stage", "prompt_id", "idx"]
+            select = ", ".join(dict.fromkeys(list(columns) + keys))
+        else:
+            select = "*"
+        if int(limit) < 0 or int(offset) < 0:
+            raise DataError(f"rollouts: limit ({limit}) and offset ({offset}) must be >= 0")
+        frame = self._lake.read(
+            f"SELECT {select} FROM rollouts WHERE {where} ORDER BY {ROLLOUT_ORDER} LIMIT ? OFFSET ?",
+            [*params, int(limit), int(offset)])
+        return frame.select(list(columns)) if columns is not None else frame
+
+    def count_rollouts(self, run_id: str, **filters: Any) -> int:
+        """How many of a run's rollouts match the filters (same keywords as `rollouts`)."""
+        where, params = rollout_where(run_id, filters)
+        return int(self._lake.read(f"SELECT count(*) AS n FROM rollouts WHERE {where}", params)["n"][0])
+
+    def prompt_history(self, run_id: str, prompt_id: str) -> pl.DataFrame:
+        """One prompt across the run's steps: its allocation (asked, granted, stages, reasons,
+        predicted pass rate) beside its statistics after the step (prompt_stats columns)."""
+        return self._lake.read(
+            "WITH s AS (SELECT * FROM prompt_stats WHERE run_id = ? AND prompt_id = ?), "
+            "a AS (SELECT step, sum(asked)::BIGINT AS asked, sum(granted)::BIGINT AS granted, "
+            "count(*)::INTEGER AS stages, string_agg(reason, ' | ' ORDER BY stage) AS reasons, "
+            "arg_min(predicted_pass, stage) AS predicted_pass, arg_min(allocator, stage) AS allocator "
+            "FROM allocations WHERE run_id = ? AND prompt_id = ? GROUP BY step) "
+            "SELECT coalesce(s.step, a.step) AS step, a.allocator, a.asked, a.granted, a.stages, "
+            "a.reasons, a.predicted_pass, s.* EXCLUDE (run_id, step, prompt_id) "
+            "FROM s FULL OUTER JOIN a ON s.step = a.step ORDER BY 1",
+            [run_id, prompt_id, run_id, prompt_id])
+
+    def allocations(self, run_id: str, step: int | None = None, prompt_id: str | None = None) -> pl.DataFrame:
+        """Allocation decisions of a run (optionally one step / one prompt), by step, stage, prompt."""
+        clauses, params = ["run_id = ?"], [run_id]
+        if step is not None:
+            clauses.append("step = ?")
+            params.append(int(step))
+        if prompt_id is not None:
+            clauses.append("prompt_id = ?")
+            params.append(prompt_id)
+        return self._lake.read(f"SELECT * FROM allocations WHERE {' AND '.join(clauses)} "
+                               "ORDER BY step, stage, prompt_id", params)
+
+    def prompt_stats(self, run_id: str, step: int | None = None) -> pl.DataFrame:
+        """Per-prompt statistics of a run (optionally after one step), by step then prompt."""
+        if step is None:
+            return self._lake.read("SELECT * FROM prompt_stats WHERE run_id = ? ORDER BY step, prompt_id",
+                                   [run_id])
+        return self._lake.read("SELECT * FROM prompt_stats WHERE run_id = ? AND step = ? "
+                               "ORDER BY prompt_id", [run_id, int(step)])
+
+    def evals(self, run_id: str) -> pl.DataFrame:
+        """Evaluation rows of a run, by step then prompt."""
+        return self._lake.read("SELECT * FROM evals WHERE run_id = ? ORDER BY step, prompt_id", [run_id])
+
+    def controls(self, run_id: str) -> pl.DataFrame:
+        """Control commands of a run with their outcomes, oldest first."""
+        return self._lake.read("SELECT * FROM controls WHERE run_id = ? ORDER BY control_id", [run_id])
+
+    def events(self, run_id: str) -> pl.DataFrame:
+        """Events of a run in time order (rolled-back ones included, marked `rolled_back`)."""
+        return self._lake.read("SELECT * FROM events WHERE run_id = ? ORDER BY ts, event_id", [run_id])
+
+    def prompts(self, run_id: str) -> pl.DataFrame:
+        """Prompts a run used (text, answer, level), by prompt id."""
+        return self._lake.read("SELECT * FROM prompts WHERE run_id = ? ORDER BY prompt_id", [run_id])

@@ -1,0 +1,172 @@
+"""What the writer accepts, and its conversion to Arrow tables with the store's column types.
+
+The engine hands a training step over as one `StepRecord`: rollouts as a pyarrow Table (built from
+tensors, no per-row Python) or a list of dicts, and the small tables as lists of dicts. Rows are
+checked against the schema here, so a misspelt column fails at once with the table, row and key named.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import pyarrow as pa
+
+from workbench.errors import DataError
+from workbench.store.schema import TABLES, arrow_schema, json_columns
+
+
+@dataclass
+class StepRecord:
+    """Everything one training step writes; `Store.write_step` commits it in ONE transaction."""
+
+    run_id: str
+    """The run this step belongs to (from `Store.create_run`)."""
+    step: int
+    """Step number, 0-based or 1-based as the engine counts; unique within the run."""
+    metrics: dict[str, Any]
+    """Step metrics. Keys naming a `steps` column (or a namespaced alias, see `STEP_METRIC_KEYS`) fill
+    that column; every numeric value also lands in `steps.metrics` under its own key."""
+    rollouts: pa.Table | list[dict[str, Any]]
+    """One row per sampled response, columns of the `rollouts` table (run_id and step may be omitted)."""
+    allocations: list[dict[str, Any]] = field(default_factory=list)
+    """One row per (stage, prompt) allocation decision."""
+    prompt_stats: list[dict[str, Any]] = field(default_factory=list)
+    """One row per prompt whose statistics changed this step."""
+    evals: list[dict[str, Any]] = field(default_factory=list)
+    """Evaluation rows taken at this step, if any."""
+    events: list[dict[str, Any]] = field(default_factory=list)
+    """Events (keys: level, kind, message, data) raised during this step."""
+    prompts: list[dict[str, Any]] = field(default_factory=list)
+    """Prompts first seen this step (text and answer are stored once per run)."""
+
+
+# steps column -> metric keys that fill it (first present wins).
+STEP_METRIC_KEYS: dict[str, tuple[str, ...]] = {
+    "policy_version": ("policy_version",),
+    "rollouts": ("rollouts", "rollout/count"),
+    "prompts": ("prompts", "rollout/prompts"),
+    "tokens_generated": ("tokens_generated", "rollout/tokens_generated"),
+    "reward_mean": ("reward_mean", "rollout/reward_mean"),
+    "reward_std": ("reward_std", "rollout/reward_std"),
+    "entropy_mean": ("entropy_mean", "rollout/entropy_mean"),
+    "zero_signal_frac": ("zero_signal_frac", "rollout/frac_zero_signal_groups"),
+    "loss": ("loss", "train/loss"),
+    "kl": ("kl", "train/kl"),
+    "clip_frac": ("clip_frac", "train/clip_frac"),
+    "grad_norm": ("grad_norm", "train/grad_norm"),
+    "lr": ("lr", "train/lr"),
+    "temperature": ("temperature", "rollout/temperature"),
+    "budget_kind": ("budget_kind", "alloc/budget_kind"),
+    "budget": ("budget", "alloc/budget"),
+    "allocator": ("allocator", "alloc/allocator"),
+    "allocator_params": ("allocator_params", "alloc/params"),
+    "time_generate_s": ("time_generate_s", "timing_s/generate"),
+    "time_verify_s": ("time_verify_s", "timing_s/verify"),
+    "time_train_s": ("time_train_s", "timing_s/train"),
+    "time_log_s": ("time_log_s", "timing_s/log"),
+    "step_time_s": ("step_time_s", "timing_s/step"),
+}
+_TEXT_COLUMNS = {"budget_kind", "allocator", "allocator_params"}
+
+
+def now_utc() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _jsonable(value: Any, where: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, default=str, allow_nan=True)
+    except (TypeError, ValueError) as exc:
+        raise DataError(f"{where}: value is not JSON-serialisable: {exc}") from exc
+
+
+def rows_to_arrow(table: str, rows: list[dict[str, Any]], fill: dict[str, Any]) -> pa.Table:
+    """Rows (dicts) of `table` as an Arrow table with the store's types; `fill` supplies columns a
+    row leaves out (e.g. run_id, step). Unknown keys and uncastable values raise DataError naming the
+    table, row and key."""
+    schema = arrow_schema(table)
+    known = set(schema.names)
+    jsons = json_columns(table)
+    present: set[str] = set(fill)
+    prepared = []
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise DataError(f"{table} row {i}: expected a dict, got {type(row).__name__}")
+        unknown = set(row) - known
+        if unknown:
+            raise DataError(f"{table} row {i}: unknown column(s) {sorted(unknown)}; "
+                            f"columns are {schema.names}")
+        out = {**fill, **row}
+        for col in jsons:
+            if col in out:
+                out[col] = _jsonable(out[col], f"{table} row {i} column {col!r}")
+        present.update(row)
+        prepared.append(out)
+    sub = pa.schema([schema.field(name) for name in schema.names if name in present])
+    try:
+        return pa.Table.from_pylist(prepared, schema=sub)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
+        raise DataError(f"{table}: a row does not fit the column types {sub}: {exc}") from exc
+
+
+def rollouts_to_arrow(rollouts: pa.Table | list[dict[str, Any]], run_id: str, step: int) -> pa.Table:
+    """The step's rollouts as an Arrow table with the store's column types. An Arrow input is cast
+    column by column (no per-row Python); its missing run_id / step are filled in by the writer's SQL."""
+    if not isinstance(rollouts, pa.Table):
+        return rows_to_arrow("rollouts", list(rollouts), {"run_id": run_id, "step": step})
+    schema = arrow_schema("rollouts")
+    unknown = set(rollouts.column_names) - set(schema.names)
+    if unknown:
+        raise DataError(f"rollouts: unknown column(s) {sorted(unknown)}; columns are {schema.names}")
+    columns, fields = [], []
+    for f in schema:
+        if f.name in rollouts.column_names:
+            col = rollouts.column(f.name)
+            if col.type != f.type:
+                try:
+                    col = col.cast(f.type)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                    raise DataError(f"rollouts column {f.name!r}: cannot cast {col.type} to {f.type}: {exc}") from exc
+            columns.append(col)
+            fields.append(f)
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields))
+
+
+def step_row(run_id: str, step: int, metrics: dict[str, Any]) -> dict[str, Any]:
+    """The `steps` row for a step's metrics: named columns filled from their keys or aliases; every
+    numeric metric also kept in the `metrics` map."""
+    row: dict[str, Any] = {"run_id": run_id, "step": step, "created_at": now_utc()}
+    used: set[str] = set()
+    for column, keys in STEP_METRIC_KEYS.items():
+        for key in keys:
+            if key in metrics and metrics[key] is not None:
+                row[column] = metrics[key]
+                used.add(key)
+                break
+    numeric: dict[str, float] = {}
+    for key, value in metrics.items():
+        if isinstance(value, bool) or isinstance(value, (int, float)):
+            numeric[str(key)] = float(value)
+        elif key not in used and value is not None:
+            raise DataError(f"steps metric {key!r}: value {value!r} is not a number; only "
+                            f"{sorted(_TEXT_COLUMNS)} (or their aliases) may hold text or JSON")
+    for column in _TEXT_COLUMNS - {"allocator_params"}:
+        if column in row and not isinstance(row[column], str):
+            row[column] = str(row[column])
+    row["metrics"] = list(numeric.items())
+    for column in ("policy_version", "rollouts", "prompts", "tokens_generated", "budget"):
+        if column in row:
+            row[column] = int(row[column])
+    return row
+
+
+def check_columns(table: str, names: list[str]) -> None:
+    """Raise DataError when `names` holds a column `table` does not have."""
+    unknown = set(names) - {name for name, _ in TABLES[table]}
+    if unknown:
+        raise DataError(f"{table}: unknown column(s) {sorted(unknown)}")

@@ -1,0 +1,128 @@
+"""The store's tables: columns and types (the public surface users write SQL against), the schema
+version and the migrations that bring an older store up to date on open.
+
+`docs/store.md` documents every column with meaning and units; a test keeps the two in step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+"""Bumped whenever a table or column changes; older stores are migrated on open (see MIGRATIONS)."""
+
+# (column, DuckDB type) per table. JSON columns are written as text and typed JSON in the store.
+TABLES: dict[str, list[tuple[str, str]]] = {
+    "meta": [("key", "VARCHAR"), ("value", "VARCHAR")],
+    "runs": [
+        ("run_id", "VARCHAR"), ("name", "VARCHAR"), ("created_at", "TIMESTAMPTZ"),
+        ("updated_at", "TIMESTAMPTZ"), ("status", "VARCHAR"), ("config", "JSON"), ("seed", "BIGINT"),
+        ("pid", "INTEGER"), ("host", "VARCHAR"), ("heartbeat_at", "TIMESTAMPTZ"),
+        ("parent_run_id", "VARCHAR"), ("code_version", "VARCHAR"), ("error", "VARCHAR"),
+        ("log_path", "VARCHAR"),
+    ],
+    "steps": [
+        ("run_id", "VARCHAR"), ("step", "INTEGER"), ("created_at", "TIMESTAMPTZ"),
+        ("policy_version", "INTEGER"), ("rollouts", "INTEGER"), ("prompts", "INTEGER"),
+        ("tokens_generated", "BIGINT"), ("reward_mean", "DOUBLE"), ("reward_std", "DOUBLE"),
+        ("entropy_mean", "DOUBLE"), ("zero_signal_frac", "DOUBLE"), ("loss", "DOUBLE"), ("kl", "DOUBLE"),
+        ("clip_frac", "DOUBLE"), ("grad_norm", "DOUBLE"), ("lr", "DOUBLE"), ("temperature", "DOUBLE"),
+        ("budget_kind", "VARCHAR"), ("budget", "BIGINT"), ("allocator", "VARCHAR"),
+        ("allocator_params", "JSON"), ("time_generate_s", "DOUBLE"), ("time_verify_s", "DOUBLE"),
+        ("time_train_s", "DOUBLE"), ("time_log_s", "DOUBLE"), ("step_time_s", "DOUBLE"),
+        ("metrics", "MAP(VARCHAR, DOUBLE)"),
+    ],
+    "allocations": [
+        ("run_id", "VARCHAR"), ("step", "INTEGER"), ("stage", "INTEGER"), ("prompt_id", "VARCHAR"),
+        ("allocator", "VARCHAR"), ("asked", "INTEGER"), ("granted", "INTEGER"), ("reason", "VARCHAR"),
+        ("predicted_pass", "DOUBLE"), ("alpha_before", "DOUBLE"), ("beta_before", "DOUBLE"),
+        ("budget_kind", "VARCHAR"), ("budget", "BIGINT"), ("budget_left", "BIGINT"),
+        ("used_in_update", "BOOLEAN"),
+    ],
+    "rollouts": [
+        ("run_id", "VARCHAR"), ("step", "INTEGER"), ("stage", "INTEGER"), ("prompt_id", "VARCHAR"),
+        ("idx", "INTEGER"), ("policy_version", "INTEGER"), ("response", "VARCHAR"),
+        ("token_ids", "INTEGER[]"), ("token_entropy", "FLOAT[]"), ("reward", "FLOAT"),
+        ("verdict", "VARCHAR"), ("finish_reason", "VARCHAR"), ("length", "INTEGER"),
+        ("logprob_sum", "FLOAT"), ("entropy_mean", "FLOAT"), ("entropy_max", "FLOAT"),
+        ("advantage", "FLOAT"), ("temperature", "FLOAT"), ("off_policy", "BOOLEAN"),
+        ("used_in_update", "BOOLEAN"),
+    ],
+    "prompt_stats": [
+        ("run_id", "VARCHAR"), ("step", "INTEGER"), ("prompt_id", "VARCHAR"), ("alpha", "DOUBLE"),
+        ("beta", "DOUBLE"), ("pass_mean", "DOUBLE"), ("visits", "INTEGER"), ("rollouts", "INTEGER"),
+        ("correct", "INTEGER"), ("easy_streak", "INTEGER"), ("hard_streak", "INTEGER"),
+        ("last_step", "INTEGER"), ("last_pass", "DOUBLE"),
+    ],
+    "prompts": [
+        ("run_id", "VARCHAR"), ("prompt_id", "VARCHAR"), ("split", "VARCHAR"), ("level", "INTEGER"),
+        ("text", "VARCHAR"), ("answer", "VARCHAR"), ("metadata", "JSON"),
+    ],
+    "evals": [
+        ("run_id", "VARCHAR"), ("step", "INTEGER"), ("prompt_id", "VARCHAR"), ("level", "INTEGER"),
+        ("samples", "INTEGER"), ("correct", "INTEGER"), ("greedy_correct", "BOOLEAN"),
+        ("mean_length", "DOUBLE"),
+    ],
+    "events": [
+        ("event_id", "VARCHAR"), ("run_id", "VARCHAR"), ("step", "INTEGER"), ("ts", "TIMESTAMPTZ"),
+        ("level", "VARCHAR"), ("kind", "VARCHAR"), ("message", "VARCHAR"), ("data", "JSON"),
+        ("rolled_back", "BOOLEAN"),
+    ],
+    "controls": [
+        ("control_id", "BIGINT"), ("run_id", "VARCHAR"), ("created_at", "TIMESTAMPTZ"), ("who", "VARCHAR"),
+        ("command", "VARCHAR"), ("args", "JSON"), ("status", "VARCHAR"), ("applied_step", "INTEGER"),
+        ("reason", "VARCHAR"), ("resolved_at", "TIMESTAMPTZ"),
+    ],
+}
+
+# Tables whose rows belong to a step of a run: rollback_run deletes them past the step.
+STEP_TABLES = ("steps", "allocations", "rollouts", "prompt_stats", "evals")
+
+# Tables written in one or few rows per step: their rows are kept inline in the catalog (no Parquet
+# file per step) up to this many rows per insert, then flushed to Parquet by `compact`.
+INLINE_ROW_LIMIT = {"runs": 100, "steps": 100, "events": 100, "controls": 100, "meta": 100,
+                    "allocations": 1000, "prompt_stats": 1000, "evals": 1000, "prompts": 1000}
+
+_ARROW = {
+    "VARCHAR": pa.string(), "JSON": pa.string(), "INTEGER": pa.int32(), "BIGINT": pa.int64(),
+    "DOUBLE": pa.float64(), "FLOAT": pa.float32(), "BOOLEAN": pa.bool_(),
+    "TIMESTAMPTZ": pa.timestamp("us", tz="UTC"), "INTEGER[]": pa.list_(pa.int32()),
+    "FLOAT[]": pa.list_(pa.float32()), "MAP(VARCHAR, DOUBLE)": pa.map_(pa.string(), pa.float64()),
+}
+
+
+def arrow_schema(table: str) -> pa.Schema:
+    """The Arrow schema rows of `table` are converted to before they are inserted."""
+    return pa.schema([pa.field(name, _ARROW[kind]) for name, kind in TABLES[table]])
+
+
+def json_columns(table: str) -> list[str]:
+    """Columns of `table` typed JSON (dict/list values are serialised before insert)."""
+    return [name for name, kind in TABLES[table] if kind == "JSON"]
+
+
+def create_statements() -> list[str]:
+    """CREATE TABLE statements for the current schema (run in one transaction on a new store)."""
+    out = []
+    for table, cols in TABLES.items():
+        body = ", ".join(f"{name} {kind}" for name, kind in cols)
+        out.append(f"CREATE TABLE IF NOT EXISTS {table} ({body})")
+    return out
+
+
+# from_version -> (description, statements that bring a store from from_version to from_version + 1).
+# Each migration runs in its own transaction together with the meta update.
+MIGRATIONS: dict[int, tuple[str, list[str] | Callable[[], list[str]]]] = {}
+
+
+def migration_path(found: int) -> list[tuple[int, str, list[str]]]:
+    """The migrations to run, in order, to bring a store at schema `found` to SCHEMA_VERSION."""
+    steps = []
+    for version in range(found, SCHEMA_VERSION):
+        if version not in MIGRATIONS:
+            raise KeyError(version)
+        description, statements = MIGRATIONS[version]
+        steps.append((version, description, statements() if callable(statements) else list(statements)))
+    return steps

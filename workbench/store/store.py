@@ -1,0 +1,187 @@
+"""`Store`: the engine's writer and everyone's reader over one DuckLake, and `open_store`."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import polars as pl
+
+from workbench.errors import StoreError
+from workbench.store import schema
+from workbench.store.connection import Lake, Location, local_location
+from workbench.store.reader import ReaderMixin
+from workbench.store.writer import WriterMixin
+
+# Statement types `Store.sql` runs; anything else (INSERT, COPY, ATTACH, SET, CALL, ...) is refused.
+READ_STATEMENTS = {"SELECT", "EXPLAIN"}
+
+# Parquet settings of the store's data files (see docs/store.md and dev/LOG.md for the measurements).
+PARQUET_OPTIONS = {"parquet_compression": "zstd", "parquet_compression_level": "1"}
+
+
+class Store(WriterMixin, ReaderMixin):
+    """A workbench store: DuckLake catalog + Parquet files, one connection, safe to share between
+    threads (each call takes its own cursor). Use `open_store` to get one."""
+
+    def __init__(self, location: Location, *, read_only: bool = False) -> None:
+        self.location = location
+        self.read_only = read_only
+        self._lake = Lake(location, read_only=read_only)
+        self._ro: Lake | None = None
+        self._ro_lock = threading.Lock()
+        try:
+            self.schema_version = _ensure_schema(self._lake)
+        except BaseException:
+            self._lake.close()
+            raise
+
+    def close(self) -> None:
+        """Close the store's connections (idempotent)."""
+        self._lake.close()
+        if self._ro is not None:
+            self._ro.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Store({self.location.describe()!r}{', read_only' if self.read_only else ''})"
+
+    def sql(self, query: str, params: list[Any] | dict[str, Any] | None = None) -> pl.DataFrame:
+        """Run one read-only SQL statement (SELECT, WITH, DESCRIBE, SHOW, EXPLAIN, ...) against the
+        store's tables and return a DataFrame. Statements that write are refused, and the query runs on
+        a read-only attachment of the store, so nothing a SELECT calls can write either."""
+        check_read_only_sql(query)
+        if self._ro is None:
+            with self._ro_lock:
+                if self._ro is None:
+                    self._ro = Lake(self.location, read_only=True)
+        return self._ro.read(query, params)
+
+
+def check_read_only_sql(query: str) -> None:
+    """Raise StoreError unless `query` is exactly one statement that only reads."""
+    try:
+        statements = duckdb.extract_statements(query)
+    except duckdb.Error as exc:
+        raise StoreError(f"cannot parse query: {str(exc).splitlines()[0]}") from exc
+    if len(statements) != 1:
+        raise StoreError(f"query must be exactly one statement, got {len(statements)}")
+    kind = str(statements[0].type).rsplit(".", 1)[-1]
+    if kind not in READ_STATEMENTS:
+        raise StoreError(f"query is a {kind} statement; the SQL console is read-only "
+                         f"(allowed: {', '.join(sorted(READ_STATEMENTS))})")
+
+
+def open_store(path: str | os.PathLike[str] | None = None, *, catalog: str | None = None,
+               data_path: str | None = None, read_only: bool = False, create: bool = True) -> Store:
+    """Open (and create, unless `read_only` or not `create`) a store.
+
+    - `open_store("store")`: a directory holding `catalog.sqlite` (the DuckLake catalog) and `data/`.
+    - `open_store(catalog="postgres:dbname=x host=...", data_path="dir or URL")`: a shared catalog in
+      PostgreSQL; `catalog="sqlite:/file"` with any data path works the same way.
+    """
+    if catalog is not None:
+        if path is not None:
+            raise StoreError("open_store: give a store directory or catalog + data_path, not both")
+        if not data_path:
+            raise StoreError(f"open_store: catalog {catalog!r} needs a data_path")
+        kind = catalog.split(":", 1)[0]
+        if kind not in ("sqlite", "postgres"):
+            raise StoreError(f"catalog {catalog!r}: must start with 'sqlite:' or 'postgres:'")
+        if not data_path.endswith(("/", os.sep)):
+            data_path += "/"
+        location = Location(catalog, data_path, None)
+    else:
+        if path is None:
+            raise StoreError("open_store: a store directory (or catalog + data_path) is required")
+        location = local_location(path, create=create and not read_only)
+    return Store(location, read_only=read_only)
+
+
+def _ensure_schema(lake: Lake) -> int:
+    """Create the tables of a new store, migrate an older one, refuse a newer one; the version."""
+    found = _schema_version(lake)
+    if found == schema.SCHEMA_VERSION:
+        return found
+    if found is not None and found > schema.SCHEMA_VERSION:
+        raise StoreError(f"store {lake.location.describe()} has schema version {found}, newer than this "
+                         f"workbench understands ({schema.SCHEMA_VERSION}); upgrade workbench to open it")
+    if lake.read_only:
+        if found is None:
+            raise StoreError(f"store {lake.location.describe()} holds no workbench tables (not created yet?)")
+        raise StoreError(f"store {lake.location.describe()} has schema version {found} and needs a "
+                         f"migration to {schema.SCHEMA_VERSION}; open it once read-write")
+    if found is None:
+        lake.write(_create, "create the store's tables")
+        lake.write(_configure, "configure the store")
+    else:
+        try:
+            path = schema.migration_path(found)
+        except KeyError as exc:
+            raise StoreError(f"store {lake.location.describe()}: no migration from schema version "
+                             f"{exc.args[0]}") from None
+        for version, _description, statements in path:
+            lake.write(lambda cur, v=version, s=statements: _migrate(cur, v, s),
+                       f"migrate schema {version} -> {version + 1}")
+    return _schema_version(lake) or schema.SCHEMA_VERSION
+
+
+def _schema_version(lake: Lake) -> int | None:
+    tables = lake.read("SELECT table_name FROM duckdb_tables() WHERE database_name = 'lake'")
+    if "meta" not in tables["table_name"].to_list():
+        return None
+    frame = lake.read("SELECT value FROM meta WHERE key = 'schema_version'")
+    if frame.height == 0:
+        return None
+    value = frame["value"][0]
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise StoreError(f"store {lake.location.describe()}: meta.schema_version is {value!r}, "
+                         "not an integer") from None
+
+
+def _create(cur: duckdb.DuckDBPyConnection) -> None:
+    cur.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = 'lake' AND table_name = 'meta'")
+    if cur.fetchone()[0]:
+        cur.execute("SELECT count(*) FROM meta WHERE key = 'schema_version'")
+        if cur.fetchone()[0]:
+            return  # another process created it while we waited for the lock
+    for statement in schema.create_statements():
+        cur.execute(statement)
+
+
+def _configure(cur: duckdb.DuckDBPyConnection) -> None:
+    """Set the store's Parquet and inlining options, then record the schema version (the marker that
+    creation finished: a crash before it makes the next open redo both steps)."""
+    cur.execute("SELECT count(*) FROM meta WHERE key = 'schema_version'")
+    if cur.fetchone()[0]:
+        return
+    for key, value in PARQUET_OPTIONS.items():
+        cur.execute(f"CALL lake.set_option('{key}', '{value}')")
+    for table, limit in schema.INLINE_ROW_LIMIT.items():
+        cur.execute(f"CALL lake.set_option('data_inlining_row_limit', {int(limit)}, table_name => '{table}')")
+    cur.execute("INSERT INTO meta VALUES ('schema_version', ?), ('created_by', 'workbench')",
+                [str(schema.SCHEMA_VERSION)])
+
+
+def _migrate(cur: duckdb.DuckDBPyConnection, version: int, statements: list[str]) -> None:
+    cur.execute("SELECT value FROM meta WHERE key = 'schema_version'")
+    if int(cur.fetchone()[0]) != version:
+        return  # another process migrated it while we waited for the lock
+    for statement in statements:
+        cur.execute(statement)
+    cur.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(version + 1)])
+
+
+def default_store_path() -> Path:
+    """$WORKBENCH_STORE, else ./store (the CLI's default)."""
+    return Path(os.environ.get("WORKBENCH_STORE") or "store")

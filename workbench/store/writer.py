@@ -1,0 +1,224 @@
+"""The engine's write path: runs, steps (one transaction each), rollback, events and controls."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import socket
+import uuid
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from workbench.errors import DataError, StoreError
+from workbench.store.connection import Lake
+from workbench.store.records import StepRecord, now_utc, rollouts_to_arrow, rows_to_arrow, step_row
+from workbench.store.schema import STEP_TABLES, TABLES
+
+RUN_STATUSES = ("created", "running", "paused", "stopping", "stopped", "finished", "failed", "crashed")
+CONTROL_OUTCOMES = ("applied", "rejected")
+EVENT_LEVELS = ("debug", "info", "warning", "error")
+
+
+def insert(cur: duckdb.DuckDBPyConnection, table: str, data: pa.Table,
+           consts: dict[str, Any] | None = None) -> None:
+    """INSERT an Arrow table into `table` by column name; `consts` fills whole columns with one bound
+    value (cheaper than materialising a constant column in Python)."""
+    if data.num_rows == 0:
+        return
+    consts = {k: v for k, v in (consts or {}).items() if k not in data.column_names}
+    types = dict(TABLES[table])
+    view = f"_in_{table}"
+    cur.register(view, data)
+    try:
+        head = "".join(f"CAST(? AS {types[col]}) AS {col}, " for col in consts)
+        cur.execute(f"INSERT INTO {table} BY NAME SELECT {head}* FROM {view}", list(consts.values()))
+    finally:
+        cur.unregister(view)
+
+
+def _changed(cur: duckdb.DuckDBPyConnection) -> int:
+    row = cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+class WriterMixin:
+    """Write methods of `Store` (see workbench/store/store.py); `self._lake` is the attached store."""
+
+    _lake: Lake
+
+    # -- runs ------------------------------------------------------------------------------
+    def create_run(self, name: str, config: dict[str, Any], seed: int, *, parent_run_id: str | None = None,
+                   pid: int | None = None, host: str | None = None, code_version: str | None = None,
+                   log_path: str | None = None, status: str = "created") -> str:
+        """Register a new run; returns its id (`<name>-<UTC time>-<4 hex>`, readable and unique)."""
+        _check_status(status)
+        now = now_utc()
+        slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-")[:40] or "run"
+        run_id = f"{slug}-{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+        row = {"run_id": run_id, "name": name, "created_at": now, "updated_at": now, "status": status,
+               "config": config, "seed": int(seed), "pid": pid if pid is not None else os.getpid(),
+               "host": host or socket.gethostname(), "heartbeat_at": now, "parent_run_id": parent_run_id,
+               "code_version": code_version, "log_path": log_path}
+        data = rows_to_arrow("runs", [row], {})
+        self._lake.write(lambda cur: insert(cur, "runs", data), f"create run {name!r}")
+        return run_id
+
+    def set_run_status(self, run_id: str, status: str, *, error: str | None = None,
+                       pid: int | None = None) -> None:
+        """Set a run's status (and error message / process id when given)."""
+        _check_status(status)
+
+        def tx(cur: duckdb.DuckDBPyConnection) -> None:
+            cur.execute("UPDATE runs SET status = ?, updated_at = ?, error = coalesce(?, error), "
+                        "pid = coalesce(?, pid) WHERE run_id = ?", [status, now_utc(), error, pid, run_id])
+            if _changed(cur) == 0:
+                raise StoreError(f"unknown run {run_id!r} in store {self._lake.location.describe()}")
+
+        self._lake.write(tx, f"set status of run {run_id}")
+
+    def heartbeat(self, run_id: str) -> None:
+        """Record that the run's process is alive now (`runs.heartbeat_at`)."""
+        def tx(cur: duckdb.DuckDBPyConnection) -> None:
+            cur.execute("UPDATE runs SET heartbeat_at = ? WHERE run_id = ?", [now_utc(), run_id])
+            if _changed(cur) == 0:
+                raise StoreError(f"unknown run {run_id!r} in store {self._lake.location.describe()}")
+
+        self._lake.write(tx, f"heartbeat of run {run_id}")
+
+    # -- steps -----------------------------------------------------------------------------
+    def write_step(self, record: StepRecord) -> None:
+        """Commit a whole training step in ONE transaction: a reader sees all of it or none of it.
+        Refuses a step the run already has (roll the run back first, see `rollback_run`)."""
+        run_id, step = record.run_id, int(record.step)
+        fill = {"run_id": run_id, "step": step}
+        rollouts = rollouts_to_arrow(record.rollouts, run_id, step)
+        steps = rows_to_arrow("steps", [step_row(run_id, step, record.metrics)], {})
+        small = {
+            "allocations": rows_to_arrow("allocations", record.allocations, fill),
+            "prompt_stats": rows_to_arrow("prompt_stats", record.prompt_stats, fill),
+            "evals": rows_to_arrow("evals", record.evals, fill),
+            "events": rows_to_arrow("events", [_event_row(run_id, e, step) for e in record.events], {}),
+        }
+        prompts = rows_to_arrow("prompts", record.prompts, {"run_id": run_id})
+
+        def tx(cur: duckdb.DuckDBPyConnection) -> None:
+            cur.execute("SELECT count(*) FROM steps WHERE run_id = ? AND step = ?", [run_id, step])
+            if _changed(cur):
+                raise StoreError(f"step {step} of run {run_id!r} is already in the store "
+                                 f"{self._lake.location.describe()}; roll the run back before rewriting it")
+            insert(cur, "rollouts", rollouts, fill)
+            for table, data in small.items():
+                insert(cur, table, data)
+            _insert_new_prompts(cur, run_id, prompts)
+            insert(cur, "steps", steps)
+
+        self._lake.write(tx, f"write step {step} of run {run_id}")
+
+    def write_evals(self, run_id: str, step: int, rows: list[dict[str, Any]]) -> None:
+        """Evaluation rows taken at `step` (outside a training step's transaction)."""
+        data = rows_to_arrow("evals", rows, {"run_id": run_id, "step": int(step)})
+        self._lake.write(lambda cur: insert(cur, "evals", data), f"write evals of run {run_id} step {step}")
+
+    def add_prompts(self, run_id: str, rows: list[dict[str, Any]]) -> None:
+        """Register a run's prompts (text, answer, level); prompts already stored are skipped."""
+        data = rows_to_arrow("prompts", rows, {"run_id": run_id})
+        self._lake.write(lambda cur: _insert_new_prompts(cur, run_id, data), f"add prompts of run {run_id}")
+
+    def add_event(self, run_id: str, level: str, kind: str, message: str, *, step: int | None = None,
+                  data: Any = None) -> str:
+        """Record an event (warning, error, checkpoint, control outcome); returns its id."""
+        row = _event_row(run_id, {"level": level, "kind": kind, "message": message, "data": data}, step)
+        table = rows_to_arrow("events", [row], {})
+        self._lake.write(lambda cur: insert(cur, "events", table), f"add event to run {run_id}")
+        return row["event_id"]
+
+    def rollback_run(self, run_id: str, step: int) -> None:
+        """Delete every row of the run past `step` (steps, allocations, rollouts, prompt_stats, evals)
+        and mark its later events `rolled_back`, in one transaction (resume from a checkpoint)."""
+        def tx(cur: duckdb.DuckDBPyConnection) -> None:
+            for table in STEP_TABLES:
+                cur.execute(f"DELETE FROM {table} WHERE run_id = ? AND step > ?", [run_id, int(step)])
+            cur.execute("UPDATE events SET rolled_back = true WHERE run_id = ? AND step > ? "
+                        "AND NOT rolled_back", [run_id, int(step)])
+            cur.execute("UPDATE runs SET updated_at = ? WHERE run_id = ?", [now_utc(), run_id])
+
+        self._lake.write(tx, f"roll run {run_id} back to step {step}")
+
+    # -- controls --------------------------------------------------------------------------
+    def add_control(self, run_id: str, command: str, args: dict[str, Any] | None = None, *,
+                    who: str = "cli") -> int:
+        """Queue a control command for a run; returns its id (1, 2, ... across the store)."""
+        holder: dict[str, int] = {}
+
+        def tx(cur: duckdb.DuckDBPyConnection) -> None:
+            cur.execute("SELECT coalesce(max(control_id), 0) + 1 FROM controls")
+            control_id = _changed(cur)
+            row = {"control_id": control_id, "run_id": run_id, "created_at": now_utc(), "who": who,
+                   "command": command, "args": args or {}, "status": "pending"}
+            insert(cur, "controls", rows_to_arrow("controls", [row], {}))
+            holder["id"] = control_id
+
+        self._lake.write(tx, f"add control {command!r} for run {run_id}")
+        return holder["id"]
+
+    def resolve_control(self, control_id: int, status: str, *, step: int | None = None,
+                        reason: str | None = None) -> None:
+        """Record a control command's outcome: applied (at `step`) or rejected (with `reason`)."""
+        if status not in CONTROL_OUTCOMES:
+            raise DataError(f"control status {status!r}: must be one of {CONTROL_OUTCOMES}")
+
+        def tx(cur: duckdb.DuckDBPyConnection) -> None:
+            cur.execute("SELECT status FROM controls WHERE control_id = ?", [int(control_id)])
+            found = cur.fetchone()
+            if found is None:
+                raise StoreError(f"unknown control {control_id} in store {self._lake.location.describe()}")
+            if found[0] != "pending":
+                raise StoreError(f"control {control_id} is already {found[0]}")
+            cur.execute("UPDATE controls SET status = ?, applied_step = ?, reason = ?, resolved_at = ? "
+                        "WHERE control_id = ?", [status, step, reason, now_utc(), int(control_id)])
+
+        self._lake.write(tx, f"resolve control {control_id}")
+
+    def pending_controls(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's pending control commands, oldest first; `args` decoded from JSON."""
+        frame = self._lake.read("SELECT * FROM controls WHERE run_id = ? AND status = 'pending' "
+                                "ORDER BY control_id", [run_id])
+        rows = frame.to_dicts()
+        for row in rows:
+            row["args"] = json.loads(row["args"]) if row["args"] else {}
+        return rows
+
+
+def _insert_new_prompts(cur: duckdb.DuckDBPyConnection, run_id: str, data: pa.Table) -> None:
+    if data.num_rows == 0:
+        return
+    cur.register("_in_prompts", data)
+    try:
+        cur.execute("INSERT INTO prompts BY NAME SELECT * FROM _in_prompts WHERE prompt_id NOT IN "
+                    "(SELECT prompt_id FROM prompts WHERE run_id = ?)", [run_id])
+    finally:
+        cur.unregister("_in_prompts")
+
+
+def _event_row(run_id: str, event: dict[str, Any], step: int | None) -> dict[str, Any]:
+    level = event.get("level", "info")
+    if level not in EVENT_LEVELS:
+        raise DataError(f"event level {level!r}: must be one of {EVENT_LEVELS}")
+    for key in ("kind", "message"):
+        if not isinstance(event.get(key), str):
+            raise DataError(f"event {key!r}: a string is required, got {event.get(key)!r}")
+    unknown = set(event) - {"level", "kind", "message", "data", "step", "ts"}
+    if unknown:
+        raise DataError(f"event: unknown key(s) {sorted(unknown)}")
+    return {"event_id": uuid.uuid4().hex, "run_id": run_id, "step": event.get("step", step),
+            "ts": event.get("ts") or now_utc(), "level": level, "kind": event["kind"],
+            "message": event["message"], "data": event.get("data"), "rolled_back": False}
+
+
+def _check_status(status: str) -> None:
+    if status not in RUN_STATUSES:
+        raise DataError(f"run status {status!r}: must be one of {RUN_STATUSES}")
