@@ -50,7 +50,8 @@ class DynamicSampling(Allocator):
     def __init__(self, config=None, *, seed: int = 0) -> None:
         super().__init__(config, seed=seed)
         self._order: list[str] = []
-        self._kept: set[str] = set()
+        self._kept: set[str] | None = None
+        """The groups kept this step; None until the step's last next_stage (then every informative one)."""
         self._rounds = 0
 
     def candidates_wanted(self, prompts_per_step: int) -> int:
@@ -59,7 +60,7 @@ class DynamicSampling(Allocator):
     def begin_step(self, ctx: StepContext) -> list[Grant]:
         grants = fit_to_budget(whole_groups(ctx, self.config.n, "dapo round 1"), ctx.budget)
         self._order = [g.prompt_id for g in grants if g.n > 0]
-        self._kept = set()
+        self._kept = None
         self._rounds = 1 if self._order else 0
         ctx.info.update(rounds=self._rounds, kept_groups=0)
         return grants
@@ -90,4 +91,4 @@ class DynamicSampling(Allocator):
         return []
 
     def use_in_update(self, group: GroupResult) -> bool:
-        return group.has_signal and group.prompt_id in self._kept
+        return group.has_signal and (self._kept is None or group.prompt_id in self._kept)
