@@ -1,9 +1,131 @@
-"""Commands of this part (see workbench/commands/__init__.py)."""
+"""The dashboard's commands: `workbench app` starts the Streamlit app on a store; `workbench bench app`
+times every page's full script run on a synthetic store of N rollouts."""
 
 from __future__ import annotations
 
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
 import typer
+
+from workbench.commands.common import JsonOpt, StoreOpt, print_json, store_path
+from workbench.errors import StoreError
+
+APP_DIR = Path(__file__).resolve().parents[2] / "app"
+MAIN = APP_DIR / "main.py"
+PAGES = {
+    "runs": "app_pages/runs.py",
+    "live": "app_pages/live.py",
+    "rollouts": "app_pages/rollouts.py",
+    "prompt": "app_pages/prompt.py",
+    "allocation": "app_pages/allocation.py",
+    "compare": "app_pages/compare.py",
+}
+"""Page name -> file relative to app/main.py (what AppTest.switch_page takes)."""
+
+
+def streamlit_command(store: Path, *, port: int, address: str, headless: bool) -> list[str]:
+    """The `streamlit run` command line for the dashboard on `store`."""
+    return [
+        sys.executable, "-m", "streamlit", "run", str(MAIN),
+        "--server.port", str(port),
+        "--server.address", address,
+        "--server.headless", "true" if headless else "false",
+        "--browser.gatherUsageStats", "false",
+        "--", "--store", str(store),
+    ]
+
+
+def _check_app() -> None:
+    if not MAIN.is_file():
+        raise StoreError(f"the dashboard's entry point {MAIN} is missing (is this a source checkout?)")
+
+
+def time_pages(store: Path, *, repeats: int = 5, cached: bool = False) -> dict[str, float]:
+    """Median milliseconds of each page's full script run with its default selections (AppTest),
+    after one warm-up run. With `cached=False` the data cache is cleared before every timed run
+    (the store handle stays open), so each run reads the store afresh."""
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    os.environ["WORKBENCH_STORE"] = str(store)
+    at = AppTest.from_file(str(MAIN), default_timeout=300)
+    at.run()
+    out: dict[str, float] = {}
+    for name, page in PAGES.items():
+        at.switch_page(page)
+        at.run()
+        if at.exception:
+            raise StoreError(f"page {name} failed on {store}: {at.exception[0].value}")
+        times = []
+        for _ in range(repeats):
+            if not cached:
+                st.cache_data.clear()
+            t0 = time.perf_counter()
+            at.run()
+            times.append((time.perf_counter() - t0) * 1000.0)
+            if at.exception:
+                raise StoreError(f"page {name} failed on {store}: {at.exception[0].value}")
+        out[name] = round(statistics.median(times), 1)
+    return out
 
 
 def register(app: typer.Typer, bench: typer.Typer) -> None:
-    """Add this part's commands to the top-level app and the `bench` group."""
+    """Add `workbench app` and `workbench bench app`."""
+
+    @app.command("app")
+    def app_cmd(
+        store: StoreOpt = None,
+        port: Annotated[int, typer.Option("--port", help="Port to serve on.")] = 8501,
+        address: Annotated[str, typer.Option("--address", help="Address to bind (127.0.0.1: this machine only).")]
+        = "127.0.0.1",
+        headless: Annotated[bool, typer.Option("--headless/--browser", help="Do not open a browser tab.")] = False,
+    ) -> None:
+        """Start the dashboard (Streamlit) on a store: runs, live curves and controls, rollouts, prompts,
+        allocation, comparisons."""
+        _check_app()
+        path = store_path(store).resolve()
+        if not path.exists():
+            typer.echo(f"note: {path} does not exist yet; it is created when the first run starts", err=True)
+        env = {**os.environ, "WORKBENCH_STORE": str(path)}
+        typer.echo(f"dashboard on http://{address}:{port} (store {path})", err=True)
+        rc = subprocess.call(streamlit_command(path, port=port, address=address, headless=headless), env=env)
+        raise typer.Exit(rc)
+
+    @bench.command("app")
+    def bench_app(
+        rollouts: Annotated[int, typer.Option("--rollouts", help="Rollouts in the synthetic store.")] = 1_000_000,
+        store: StoreOpt = None,
+        repeats: Annotated[int, typer.Option("--repeats", help="Timed runs per page (median reported).")] = 5,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Time each dashboard page's full script run (default selections, AppTest) on a synthetic store
+        of N rollouts (built once, then reused): median of --repeats runs after a warm-up, in ms."""
+        from workbench.store.synthetic import ensure_synthetic_store
+
+        _check_app()
+        path = (store or Path("store") / f"bench-{rollouts}").resolve()
+        t0 = time.perf_counter()
+        info = ensure_synthetic_store(path, rollouts=rollouts)
+        build_s = time.perf_counter() - t0
+        cold = time_pages(path, repeats=repeats, cached=False)
+        warm = time_pages(path, repeats=repeats, cached=True)
+        result = {
+            "rollouts": rollouts,
+            "page_ms": cold,
+            "page_ms_cached": warm,
+            "repeats": repeats,
+            "store": str(path),
+            "store_ready_s": round(build_s, 1),
+            "store_info": info,
+        }
+        if as_json:
+            print_json(result)
+        else:
+            typer.echo(json.dumps(result, indent=2, default=str))

@@ -1,0 +1,57 @@
+"""Allocation: how the budget was spread — per step the rollouts granted by stage against the
+budget, the rollouts-per-prompt histogram, zero-signal groups, every grant with its reason, and
+how well the allocator's predicted pass rates matched what the rollouts then showed."""
+
+import polars as pl
+import streamlit as st
+
+from app import charts, components, data, derive
+
+PAGE = "allocation"
+CALIBRATION_STEPS = 10
+
+st.title("Allocation")
+run_id = components.pick_run(PAGE)
+if not run_id:
+    st.stop()
+steps = data.steps((run_id,))
+if steps.is_empty():
+    st.info("This run has no finished step yet.")
+    st.stop()
+lo, hi = int(steps["step"].min()), int(steps["step"].max())
+step = st.slider("step", lo, hi, hi, key=f"{PAGE}_step") if lo < hi else hi
+
+allocs = data.allocations(run_id)
+left, right = st.columns(2)
+left.plotly_chart(charts.budget_chart(derive.budget_used(allocs)), key=f"{PAGE}_budget")
+zero = derive.zero_signal_groups(steps)
+right.plotly_chart(charts.line_chart(zero, [("zero_signal_groups", "zero-signal groups")],
+                                     "zero-signal groups per step", y="groups",
+                                     changes=derive.regime_changes(steps)), key=f"{PAGE}_zero")
+
+this = allocs.filter(pl.col("step") == step) if not allocs.is_empty() else allocs
+per_prompt = derive.rollouts_per_prompt(this)
+stages = sorted(this["stage"].unique().to_list()) if not this.is_empty() else []
+st.subheader(f"Step {step}")
+c = st.columns(4)
+c[0].metric("prompts", len(per_prompt))
+c[1].metric("rollouts granted", int(sum(per_prompt)))
+c[2].metric("stages", len(stages))
+zrow = zero.filter(pl.col("step") == step)
+c[3].metric("zero-signal groups", int(zrow["zero_signal_groups"][0]) if not zrow.is_empty()
+            and zrow["zero_signal_groups"][0] is not None else "–")
+
+left, right = st.columns(2)
+left.plotly_chart(charts.histogram_chart(per_prompt, f"rollouts per prompt, step {step}", x="rollouts"),
+                  key=f"{PAGE}_hist")
+window = (max(lo, step - CALIBRATION_STEPS + 1), step)
+pairs = derive.calibration_pairs(allocs.filter(pl.col("step").is_between(*window)) if not allocs.is_empty() else allocs,
+                                 data.step_rewards(run_id, *window))
+right.plotly_chart(charts.calibration_chart(pairs, f"predicted vs observed pass rate, steps {window[0]}–{window[1]}"),
+                   key=f"{PAGE}_calibration")
+
+if not this.is_empty():
+    cols = [c for c in ["stage", "prompt_id", "allocator", "asked", "granted", "reason", "predicted_pass",
+                        "alpha_before", "beta_before", "budget_left", "used_in_update"] if c in this.columns]
+    st.dataframe(this.sort(["stage", "granted", "prompt_id"], descending=[False, True, False]).select(cols),
+                 hide_index=True, key=f"{PAGE}_table")

@@ -1,0 +1,118 @@
+"""Run (live): one run's curves, refreshed while it goes, with the budget and allocator in force
+marked on them; and the control panel (budget, allocator and its parameters, lifecycle) with the
+history of commands and their outcomes. The fragments only read; the engine applies the commands."""
+
+import polars as pl
+import streamlit as st
+
+from app import charts, components, data, derive
+
+PAGE = "live"
+LIVE_STATUSES = ("created", "running", "paused", "stopping")
+
+st.title("Run (live)")
+run_id = components.pick_run(PAGE)
+if not run_id:
+    st.stop()
+
+status = data.run(run_id).get("status")
+refresh = st.sidebar.number_input("refresh every (s)", 1, 60, 3, key=f"{PAGE}_refresh")
+every = refresh if status in LIVE_STATUSES else None
+
+
+@st.fragment(run_every=every)
+def curves(run_id: str) -> None:
+    info = data.run(run_id)
+    steps = data.steps((run_id,))
+    passk = data.passk(run_id)
+    changes = derive.regime_changes(steps)
+    last = steps.sort("step").tail(1).to_dicts()[0] if not steps.is_empty() else {}
+    p1 = passk.filter(pl.col("k") == 1).sort("step")
+
+    c = st.columns(6)
+    c[0].metric("status", info.get("status") or "?")
+    c[1].metric("step", last.get("step", "–"))
+    c[2].metric("reward", f"{last['reward_mean']:.3f}" if last.get("reward_mean") is not None else "–")
+    c[3].metric("held-out pass@1", f"{p1['pass_at_k'][-1]:.3f}" if not p1.is_empty() else "–")
+    c[4].metric(f"budget ({last.get('budget_kind') or 'per step'})", last.get("budget", "–"))
+    c[5].metric("allocator", last.get("allocator") or "–")
+
+    left, right = st.columns(2)
+    left.plotly_chart(charts.line_chart(steps, [("reward_mean", "reward mean")], "reward", y="reward",
+                                        changes=changes, band=("reward_mean", "reward_std")),
+                      key=f"{PAGE}_reward")
+    right.plotly_chart(charts.passk_chart(passk, changes=changes), key=f"{PAGE}_passk")
+    left.plotly_chart(charts.entropy_chart(steps, data.entropy_quantiles(run_id), changes=changes),
+                      key=f"{PAGE}_entropy")
+    right.plotly_chart(charts.line_chart(steps, [("zero_signal_frac", "zero-signal groups")],
+                                         "zero-signal group fraction", y="fraction", changes=changes,
+                                         y_range=(-0.02, 1.02)),
+                       key=f"{PAGE}_zero")
+    left.plotly_chart(charts.throughput_chart(steps, changes=changes), key=f"{PAGE}_throughput")
+    right.plotly_chart(charts.stacked_time_chart(steps, changes=changes), key=f"{PAGE}_time")
+    if not steps.is_empty():
+        st.caption(f"{steps.height} steps · {int(steps['tokens_generated'].sum())} generated tokens · "
+                   f"{int(steps['rollouts'].sum())} rollouts")
+
+
+curves(run_id)
+
+st.header("Control")
+from workbench.allocators import available_allocators, describe_allocator, make_config  # noqa: E402
+from workbench.control import api  # noqa: E402
+from workbench.errors import WorkbenchError  # noqa: E402
+
+steps_now = data.steps((run_id,))
+last = steps_now.sort("step").tail(1).to_dicts()[0] if not steps_now.is_empty() else {}
+components.lifecycle_buttons(PAGE, run_id, status)
+
+budget_col, alloc_col = st.columns(2)
+with budget_col:
+    kind = last.get("budget_kind") or "rollouts"
+    current_budget = int(last.get("budget") or 64)
+    top = max(4 * current_budget, 64)
+    with st.form(f"{PAGE}_budget_form"):
+        amount = st.slider(f"budget per step ({kind})", 1, top, current_budget, key=f"{PAGE}_budget")
+        if st.form_submit_button("Set budget", icon=":material/tune:"):
+            components.issue(PAGE, api.set_budget, run_id, int(amount), kind)
+
+with alloc_col:
+    try:
+        in_force, in_force_params = api.allocator_in_force(data.store(), run_id)
+    except WorkbenchError:
+        in_force, in_force_params = last.get("allocator"), {}
+    names = available_allocators()
+    chosen = st.selectbox("allocator", names, index=names.index(in_force) if in_force in names else 0,
+                          key=f"{PAGE}_allocator")
+    desc = describe_allocator(chosen)
+    st.caption(desc["summary"])
+    with st.form(f"{PAGE}_alloc_form"):
+        params = components.param_form_fields(PAGE, chosen, desc["params"],
+                                              in_force_params if chosen == in_force else {})
+        verb = "Set parameters" if chosen == in_force else f"Switch to {chosen}"
+        if st.form_submit_button(verb, icon=":material/swap_horiz:"):
+            try:
+                make_config(chosen, params)
+            except WorkbenchError as exc:
+                st.error(str(exc), icon=":material/block:")
+            else:
+                if chosen == in_force:
+                    changed = {k: v for k, v in params.items() if in_force_params.get(k) != v}
+                    components.issue(PAGE, api.set_allocator_params, run_id, changed or params)
+                else:
+                    components.issue(PAGE, api.set_allocator, run_id, chosen, params)
+
+
+@st.fragment(run_every=every)
+def history(run_id: str) -> None:
+    st.subheader("Commands")
+    ctl = data.controls(run_id)
+    if ctl.is_empty():
+        st.caption("no commands yet")
+        return
+    cols = [c for c in ["control_id", "created_at", "who", "command", "args", "status", "applied_step", "reason",
+                        "resolved_at"] if c in ctl.columns]
+    st.dataframe(ctl.sort("control_id", descending=True).select(cols), hide_index=True, key=f"{PAGE}_controls")
+
+
+history(run_id)

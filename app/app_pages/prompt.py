@@ -1,0 +1,61 @@
+"""Prompt: one prompt's story across a run — its posterior pass rate over steps, the rollouts the
+allocator granted it per step and why, and its rollouts."""
+
+import polars as pl
+import streamlit as st
+
+from app import charts, components, data
+
+PAGE = "prompt"
+
+st.title("Prompt")
+run_id = components.pick_run(PAGE)
+if not run_id:
+    st.stop()
+
+steps = data.steps((run_id,))
+default = st.query_params.get("prompt")
+if not default and not steps.is_empty():
+    last = data.allocations(run_id, step=int(steps["step"].max()))
+    if not last.is_empty():
+        default = str(last.group_by("prompt_id").agg(pl.col("granted").sum())
+                      .sort(["granted", "prompt_id"], descending=[True, False])["prompt_id"][0])
+known = data.prompts(run_id)
+options = known.filter(pl.col("split") == "train")["prompt_id"].to_list() if "split" in known.columns else []
+if default and default not in options:
+    options = [default, *options]
+if not options:
+    st.info("This run has no prompts yet.")
+    st.stop()
+prompt_id = st.selectbox("prompt", options, index=options.index(default) if default in options else 0,
+                         key=f"{PAGE}_prompt", accept_new_options=True)
+
+row = known.filter(pl.col("prompt_id") == prompt_id).to_dicts() if not known.is_empty() else []
+if row:
+    st.code(row[0].get("text") or "", language=None)
+    st.text(f"answer: {row[0].get('answer')} · level: {row[0].get('level')} · split: {row[0].get('split')}")
+else:
+    components.show_text("no prompt with id", prompt_id)
+
+history = data.prompt_history(run_id, prompt_id)
+grants = data.allocations(run_id, prompt_id=prompt_id)
+
+left, right = st.columns(2)
+left.plotly_chart(charts.posterior_chart(history), key=f"{PAGE}_posterior")
+right.plotly_chart(charts.grants_chart(grants), key=f"{PAGE}_grants")
+
+if not grants.is_empty():
+    st.subheader("Grants and reasons")
+    cols = [c for c in ["step", "stage", "allocator", "asked", "granted", "reason", "predicted_pass",
+                        "alpha_before", "beta_before", "budget_left", "used_in_update"] if c in grants.columns]
+    st.dataframe(grants.sort(["step", "stage"], descending=[True, False]).select(cols), hide_index=True,
+                 key=f"{PAGE}_grants_table")
+
+st.subheader("Its rollouts")
+key = (("prompt_id", prompt_id),)
+total = data.count_rollouts(run_id, key)
+size = 50
+pages = max(1, -(-total // size))
+page = st.number_input("page", 1, pages, pages, key=f"{PAGE}_page_{abs(hash((run_id, prompt_id))) % 10**9}")
+st.text(f"{total} rollouts · page {page} of {pages} (the last page holds the latest steps)")
+components.rollout_groups(PAGE, run_id, data.rollouts(run_id, key, size, (page - 1) * size), link_prompt=False)

@@ -1,0 +1,67 @@
+"""Rollouts: every sampled response, filtered by run, step range, prompt, reward, verdict, length
+and entropy; grouped by prompt within a step; tokens coloured by their entropy; paged."""
+
+import streamlit as st
+
+from app import components, data
+
+PAGE = "rollouts"
+OTHER = "other…"
+VERDICTS = ["any", "correct", "wrong", "no_answer", OTHER]
+
+st.title("Rollouts")
+run_id = components.pick_run(PAGE)
+if not run_id:
+    st.stop()
+
+steps = data.steps((run_id,))
+if steps.is_empty():
+    st.info("This run has no finished step yet.")
+    st.stop()
+lo, hi = int(steps["step"].min()), int(steps["step"].max())
+
+with st.container(border=True):
+    c1, c2, c3 = st.columns([2, 1, 1])
+    if lo < hi:
+        step_range = c1.slider("steps", lo, hi, (hi, hi), key=f"{PAGE}_steps")
+    else:
+        step_range = (lo, hi)
+        c1.text(f"step {lo} (the only step so far)")
+    prompt = c2.text_input("prompt id", key=f"{PAGE}_prompt", placeholder="any")
+    verdict = c3.selectbox("verdict", VERDICTS, key=f"{PAGE}_verdict")
+    if verdict == OTHER:
+        verdict = c3.text_input("verdict is exactly", key=f"{PAGE}_verdict_other").strip() or None
+    c4, c5, c6, c7, c8, c9 = st.columns(6)
+    reward_min = c4.number_input("reward ≥", value=None, key=f"{PAGE}_reward_min", format="%.3g")
+    reward_max = c5.number_input("reward ≤", value=None, key=f"{PAGE}_reward_max", format="%.3g")
+    length_min = c6.number_input("length ≥", value=None, min_value=0, step=1, key=f"{PAGE}_length_min")
+    length_max = c7.number_input("length ≤", value=None, min_value=0, step=1, key=f"{PAGE}_length_max")
+    entropy_min = c8.number_input("entropy mean ≥", value=None, key=f"{PAGE}_entropy_min", format="%.3g")
+    entropy_max = c9.number_input("entropy mean ≤", value=None, key=f"{PAGE}_entropy_max", format="%.3g")
+
+filters = {
+    "step_min": step_range[0],
+    "step_max": step_range[1],
+    "prompt_id": prompt.strip() or None,
+    "verdict": None if verdict in (None, "any") else verdict,
+    "reward_min": reward_min,
+    "reward_max": reward_max,
+    "length_min": None if length_min is None else int(length_min),
+    "length_max": None if length_max is None else int(length_max),
+    "entropy_min": entropy_min,
+    "entropy_max": entropy_max,
+}
+key = tuple((k, v) for k, v in filters.items() if v is not None)
+total = data.count_rollouts(run_id, key)
+
+p1, p2, p3 = st.columns([1, 1, 4])
+size = p1.selectbox("per page", [20, 50, 100], index=1, key=f"{PAGE}_size")
+pages = max(1, -(-total // size))
+# keyed by the filters, so changing a filter returns to page 1
+page = p2.number_input("page", 1, pages, 1, key=f"{PAGE}_page_{abs(hash(key)) % 10**9}")
+p3.text(f"{total} rollouts match · page {page} of {pages}"
+        + (f" · prompt filter: {filters['prompt_id']}" if filters["prompt_id"] else "")
+        + (f" · verdict filter: {filters['verdict']}" if filters["verdict"] else ""))
+
+frame = data.rollouts(run_id, key, size, (page - 1) * size)
+components.rollout_groups(PAGE, run_id, frame)

@@ -1,0 +1,70 @@
+"""Runs: every run in the store with its status and headline numbers; pause, resume or stop one;
+launch a new run from a config file with field overrides (validated before anything starts)."""
+
+from pathlib import Path
+
+import streamlit as st
+
+from app import components, data
+
+PAGE = "runs"
+CONFIG_DIRS = [Path.cwd() / "configs", Path(__file__).resolve().parents[2] / "configs"]
+
+st.title("Runs")
+st.caption(f"store: {data.store_location()}")
+
+table = data.run_table()
+if table.is_empty():
+    st.info("No runs in this store yet.")
+else:
+    st.dataframe(
+        table,
+        hide_index=True,
+        key=f"{PAGE}_table",
+        column_config={
+            "best_pass1": st.column_config.NumberColumn("best held-out pass@1", format="%.3f"),
+            "tokens": st.column_config.NumberColumn("generated tokens", format="%d"),
+            "wall_time_s": st.column_config.NumberColumn("wall time (s)", format="%.1f"),
+            "train_time_s": st.column_config.NumberColumn("step time (s)", format="%.1f"),
+        },
+    )
+
+    st.subheader("Control a run")
+    run_id = components.pick_run(PAGE)
+    if run_id:
+        info = data.run(run_id)
+        status = info.get("status")
+        st.text(f"status: {status}")
+        if info.get("error"):
+            st.error(str(info["error"]))
+        components.lifecycle_buttons(PAGE, run_id, status)
+
+st.subheader("Launch a run")
+configs = sorted({p.resolve() for d in CONFIG_DIRS if d.is_dir() for p in d.glob("*.toml")})
+if not configs:
+    st.info("No config files found in configs/.")
+else:
+    with st.form(f"{PAGE}_launch"):
+        cfg_path = st.selectbox("config", configs, format_func=lambda p: p.name, key=f"{PAGE}_config")
+        name = st.text_input("run name (optional)", key=f"{PAGE}_name")
+        overrides_text = st.text_area(
+            "overrides, one `field=value` per line",
+            placeholder="steps=50\noptim.lr=5e-5\nallocator.name=multistage",
+            key=f"{PAGE}_overrides",
+        )
+        submitted = st.form_submit_button("Validate and launch", icon=":material/rocket_launch:")
+    if submitted:
+        from workbench.config import load_config
+        from workbench.control import launch
+        from workbench.errors import WorkbenchError
+
+        overrides = [line.strip() for line in overrides_text.splitlines() if line.strip()]
+        try:
+            load_config(cfg_path, overrides)
+            run_id = launch(str(cfg_path), store=data.store_location(), overrides=overrides, name=name or None)
+        except WorkbenchError as exc:
+            st.error(str(exc), icon=":material/block:")
+        else:
+            st.success(f"launched run {run_id}")
+            data.runs.clear()
+            data.run_table.clear()

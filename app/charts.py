@@ -1,0 +1,355 @@
+"""Pure chart builders: Polars frames in, Plotly figures out. No Streamlit, no store access, so every
+builder is unit-tested on hand-made frames (tests/app/test_charts.py).
+
+Frames follow the store's tables (docs/store.md); derived frames (pass@k per step, regime changes)
+come from `app.data`'s helpers, which are pure as well.
+"""
+
+from __future__ import annotations
+
+import math
+
+import plotly.graph_objects as go
+import polars as pl
+from plotly.subplots import make_subplots
+
+PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
+TIME_PHASES = [
+    ("time_generate_s", "generate"),
+    ("time_verify_s", "verify"),
+    ("time_train_s", "train"),
+    ("time_log_s", "log"),
+]
+
+
+def _layout(fig: go.Figure, title: str, *, x: str = "step", y: str = "", height: int = 300) -> go.Figure:
+    fig.update_layout(
+        title=dict(text=title, x=0.0, font=dict(size=14)),
+        height=height,
+        margin=dict(l=10, r=10, t=40, b=10),
+        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0),
+        hovermode="x unified",
+    )
+    fig.update_xaxes(title_text=x)
+    if y:
+        fig.update_yaxes(title_text=y)
+    return fig
+
+
+def empty_figure(title: str, message: str = "no data yet") -> go.Figure:
+    """A titled figure saying why it is empty (so a page never shows a blank box)."""
+    fig = go.Figure()
+    fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return _layout(fig, title)
+
+
+def mark_regimes(fig: go.Figure, changes: list[dict]) -> go.Figure:
+    """Dashed vertical lines where the budget or allocator in force changed, labelled with the new
+    setting (`changes` as returned by `app.data.regime_changes`)."""
+    for change in changes:
+        fig.add_vline(x=change["step"], line=dict(color="#888", dash="dash", width=1))
+        fig.add_annotation(
+            x=change["step"],
+            y=1.0,
+            xref="x",
+            yref="paper",
+            text=change["label"],
+            showarrow=False,
+            xanchor="left",
+            yanchor="top",
+            font=dict(size=10, color="#555"),
+            textangle=-90,
+        )
+    return fig
+
+
+def _regime_hover(steps: pl.DataFrame) -> list[str]:
+    cols = steps.columns
+    out = []
+    for row in steps.iter_rows(named=True):
+        parts = []
+        if "allocator" in cols and row.get("allocator"):
+            parts.append(f"allocator {row['allocator']}")
+        if "budget" in cols and row.get("budget") is not None:
+            parts.append(f"budget {row['budget']} {row.get('budget_kind') or ''}".strip())
+        out.append(" · ".join(parts))
+    return out
+
+
+def line_chart(
+    steps: pl.DataFrame,
+    series: list[tuple[str, str]],
+    title: str,
+    *,
+    y: str = "",
+    changes: list[dict] | None = None,
+    band: tuple[str, str] | None = None,
+    y_range: tuple[float, float] | None = None,
+) -> go.Figure:
+    """One line per (column, label) of `steps` against `step`; `band` = (mean column, std column)
+    adds a shaded ±1 std band around the first series; the regime in force is on the hover."""
+    present = [(c, lab) for c, lab in series if c in steps.columns and steps[c].drop_nulls().len() > 0]
+    if steps.is_empty() or not present:
+        return empty_figure(title)
+    steps = steps.sort("step")
+    x = steps["step"].to_list()
+    fig = go.Figure()
+    if band and band[0] in steps.columns and band[1] in steps.columns:
+        mean = steps[band[0]].fill_null(float("nan")).to_list()
+        std = steps[band[1]].fill_null(0.0).to_list()
+        fig.add_trace(
+            go.Scatter(
+                x=x + x[::-1],
+                y=[m + s for m, s in zip(mean, std)] + [m - s for m, s in zip(mean, std)][::-1],
+                fill="toself",
+                fillcolor="rgba(31,119,180,0.15)",
+                line=dict(width=0),
+                hoverinfo="skip",
+                name="±1 std",
+            )
+        )
+    hover = _regime_hover(steps)
+    for i, (col, label) in enumerate(present):
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=steps[col].to_list(),
+                mode="lines+markers" if len(x) < 60 else "lines",
+                name=label,
+                line=dict(color=PALETTE[i % len(PALETTE)]),
+                customdata=hover,
+                hovertemplate="%{y:.4g}<br>%{customdata}<extra>" + label + "</extra>",
+            )
+        )
+    _layout(fig, title, y=y)
+    if y_range:
+        fig.update_yaxes(range=list(y_range))
+    return mark_regimes(fig, changes or [])
+
+
+def passk_chart(passk: pl.DataFrame, title: str = "held-out pass@k", *, x: str = "step",
+                changes: list[dict] | None = None) -> go.Figure:
+    """pass@k per k against `x` (a frame with columns x, k, pass_at_k)."""
+    if passk.is_empty():
+        return empty_figure(title, "no evaluations yet")
+    fig = go.Figure()
+    for i, k in enumerate(sorted(passk["k"].unique().to_list())):
+        sub = passk.filter(pl.col("k") == k).sort(x)
+        fig.add_trace(
+            go.Scatter(
+                x=sub[x].to_list(),
+                y=sub["pass_at_k"].to_list(),
+                mode="lines+markers",
+                name=f"pass@{k}",
+                line=dict(color=PALETTE[i % len(PALETTE)]),
+            )
+        )
+    _layout(fig, title, y="pass rate")
+    fig.update_yaxes(range=[0, 1.02])
+    return mark_regimes(fig, changes or [])
+
+
+def entropy_chart(steps: pl.DataFrame, quantiles: pl.DataFrame, *, changes: list[dict] | None = None) -> go.Figure:
+    """Mean token entropy per step, with per-step quantiles of rollout entropy (columns step, q, value)
+    as thin lines and the 10–90% range shaded."""
+    title = "token entropy"
+    if steps.is_empty() or "entropy_mean" not in steps.columns:
+        return empty_figure(title)
+    fig = line_chart(steps, [("entropy_mean", "mean")], title, y="nats", changes=changes)
+    if quantiles.is_empty():
+        return fig
+    wide = quantiles.pivot(on="q", index="step", values="value").sort("step")
+    qs = sorted(c for c in wide.columns if c != "step")
+    x = wide["step"].to_list()
+    for j, q in enumerate(qs):
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=wide[q].to_list(),
+                mode="lines",
+                name=q,
+                line=dict(width=1, dash="dot", color=PALETTE[(j + 1) % len(PALETTE)]),
+                fill="tonexty" if j > 0 and j == len(qs) - 1 else None,
+                fillcolor="rgba(214,39,40,0.08)",
+            )
+        )
+    return fig
+
+
+def stacked_time_chart(steps: pl.DataFrame, *, changes: list[dict] | None = None) -> go.Figure:
+    """Seconds per phase per step, stacked."""
+    title = "time split per step"
+    present = [(c, lab) for c, lab in TIME_PHASES if c in steps.columns]
+    if steps.is_empty() or not present:
+        return empty_figure(title)
+    steps = steps.sort("step")
+    fig = go.Figure()
+    for i, (col, label) in enumerate(present):
+        fig.add_trace(
+            go.Bar(x=steps["step"].to_list(), y=steps[col].fill_null(0).to_list(), name=label,
+                   marker_color=PALETTE[i % len(PALETTE)])
+        )
+    fig.update_layout(barmode="stack", bargap=0.05)
+    _layout(fig, title, y="seconds")
+    return mark_regimes(fig, changes or [])
+
+
+def throughput_chart(steps: pl.DataFrame, *, changes: list[dict] | None = None) -> go.Figure:
+    """Rollouts (left axis) and generated tokens (right axis) per step."""
+    title = "rollouts and tokens per step"
+    if steps.is_empty() or "rollouts" not in steps.columns:
+        return empty_figure(title)
+    steps = steps.sort("step")
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    x = steps["step"].to_list()
+    fig.add_trace(go.Scatter(x=x, y=steps["rollouts"].to_list(), name="rollouts", line=dict(color=PALETTE[0])),
+                  secondary_y=False)
+    if "tokens_generated" in steps.columns:
+        fig.add_trace(
+            go.Scatter(x=x, y=steps["tokens_generated"].to_list(), name="tokens", line=dict(color=PALETTE[1])),
+            secondary_y=True,
+        )
+    _layout(fig, title)
+    fig.update_yaxes(title_text="rollouts", secondary_y=False)
+    fig.update_yaxes(title_text="tokens", secondary_y=True)
+    return mark_regimes(fig, changes or [])
+
+
+def budget_chart(used: pl.DataFrame) -> go.Figure:
+    """Per step: rollouts granted, stacked by stage, against the budget in force (columns step, stage,
+    granted, budget)."""
+    title = "budget used per step (rollouts granted, by stage)"
+    if used.is_empty():
+        return empty_figure(title)
+    fig = go.Figure()
+    for i, stage in enumerate(sorted(used["stage"].unique().to_list())):
+        sub = used.filter(pl.col("stage") == stage).sort("step")
+        fig.add_trace(go.Bar(x=sub["step"].to_list(), y=sub["granted"].to_list(), name=f"stage {stage}",
+                             marker_color=PALETTE[i % len(PALETTE)]))
+    per_step = used.group_by("step").agg(pl.col("budget").max()).sort("step")
+    if per_step["budget"].drop_nulls().len():
+        fig.add_trace(go.Scatter(x=per_step["step"].to_list(), y=per_step["budget"].to_list(), name="budget",
+                                 mode="lines", line=dict(color="#000", dash="dash", shape="hv")))
+    fig.update_layout(barmode="stack", bargap=0.05)
+    return _layout(fig, title, y="rollouts")
+
+
+def histogram_chart(values: list[int], title: str, *, x: str) -> go.Figure:
+    """Counts of integer values (e.g. rollouts per prompt in one step), one bar per value."""
+    if not values:
+        return empty_figure(title)
+    counts: dict[int, int] = {}
+    for v in values:
+        counts[v] = counts.get(v, 0) + 1
+    keys = sorted(counts)
+    fig = go.Figure(go.Bar(x=keys, y=[counts[k] for k in keys], marker_color=PALETTE[0]))
+    fig.update_layout(hovermode="closest")
+    return _layout(fig, title, x=x, y="prompts")
+
+
+def calibration_chart(pairs: pl.DataFrame, title: str = "predicted vs observed pass rate") -> go.Figure:
+    """Scatter of an allocator's predicted pass rate against the group's observed pass rate
+    (columns predicted, observed, n; optional prompt_id), with the diagonal and binned means."""
+    if pairs.is_empty():
+        return empty_figure(title, "no predictions logged")
+    fig = go.Figure()
+    hover = pairs["prompt_id"].to_list() if "prompt_id" in pairs.columns else None
+    fig.add_trace(go.Scatter(
+        x=pairs["predicted"].to_list(), y=pairs["observed"].to_list(), mode="markers", name="groups",
+        marker=dict(size=5, opacity=0.35, color=PALETTE[0]), text=hover,
+        hovertemplate="predicted %{x:.2f}<br>observed %{y:.2f}<br>%{text}<extra></extra>",
+    ))
+    binned = calibration_bins(pairs)
+    if not binned.is_empty():
+        fig.add_trace(go.Scatter(x=binned["predicted"].to_list(), y=binned["observed"].to_list(),
+                                 mode="lines+markers", name="binned mean", line=dict(color=PALETTE[1])))
+    fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="ideal",
+                             line=dict(color="#888", dash="dash")))
+    fig.update_layout(hovermode="closest")
+    _layout(fig, title, x="predicted pass rate", y="observed pass rate", height=360)
+    fig.update_xaxes(range=[-0.02, 1.02])
+    fig.update_yaxes(range=[-0.02, 1.02])
+    return fig
+
+
+def calibration_bins(pairs: pl.DataFrame, bins: int = 10) -> pl.DataFrame:
+    """Mean predicted and observed pass rate in equal-width bins of the prediction (rollout-weighted)."""
+    if pairs.is_empty():
+        return pl.DataFrame({"predicted": [], "observed": [], "n": []})
+    n = pairs["n"] if "n" in pairs.columns else pl.Series([1] * pairs.height)
+    return (
+        pairs.with_columns(n.alias("_w"))
+        .with_columns((pl.col("predicted") * bins).floor().clip(0, bins - 1).alias("_bin"))
+        .group_by("_bin")
+        .agg(
+            ((pl.col("predicted") * pl.col("_w")).sum() / pl.col("_w").sum()).alias("predicted"),
+            ((pl.col("observed") * pl.col("_w")).sum() / pl.col("_w").sum()).alias("observed"),
+            pl.col("_w").sum().alias("n"),
+        )
+        .sort("_bin")
+        .drop("_bin")
+    )
+
+
+def posterior_chart(history: pl.DataFrame, title: str = "posterior pass rate") -> go.Figure:
+    """A prompt's Beta posterior mean over steps with a ~90% band (normal approximation), and the
+    observed pass rate at each visit (columns step, alpha, beta; optional last_pass, last_step)."""
+    if history.is_empty() or "alpha" not in history.columns:
+        return empty_figure(title)
+    h = history.filter(pl.col("alpha").is_not_null() & pl.col("beta").is_not_null()).sort("step")
+    if h.is_empty():
+        return empty_figure(title)
+    x = h["step"].to_list()
+    mean, lo, hi = [], [], []
+    for a, b in zip(h["alpha"].to_list(), h["beta"].to_list()):
+        m = a / (a + b)
+        sd = math.sqrt(a * b / ((a + b) ** 2 * (a + b + 1)))
+        mean.append(m)
+        lo.append(max(0.0, m - 1.645 * sd))
+        hi.append(min(1.0, m + 1.645 * sd))
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=x + x[::-1], y=hi + lo[::-1], fill="toself", fillcolor="rgba(31,119,180,0.15)",
+                             line=dict(width=0), hoverinfo="skip", name="~90% band"))
+    fig.add_trace(go.Scatter(x=x, y=mean, mode="lines", name="posterior mean", line=dict(color=PALETTE[0])))
+    if "last_pass" in h.columns and "last_step" in h.columns:
+        visits = h.filter(pl.col("last_step") == pl.col("step"))
+        fig.add_trace(go.Scatter(x=visits["step"].to_list(), y=visits["last_pass"].to_list(), mode="markers",
+                                 name="observed at visit", marker=dict(color=PALETTE[1], size=7)))
+    _layout(fig, title, y="pass rate")
+    fig.update_yaxes(range=[-0.02, 1.02])
+    return fig
+
+
+def grants_chart(grants: pl.DataFrame, title: str = "rollouts granted per step") -> go.Figure:
+    """Rollouts granted to one prompt per step, stacked by stage, reason on hover (columns step,
+    stage, granted, reason)."""
+    if grants.is_empty():
+        return empty_figure(title, "never granted rollouts")
+    fig = go.Figure()
+    for i, stage in enumerate(sorted(grants["stage"].unique().to_list())):
+        sub = grants.filter(pl.col("stage") == stage).sort("step")
+        fig.add_trace(go.Bar(
+            x=sub["step"].to_list(), y=sub["granted"].to_list(), name=f"stage {stage}",
+            marker_color=PALETTE[i % len(PALETTE)], customdata=sub["reason"].fill_null("").to_list(),
+            hovertemplate="%{y} rollouts<br>%{customdata}<extra>stage " + str(stage) + "</extra>",
+        ))
+    fig.update_layout(barmode="stack", bargap=0.1, hovermode="closest")
+    return _layout(fig, title, y="rollouts")
+
+
+def compare_chart(curves: pl.DataFrame, *, x: str, x_title: str, k: int, title: str) -> go.Figure:
+    """pass@k of several runs against `x` (columns run, x, k, pass_at_k), one line per run."""
+    sub = curves.filter(pl.col("k") == k) if not curves.is_empty() else curves
+    if sub.is_empty():
+        return empty_figure(title, "no evaluations in the selected runs")
+    fig = go.Figure()
+    for i, run in enumerate(sorted(sub["run"].unique().to_list())):
+        r = sub.filter(pl.col("run") == run).sort(x)
+        fig.add_trace(go.Scatter(x=r[x].to_list(), y=r["pass_at_k"].to_list(), mode="lines+markers", name=run,
+                                 line=dict(color=PALETTE[i % len(PALETTE)])))
+    fig.update_layout(hovermode="closest")
+    _layout(fig, title, x=x_title, y=f"pass@{k}")
+    fig.update_yaxes(range=[0, 1.02])
+    return fig

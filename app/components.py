@@ -1,0 +1,130 @@
+"""Widgets shared by the pages: the run picker, run-control buttons, and the allocator parameter
+form built from an allocator's Config dataclass. Every key is prefixed by the page that owns it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import streamlit as st
+
+from app import data
+
+CURRENT_RUN = "current_run"
+"""Session key holding the run the user last picked on any page (the default on the others)."""
+
+
+def pick_run(page: str, *, label: str = "run", container: Any = None) -> str | None:
+    """A run selectbox keyed `<page>_run`. Defaults to the `run` query parameter, else the run
+    picked last on another page, else the newest run."""
+    ids, labels = data.run_options()
+    box = container or st
+    if not ids:
+        box.info("No runs in this store yet. Launch one from the Runs page or with `workbench run`.")
+        return None
+    wanted = st.query_params.get("run") or st.session_state.get(CURRENT_RUN)
+    index = ids.index(wanted) if wanted in ids else 0
+    run_id = box.selectbox(label, ids, index=index, format_func=lambda r: labels.get(r, r), key=f"{page}_run")
+    st.session_state[CURRENT_RUN] = run_id
+    return run_id
+
+
+def as_dict(value: Any) -> dict:
+    if isinstance(value, str):
+        try:
+            return json.loads(value) if value else {}
+        except json.JSONDecodeError:
+            return {}
+    return dict(value) if isinstance(value, dict) else {}
+
+
+def issue(page: str, action, *args, **kwargs) -> int | None:
+    """Run one live-control call (it validates and writes a `controls` row; the engine applies it).
+    Shows the control id, or the error as text; returns the id or None."""
+    from workbench.errors import WorkbenchError
+
+    try:
+        control_id = action(data.store(), *args, who="dashboard", **kwargs)
+    except WorkbenchError as exc:
+        st.error(str(exc), icon=":material/block:")
+        return None
+    st.session_state[f"{page}_last_control"] = control_id
+    data.controls.clear()
+    st.toast(f"sent: {action.__name__} (control {control_id}); the engine applies it at its next boundary")
+    return control_id
+
+
+def lifecycle_buttons(page: str, run_id: str, status: str | None) -> None:
+    """Pause / resume / stop for one run, enabled by its status."""
+    from workbench.control import api
+
+    live = status in ("running", "created", "paused", "stopping")
+    c1, c2, c3 = st.columns(3)
+    if c1.button("Pause", key=f"{page}_pause", disabled=status != "running", icon=":material/pause:",
+                 use_container_width=True):
+        issue(page, api.pause, run_id)
+    if c2.button("Resume", key=f"{page}_resume", disabled=status != "paused", icon=":material/play_arrow:",
+                 use_container_width=True):
+        issue(page, api.resume, run_id)
+    if c3.button("Stop", key=f"{page}_stop", disabled=not live, icon=":material/stop:", use_container_width=True):
+        issue(page, api.stop, run_id)
+
+
+def _literal_choices(type_name: str) -> list[str] | None:
+    return type_name.split("|") if "|" in type_name and not type_name.startswith(("int", "float")) else None
+
+
+def param_form_fields(page: str, allocator: str, params_doc: list[dict], current: dict) -> dict[str, Any]:
+    """One widget per field of the allocator's Config (type, default and help from the dataclass);
+    returns the values entered. Call inside an st.form."""
+    values: dict[str, Any] = {}
+    for p in params_doc:
+        name, typ, doc = p["name"], str(p["type"]), p.get("doc") or None
+        value = current.get(name, p.get("default"))
+        key = f"{page}_param_{allocator}_{name}"
+        choices = _literal_choices(typ)
+        if choices:
+            values[name] = st.selectbox(name, choices, index=choices.index(str(value)) if str(value) in choices else 0,
+                                        help=doc, key=key)
+        elif typ == "bool":
+            values[name] = st.checkbox(name, value=bool(value), help=doc, key=key)
+        elif typ == "int":
+            values[name] = int(st.number_input(name, value=int(value if value is not None else 0), step=1,
+                                               help=doc, key=key))
+        elif typ == "float":
+            values[name] = float(st.number_input(name, value=float(value if value is not None else 0.0),
+                                                 format="%.6g", help=doc, key=key))
+        else:
+            text = st.text_input(f"{name} ({typ}, JSON)", value=json.dumps(value), help=doc, key=key)
+            try:
+                values[name] = json.loads(text)
+            except json.JSONDecodeError:
+                values[name] = text
+    return values
+
+
+def show_text(label: str, value: Any) -> None:
+    """A user-supplied value shown as plain text (never as Markdown or HTML)."""
+    st.text(f"{label}: {value}")
+
+
+def rollout_groups(page: str, run_id: str, frame, *, link_prompt: bool = True) -> None:
+    """Rollouts grouped by prompt within a step, each response's tokens coloured by entropy."""
+    from app import derive
+
+    if frame.is_empty():
+        st.info("No rollouts match these filters.")
+        return
+    decode = data.token_decoder(run_id)
+    ents = [h for hs in frame["token_entropy"].to_list() if hs for h in hs] if "token_entropy" in frame.columns else []
+    h_max = max(1e-6, sorted(ents)[int(0.98 * (len(ents) - 1))]) if ents else 2.0
+    groups = derive.group_rollouts(frame)
+    texts = data.prompt_texts(run_id, tuple(sorted({g[1] for g in groups})))
+    for i, (step, prompt_id, rows) in enumerate(groups):
+        with st.container(border=True):
+            st.html(derive.group_header(step, prompt_id, rows, texts.get(prompt_id)))
+            if link_prompt:
+                st.page_link("app_pages/prompt.py", label="this prompt's story", icon=":material/timeline:",
+                             query_params={"run": run_id, "prompt": str(prompt_id)})
+            st.html(derive.group_html(rows, decode, h_max))
+    st.caption(f"entropy colour scale: white 0 → red ≥ {h_max:.2f} nats (98th percentile on this page)")

@@ -1,0 +1,217 @@
+"""The dashboard's data layer: one cached store handle and cached frames, all through
+`workbench.store`'s readers (no SQL here). Widgets are never read in here: pages pass values in.
+
+Live frames (runs, steps, controls) have a short TTL so the live fragments see new steps; frames of
+finished steps (rollouts, allocations) keep longer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import streamlit as st
+
+from app import derive
+from workbench.store import open_store
+
+LIVE_TTL = 2.0
+BROWSE_TTL = 30.0
+
+
+def store_location() -> str:
+    """The store the app was started on: `--store PATH` after the script's `--`, else
+    $WORKBENCH_STORE, else ./store."""
+    # Under `streamlit run`, sys.argv is the script and its arguments; elsewhere (AppTest, the bench)
+    # it belongs to the host process and is not ours to parse.
+    argv = sys.argv[1:] if Path(sys.argv[0]).name == "main.py" else []
+    for i, arg in enumerate(argv):
+        if arg == "--store" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--store="):
+            return arg.split("=", 1)[1]
+    return os.environ.get("WORKBENCH_STORE") or "store"
+
+
+@st.cache_resource(show_spinner=False)
+def _open(location: str):
+    return open_store(location)
+
+
+def store():
+    """The store handle (one per app process and location)."""
+    return _open(store_location())
+
+
+# --- runs and steps (live) ---------------------------------------------------------------------
+
+
+@st.cache_data(ttl=LIVE_TTL, show_spinner=False)
+def runs() -> pl.DataFrame:
+    return store().list_runs()
+
+
+@st.cache_data(ttl=LIVE_TTL, show_spinner=False)
+def run(run_id: str) -> dict:
+    return store().run(run_id)
+
+
+@st.cache_data(ttl=LIVE_TTL, show_spinner=False)
+def steps(run_ids: tuple[str, ...]) -> pl.DataFrame:
+    if not run_ids:
+        return pl.DataFrame()
+    return store().run_steps(list(run_ids))
+
+
+@st.cache_data(ttl=LIVE_TTL, show_spinner=False)
+def evals(run_id: str) -> pl.DataFrame:
+    return store().evals(run_id)
+
+
+@st.cache_data(ttl=LIVE_TTL, show_spinner=False)
+def passk(run_id: str) -> pl.DataFrame:
+    return derive.passk_by_step(evals(run_id))
+
+
+@st.cache_data(ttl=LIVE_TTL, show_spinner=False)
+def controls(run_id: str) -> pl.DataFrame:
+    return store().controls(run_id)
+
+
+@st.cache_data(ttl=LIVE_TTL, show_spinner=False)
+def events(run_id: str) -> pl.DataFrame:
+    return store().events(run_id)
+
+
+@st.cache_data(ttl=LIVE_TTL, show_spinner=False)
+def run_table() -> pl.DataFrame:
+    """The Runs page's table: one row per run with its summary."""
+    r = runs()
+    if r.is_empty():
+        return derive.run_summary(r, pl.DataFrame(), {})
+    ids = tuple(r["run_id"].to_list())
+    best = {}
+    for run_id in ids:
+        pk = passk(run_id)
+        p1 = pk.filter(pl.col("k") == 1)
+        if not p1.is_empty():
+            best[run_id] = float(p1["pass_at_k"].max())
+    return derive.run_summary(r, steps(ids), best)
+
+
+@st.cache_data(ttl=LIVE_TTL, show_spinner=False)
+def entropy_quantiles(run_id: str) -> pl.DataFrame:
+    """Per-step quantiles of rollout entropy (columns step, q, value) from the step metrics
+    (`rollout/entropy_p10`, ... when the engine logs them)."""
+    s = steps((run_id,))
+    if s.is_empty() or "metrics" not in s.columns:
+        return pl.DataFrame(schema={"step": pl.Int64, "q": pl.Utf8, "value": pl.Float64})
+    rows = []
+    for step, metrics in zip(s["step"].to_list(), s["metrics"].to_list()):
+        for key, value in _metric_items(metrics):
+            if key.startswith("rollout/entropy_p") and value is not None:
+                rows.append({"step": step, "q": key.removeprefix("rollout/entropy_"), "value": float(value)})
+    return pl.DataFrame(rows, schema={"step": pl.Int64, "q": pl.Utf8, "value": pl.Float64})
+
+
+def _metric_items(metrics: Any) -> list[tuple[str, Any]]:
+    if metrics is None:
+        return []
+    if isinstance(metrics, dict):
+        return list(metrics.items())
+    if isinstance(metrics, str):
+        return list(json.loads(metrics).items())
+    return [(m["key"], m["value"]) for m in metrics]  # a DuckDB MAP arrives as a list of structs
+
+
+# --- browsing (finished steps) -----------------------------------------------------------------
+
+
+@st.cache_data(ttl=BROWSE_TTL, show_spinner=False)
+def rollouts(run_id: str, filters: tuple[tuple[str, Any], ...], limit: int, offset: int) -> pl.DataFrame:
+    return store().rollouts(run_id, **dict(filters), limit=limit, offset=offset)
+
+
+@st.cache_data(ttl=BROWSE_TTL, show_spinner=False)
+def count_rollouts(run_id: str, filters: tuple[tuple[str, Any], ...]) -> int:
+    return int(store().count_rollouts(run_id, **dict(filters)))
+
+
+@st.cache_data(ttl=BROWSE_TTL, show_spinner=False)
+def step_rewards(run_id: str, step_min: int, step_max: int) -> pl.DataFrame:
+    """(step, prompt_id, reward) of every rollout in a step range (for observed pass rates)."""
+    n = count_rollouts(run_id, (("step_min", step_min), ("step_max", step_max)))
+    return store().rollouts(run_id, step_min=step_min, step_max=step_max, limit=max(n, 1), offset=0,
+                            columns=["step", "prompt_id", "reward"])
+
+
+@st.cache_data(ttl=BROWSE_TTL, show_spinner=False)
+def allocations(run_id: str, step: int | None = None, prompt_id: str | None = None) -> pl.DataFrame:
+    return store().allocations(run_id, step=step, prompt_id=prompt_id)
+
+
+@st.cache_data(ttl=BROWSE_TTL, show_spinner=False)
+def prompt_history(run_id: str, prompt_id: str) -> pl.DataFrame:
+    return store().prompt_history(run_id, prompt_id)
+
+
+@st.cache_data(ttl=BROWSE_TTL, show_spinner=False)
+def prompts(run_id: str) -> pl.DataFrame:
+    return store().prompts(run_id)
+
+
+@st.cache_data(ttl=BROWSE_TTL, show_spinner=False)
+def prompt_texts(run_id: str, prompt_ids: tuple[str, ...]) -> dict[str, str]:
+    p = prompts(run_id)
+    if p.is_empty():
+        return {}
+    sub = p.filter(pl.col("prompt_id").is_in(list(prompt_ids)))
+    return dict(zip(sub["prompt_id"].to_list(), sub["text"].to_list()))
+
+
+@st.cache_resource(show_spinner=False)
+def _tokenizer(path: str):
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(path)
+
+
+def token_decoder(run_id: str):
+    """A function decoding one token id with the run's tokenizer (the `tokenizer.json` of the model
+    the run's config names, the organism's under the store), or None when there is none to be found."""
+    cfg = run(run_id).get("config")
+    cfg = json.loads(cfg) if isinstance(cfg, str) else (cfg or {})
+    model = cfg.get("model") if isinstance(cfg, dict) else None
+    path = model.get("path") if isinstance(model, dict) else None
+    if path == "organism":
+        from workbench.models.organism import OrganismRecipe, organism_dir
+
+        recipe = OrganismRecipe.from_dict(dict(model["organism"])) if model.get("organism") else None
+        path = str(organism_dir(store_location(), recipe))
+    cand = Path(path) / "tokenizer.json" if path else None
+    if cand is None or not cand.is_file():
+        return None
+    tok = _tokenizer(str(cand))
+    return lambda i: tok.decode([int(i)], skip_special_tokens=False)
+
+
+# --- selections shared by the pages ------------------------------------------------------------
+
+
+def run_options() -> tuple[list[str], dict[str, str]]:
+    """Run ids newest first, and a label for each ("name · status · id")."""
+    r = runs()
+    if r.is_empty():
+        return [], {}
+    if "created_at" in r.columns:
+        r = r.sort("created_at", descending=True, nulls_last=True)
+    ids = r["run_id"].to_list()
+    labels = {
+        rid: f"{name} · {status} · {rid[:8]}"
+        for rid, name, status in zip(ids, r["name"].to_list(), r["status"].to_list())
+    }
+    return ids, labels

@@ -1,0 +1,283 @@
+"""Pure frame manipulation for the pages: Polars in, Polars (or plain values) out. No Streamlit and
+no store access, so each helper is unit-tested on hand-made frames. Where a reader the store does
+not have would do the work in the database, the Polars version lives here (see docs/dashboard.md).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from typing import Any
+
+import polars as pl
+
+
+
+def _ks(max_samples: int) -> list[int]:
+    """k values worth plotting for `max_samples` samples per prompt: 1, 2, 4, ... up to it."""
+    ks, k = [], 1
+    while k <= max_samples:
+        ks.append(k)
+        k *= 2
+    return ks
+
+
+def passk_by_step(evals: pl.DataFrame, ks: list[int] | None = None) -> pl.DataFrame:
+    """Held-out pass@k per evaluated step: the unbiased estimator per prompt, averaged over prompts.
+    Columns step, k, pass_at_k, prompts."""
+    from workbench.analysis import pass_at_k
+
+    schema = {"step": pl.Int64, "k": pl.Int64, "pass_at_k": pl.Float64, "prompts": pl.Int64}
+    if evals.is_empty():
+        return pl.DataFrame(schema=schema)
+    ks = ks or _ks(int(evals["samples"].max()))
+    rows = []
+    for (step,), grp in evals.group_by(["step"], maintain_order=True):
+        n = grp["samples"].to_list()
+        c = grp["correct"].to_list()
+        for k in ks:
+            vals = [pass_at_k(ni, ci, k) for ni, ci in zip(n, c) if ni >= k]
+            if vals:
+                rows.append({"step": step, "k": k, "pass_at_k": sum(vals) / len(vals), "prompts": len(vals)})
+    return pl.DataFrame(rows, schema=schema).sort(["step", "k"])
+
+
+def regime_changes(steps: pl.DataFrame) -> list[dict]:
+    """Steps where the budget or the allocator (or its parameters) in force changed, each with a
+    short label for the curves: [{"step": s, "label": "budget 256 rollouts"}, ...]."""
+    need = {"step", "budget", "allocator"}
+    if steps.is_empty() or not need <= set(steps.columns):
+        return []
+    out, prev = [], None
+    has_params = "allocator_params" in steps.columns
+    for row in steps.sort("step").iter_rows(named=True):
+        cur = (row["budget"], row.get("budget_kind"), row["allocator"], row.get("allocator_params") if has_params else None)
+        if prev is not None and cur != prev:
+            parts = []
+            if cur[0] != prev[0] or cur[1] != prev[1]:
+                parts.append(f"budget {cur[0]} {cur[1] or ''}".strip())
+            if cur[2] != prev[2]:
+                parts.append(f"allocator {cur[2]}")
+            elif cur[3] != prev[3]:
+                parts.append(f"{cur[2]} params")
+            out.append({"step": row["step"], "label": " · ".join(parts)})
+        prev = cur
+    return out
+
+
+def run_summary(runs: pl.DataFrame, steps: pl.DataFrame, best_pass1: dict[str, float]) -> pl.DataFrame:
+    """One row per run for the Runs page: status, allocator in force, steps, best held-out pass@1,
+    generated tokens, wall time."""
+    if runs.is_empty():
+        return pl.DataFrame(schema={c: pl.Utf8 for c in ["run_id", "name", "status"]})
+    if steps.is_empty():
+        agg = pl.DataFrame(schema={"run_id": pl.Utf8, "steps": pl.Int64, "last_step": pl.Int64,
+                                   "tokens": pl.Int64, "train_time_s": pl.Float64, "allocator": pl.Utf8})
+    else:
+        agg = steps.sort("step").group_by("run_id").agg(
+            pl.len().alias("steps"),
+            pl.col("step").max().alias("last_step"),
+            pl.col("tokens_generated").sum().alias("tokens"),
+            pl.col("step_time_s").sum().alias("train_time_s"),
+            pl.col("allocator").last().alias("allocator"),
+        )
+    out = runs.drop([c for c in ("steps", "last_step", "allocator") if c in runs.columns]).join(agg, on="run_id", how="left")
+    cfg_alloc = [_config_allocator(c) for c in out["config"].to_list()] if "config" in out.columns else [None] * out.height
+    out = out.with_columns(
+        pl.coalesce(pl.col("allocator"), pl.Series(cfg_alloc, dtype=pl.Utf8)).alias("allocator"),
+        pl.col("steps").fill_null(0),
+        pl.col("tokens").fill_null(0),
+        pl.Series("best_pass1", [best_pass1.get(r) for r in out["run_id"].to_list()], dtype=pl.Float64),
+    )
+    if {"created_at", "updated_at"} <= set(out.columns):
+        end = pl.max_horizontal("heartbeat_at", "updated_at") if "heartbeat_at" in out.columns else pl.col("updated_at")
+        out = out.with_columns(((end - pl.col("created_at")).dt.total_milliseconds() / 1000.0).alias("wall_time_s"))
+    keep = ["name", "status", "allocator", "steps", "best_pass1", "tokens", "wall_time_s", "train_time_s",
+            "created_at", "run_id"]
+    return out.select([c for c in keep if c in out.columns]).sort("created_at", descending=True, nulls_last=True) \
+        if "created_at" in out.columns else out.select([c for c in keep if c in out.columns])
+
+
+def _config_allocator(config: Any) -> str | None:
+    try:
+        cfg = json.loads(config) if isinstance(config, str) else (config or {})
+        alloc = cfg.get("allocator")
+        return alloc.get("name") if isinstance(alloc, dict) else alloc
+    except (ValueError, AttributeError):
+        return None
+
+
+def budget_used(allocs: pl.DataFrame) -> pl.DataFrame:
+    """Rollouts granted per step and stage, with the budget in force (rollout budgets only; a token
+    budget is shown by the tokens chart)."""
+    if allocs.is_empty():
+        return pl.DataFrame(schema={"step": pl.Int64, "stage": pl.Int64, "granted": pl.Int64, "budget": pl.Int64})
+    budget = pl.when(pl.col("budget_kind") == "rollouts").then(pl.col("budget")).otherwise(None) \
+        if "budget_kind" in allocs.columns else pl.col("budget")
+    return (
+        allocs.with_columns(budget.alias("_budget"))
+        .group_by(["step", "stage"])
+        .agg(pl.col("granted").sum(), pl.col("_budget").max().alias("budget"))
+        .sort(["step", "stage"])
+    )
+
+
+def rollouts_per_prompt(allocs: pl.DataFrame) -> list[int]:
+    """Rollouts granted to each prompt over all stages of the step(s) in `allocs`."""
+    if allocs.is_empty():
+        return []
+    per = allocs.group_by(["step", "prompt_id"]).agg(pl.col("granted").sum())
+    return per["granted"].to_list()
+
+
+def calibration_pairs(allocs: pl.DataFrame, rollouts: pl.DataFrame) -> pl.DataFrame:
+    """Predicted pass rate (the stage-0 prediction of each prompt in each step) against the pass
+    rate observed over all the group's rollouts in that step (reward >= 0.5 counts as a pass)."""
+    schema = {"step": pl.Int64, "prompt_id": pl.Utf8, "predicted": pl.Float64, "observed": pl.Float64, "n": pl.Int64}
+    if allocs.is_empty() or rollouts.is_empty():
+        return pl.DataFrame(schema=schema)
+    pred = (
+        allocs.filter(pl.col("predicted_pass").is_not_null())
+        .sort("stage")
+        .group_by(["step", "prompt_id"])
+        .agg(pl.col("predicted_pass").first().alias("predicted"))
+    )
+    obs = rollouts.group_by(["step", "prompt_id"]).agg(
+        (pl.col("reward") >= 0.5).mean().alias("observed"), pl.len().alias("n")
+    )
+    return pred.join(obs, on=["step", "prompt_id"], how="inner").select(list(schema)).cast(schema)
+
+
+def zero_signal_groups(steps: pl.DataFrame) -> pl.DataFrame:
+    """Per step, the number of prompt groups whose rewards did not vary (no GRPO gradient)."""
+    if steps.is_empty() or "zero_signal_frac" not in steps.columns:
+        return pl.DataFrame(schema={"step": pl.Int64, "zero_signal_groups": pl.Float64})
+    return steps.select(
+        "step", (pl.col("zero_signal_frac") * pl.col("prompts")).round(0).alias("zero_signal_groups"),
+        "zero_signal_frac",
+    ).sort("step")
+
+
+def cumulative_axes(steps: pl.DataFrame) -> pl.DataFrame:
+    """Per step of one run: generated tokens so far and training wall time so far (seconds, pauses
+    excluded: the sum of step times)."""
+    s = steps.sort("step")
+    return s.select(
+        "step",
+        pl.col("tokens_generated").fill_null(0).cum_sum().alias("tokens"),
+        pl.col("step_time_s").fill_null(0.0).cum_sum().alias("wall_s"),
+    )
+
+
+def compare_curves(per_run: dict[str, tuple[pl.DataFrame, pl.DataFrame]]) -> pl.DataFrame:
+    """pass@k of each run against generated tokens and wall time at the evaluated step.
+    `per_run` maps a run label to (steps, evals). Columns run, step, tokens, wall_s, k, pass_at_k."""
+    frames = []
+    for label, (steps, evals) in per_run.items():
+        pk = passk_by_step(evals)
+        if pk.is_empty() or steps.is_empty():
+            continue
+        axes = cumulative_axes(steps)
+        frames.append(pk.join(axes, on="step", how="inner").with_columns(pl.lit(label).alias("run")))
+    if not frames:
+        return pl.DataFrame(schema={"run": pl.Utf8, "step": pl.Int64, "tokens": pl.Int64, "wall_s": pl.Float64,
+                                    "k": pl.Int64, "pass_at_k": pl.Float64})
+    return pl.concat(frames, how="diagonal_relaxed").select("run", "step", "tokens", "wall_s", "k", "pass_at_k")
+
+
+def entropy_colour(h: float, h_max: float) -> str:
+    """Background colour for a token with entropy `h`: white (certain) to orange-red (uncertain)."""
+    t = 0.0 if not h_max or h is None or math.isnan(h) else max(0.0, min(1.0, h / h_max))
+    r, g, b = 255, int(255 - 150 * t), int(255 - 220 * t)
+    return f"rgb({r},{g},{b})"
+
+
+def token_pieces(response: str, token_ids: list[int] | None, decode: Any | None) -> list[str]:
+    """The response split into one piece per generated token: decoded one id at a time by the run's
+    tokenizer when there is one, else one character per token when the lengths agree (character
+    tokenizers), else the whole response as a single piece."""
+    ids = list(token_ids or [])
+    if decode is not None and ids:
+        try:
+            return [decode(i) for i in ids]
+        except Exception:  # noqa: BLE001 - a tokenizer that can't decode an id: fall back below
+            pass
+    if ids and len(response) == len(ids):
+        return list(response)
+    return [response]
+
+
+def token_html(pieces: list[str], entropies: list[float] | None, h_max: float = 2.0) -> str:
+    """HTML spans, one per token, coloured by entropy; every piece of text is escaped."""
+    ents = list(entropies or [])
+    spans = []
+    for i, piece in enumerate(pieces):
+        h = ents[i] if i < len(ents) and len(pieces) == len(ents) else None
+        text = html.escape(piece).replace("\n", "⏎<br>") or "&#8203;"
+        if h is None:
+            spans.append(f"<span>{text}</span>")
+        else:
+            spans.append(f'<span title="H={h:.3f}" style="background:{entropy_colour(h, h_max)}">{text}</span>')
+    return ('<div style="font-family:monospace;white-space:pre-wrap;line-height:1.6">' + "".join(spans) + "</div>")
+
+
+ROLLOUT_FIELDS = [
+    ("idx", "#", "{}"),
+    ("stage", "stage", "{}"),
+    ("policy_version", "policy", "{}"),
+    ("reward", "reward", "{:.3g}"),
+    ("verdict", "verdict", "{}"),
+    ("advantage", "advantage", "{:+.3f}"),
+    ("length", "len", "{}"),
+    ("entropy_mean", "H mean", "{:.3f}"),
+]
+
+
+def _fmt(fmt: str, value: Any) -> str:
+    if value is None:
+        return "–"
+    try:
+        return fmt.format(value)
+    except (ValueError, TypeError):
+        return str(value)
+
+
+def group_html(rows: list[dict], decode: Any | None = None, h_max: float = 2.0) -> str:
+    """One prompt's rollouts within a step as an HTML table: the rollout's fields, then its response
+    with each token coloured by entropy. Every value is escaped."""
+    head = "".join(f"<th style='text-align:left;padding:2px 6px'>{html.escape(lab)}</th>" for _, lab, _ in ROLLOUT_FIELDS)
+    body = []
+    for r in rows:
+        cells = "".join(
+            f"<td style='padding:2px 6px;white-space:nowrap'>{html.escape(_fmt(fmt, r.get(col)))}</td>"
+            for col, _, fmt in ROLLOUT_FIELDS
+        )
+        pieces = token_pieces(r.get("response") or "", r.get("token_ids"), decode)
+        tokens = token_html(pieces, r.get("token_entropy"), h_max)
+        body.append(f"<tr>{cells}<td style='padding:2px 6px;width:100%'>{tokens}</td></tr>")
+    return (
+        "<table style='border-collapse:collapse;font-size:0.85rem;width:100%'>"
+        f"<thead><tr>{head}<th style='text-align:left;padding:2px 6px'>response (tokens coloured by entropy)</th>"
+        f"</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    )
+
+
+def group_rollouts(frame: pl.DataFrame) -> list[tuple[int, str, list[dict]]]:
+    """The rows of a page grouped by (step, prompt) in the store's order: [(step, prompt_id, rows)]."""
+    groups: list[tuple[int, str, list[dict]]] = []
+    for row in frame.iter_rows(named=True):
+        key = (row["step"], row["prompt_id"])
+        if groups and (groups[-1][0], groups[-1][1]) == key:
+            groups[-1][2].append(row)
+        else:
+            groups.append((row["step"], row["prompt_id"], [row]))
+    return groups
+
+
+def group_header(step: int, prompt_id: str, rows: list[dict], text: str | None) -> str:
+    """A group's one-line header as escaped HTML: step, prompt, correct count, prompt text."""
+    correct = sum(1 for r in rows if (r.get("reward") or 0) >= 0.5)
+    t = f" — <code>{html.escape(text)}</code>" if text else ""
+    return (f"<div style='margin-top:0.6rem'><b>step {step}</b> · prompt <code>{html.escape(str(prompt_id))}</code>"
+            f" · {correct}/{len(rows)} correct on this page{t}</div>")

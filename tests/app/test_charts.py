@@ -1,0 +1,117 @@
+"""The pure chart builders: the data in the frame reaches the figure's traces."""
+
+import polars as pl
+
+from app import charts
+
+STEPS = pl.DataFrame({
+    "run_id": ["r"] * 4,
+    "step": [0, 1, 2, 3],
+    "reward_mean": [0.2, 0.3, 0.35, 0.5],
+    "reward_std": [0.1, 0.1, 0.1, 0.1],
+    "entropy_mean": [1.0, 0.9, 0.8, 0.7],
+    "zero_signal_frac": [0.5, 0.4, 0.3, 0.2],
+    "rollouts": [64, 64, 32, 32],
+    "tokens_generated": [640, 600, 300, 280],
+    "time_generate_s": [0.2, 0.2, 0.1, 0.1],
+    "time_verify_s": [0.01] * 4,
+    "time_train_s": [0.5] * 4,
+    "time_log_s": [0.05] * 4,
+    "budget": [64, 64, 32, 32],
+    "budget_kind": ["rollouts"] * 4,
+    "allocator": ["uniform", "uniform", "uniform", "multistage"],
+})
+
+
+def _trace(fig, name):
+    return next(t for t in fig.data if t.name == name)
+
+
+def test_line_chart_carries_values_and_regime_marks():
+    changes = [{"step": 2, "label": "budget 32 rollouts"}, {"step": 3, "label": "allocator multistage"}]
+    fig = charts.line_chart(STEPS, [("reward_mean", "reward mean")], "reward", changes=changes,
+                            band=("reward_mean", "reward_std"))
+    t = _trace(fig, "reward mean")
+    assert list(t.y) == [0.2, 0.3, 0.35, 0.5]
+    assert "allocator uniform · budget 64 rollouts" == t.customdata[0]
+    assert [s.x0 for s in fig.layout.shapes] == [2, 3]
+    assert {a.text for a in fig.layout.annotations} == {"budget 32 rollouts", "allocator multistage"}
+    band = _trace(fig, "±1 std")
+    assert max(band.y) == 0.6 and min(band.y) == 0.1
+
+
+def test_empty_frames_give_a_titled_empty_figure():
+    fig = charts.line_chart(pl.DataFrame(), [("reward_mean", "r")], "reward")
+    assert fig.layout.title.text == "reward"
+    assert fig.layout.annotations[0].text == "no data yet"
+    assert len(fig.data) == 0
+    assert charts.passk_chart(pl.DataFrame()).layout.annotations[0].text == "no evaluations yet"
+
+
+def test_passk_chart_one_line_per_k():
+    pk = pl.DataFrame({"step": [0, 0, 5, 5], "k": [1, 4, 1, 4], "pass_at_k": [0.3, 0.6, 0.4, 0.7]})
+    fig = charts.passk_chart(pk)
+    assert [t.name for t in fig.data] == ["pass@1", "pass@4"]
+    assert list(_trace(fig, "pass@4").y) == [0.6, 0.7]
+
+
+def test_entropy_chart_adds_quantiles():
+    q = pl.DataFrame({"step": [0, 0, 1, 1], "q": ["p10", "p90", "p10", "p90"], "value": [0.1, 2.0, 0.2, 1.8]})
+    fig = charts.entropy_chart(STEPS, q)
+    assert list(_trace(fig, "p90").y) == [2.0, 1.8]
+    assert list(_trace(fig, "mean").y) == [1.0, 0.9, 0.8, 0.7]
+
+
+def test_time_and_throughput():
+    fig = charts.stacked_time_chart(STEPS)
+    assert [t.name for t in fig.data] == ["generate", "verify", "train", "log"]
+    assert fig.layout.barmode == "stack"
+    fig = charts.throughput_chart(STEPS)
+    assert list(_trace(fig, "tokens").y) == [640, 600, 300, 280]
+    assert _trace(fig, "tokens").yaxis == "y2"
+
+
+def test_budget_chart_stacks_stages_under_budget_line():
+    used = pl.DataFrame({"step": [0, 0, 1], "stage": [0, 1, 0], "granted": [48, 16, 64], "budget": [64, 64, 64]})
+    fig = charts.budget_chart(used)
+    assert list(_trace(fig, "stage 1").y) == [16]
+    assert list(_trace(fig, "budget").y) == [64, 64]
+
+
+def test_histogram_counts_values():
+    fig = charts.histogram_chart([8, 8, 8, 16, 24], "h", x="rollouts")
+    assert list(fig.data[0].x) == [8, 16, 24]
+    assert list(fig.data[0].y) == [3, 1, 1]
+
+
+def test_calibration_bins_are_rollout_weighted():
+    pairs = pl.DataFrame({"predicted": [0.12, 0.18, 0.9], "observed": [0.0, 1.0, 1.0], "n": [1, 3, 8]})
+    b = charts.calibration_bins(pairs)
+    assert b["n"].to_list() == [4, 8]
+    assert abs(b["observed"][0] - 0.75) < 1e-12
+    fig = charts.calibration_chart(pairs)
+    assert list(_trace(fig, "groups").x) == [0.12, 0.18, 0.9]
+
+
+def test_posterior_band_and_visits():
+    h = pl.DataFrame({"step": [0, 1, 2], "alpha": [2.0, 2.0, 6.0], "beta": [8.0, 8.0, 8.0],
+                      "last_step": [0, 0, 2], "last_pass": [0.125, 0.125, 0.5]})
+    fig = charts.posterior_chart(h)
+    assert list(_trace(fig, "posterior mean").y) == [0.2, 0.2, 6 / 14]
+    assert list(_trace(fig, "observed at visit").x) == [0, 2]
+    band = _trace(fig, "~90% band")
+    assert all(0.0 <= y <= 1.0 for y in band.y)
+
+
+def test_grants_and_compare():
+    g = pl.DataFrame({"step": [3, 3, 5], "stage": [0, 1, 0], "granted": [8, 16, 8],
+                      "reason": ["base", "hard: 0/8", "base"]})
+    fig = charts.grants_chart(g)
+    assert list(_trace(fig, "stage 1").customdata) == ["hard: 0/8"]
+    curves = pl.DataFrame({"run": ["a", "a", "b"], "tokens": [10, 20, 15], "wall_s": [1.0, 2.0, 1.5],
+                           "k": [1, 1, 1], "pass_at_k": [0.2, 0.3, 0.25], "step": [0, 1, 0]})
+    fig = charts.compare_chart(curves, x="tokens", x_title="t", k=1, title="c")
+    assert [t.name for t in fig.data] == ["a", "b"]
+    assert list(_trace(fig, "a").x) == [10, 20]
+    assert charts.compare_chart(curves, x="tokens", x_title="t", k=8, title="c").layout.annotations[0].text \
+        == "no evaluations in the selected runs"

@@ -1,0 +1,105 @@
+"""The pure frame helpers behind the pages, on hand-made frames."""
+
+import math
+from datetime import datetime, timedelta, timezone
+
+import polars as pl
+
+from app import derive
+
+
+def test_passk_by_step_is_the_unbiased_estimator_averaged_over_prompts():
+    ev = pl.DataFrame({"step": [0, 0, 4, 4], "prompt_id": ["a", "b", "a", "b"],
+                       "samples": [4, 4, 4, 4], "correct": [0, 2, 1, 4]})
+    pk = derive.passk_by_step(ev)
+    assert sorted(pk["k"].unique().to_list()) == [1, 2, 4]
+    p = {(r["step"], r["k"]): r["pass_at_k"] for r in pk.to_dicts()}
+    assert math.isclose(p[(0, 1)], (0 + 0.5) / 2)
+    # pass@2 with 2 of 4 correct: 1 - C(2,2)/C(4,2) = 5/6
+    assert math.isclose(p[(0, 2)], (0 + 5 / 6) / 2)
+    assert math.isclose(p[(4, 4)], 1.0)
+    assert derive.passk_by_step(pl.DataFrame()).is_empty()
+
+
+def test_regime_changes_label_budget_and_allocator_switches():
+    steps = pl.DataFrame({"step": [0, 1, 2, 3, 4], "budget": [64, 64, 32, 32, 32],
+                          "budget_kind": ["rollouts"] * 5,
+                          "allocator": ["uniform", "uniform", "uniform", "multistage", "multistage"],
+                          "allocator_params": ["{}", "{}", "{}", "{}", '{"n": 4}']})
+    assert derive.regime_changes(steps) == [
+        {"step": 2, "label": "budget 32 rollouts"},
+        {"step": 3, "label": "allocator multistage"},
+        {"step": 4, "label": "multistage params"},
+    ]
+
+
+def test_run_summary_one_row_per_run():
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    runs = pl.DataFrame({"run_id": ["a", "b"], "name": ["A", "B"], "status": ["running", "finished"],
+                         "created_at": [t0, t0 + timedelta(minutes=1)],
+                         "updated_at": [t0 + timedelta(seconds=90), t0 + timedelta(minutes=2)],
+                         "heartbeat_at": [t0 + timedelta(seconds=100), None],
+                         "config": ['{"allocator": {"name": "uniform"}}', '{"allocator": {"name": "selective"}}'],
+                         "steps": [2, 0], "last_step": [1, None]})
+    steps = pl.DataFrame({"run_id": ["a", "a"], "step": [0, 1], "tokens_generated": [100, 50],
+                          "step_time_s": [1.0, 2.0], "allocator": ["uniform", "multistage"]})
+    s = derive.run_summary(runs, steps, {"a": 0.4})
+    rows = {r["run_id"]: r for r in s.to_dicts()}
+    assert rows["a"]["steps"] == 2 and rows["a"]["tokens"] == 150 and rows["a"]["allocator"] == "multistage"
+    assert rows["a"]["best_pass1"] == 0.4 and rows["a"]["wall_time_s"] == 100.0
+    assert rows["b"]["steps"] == 0 and rows["b"]["allocator"] == "selective" and rows["b"]["best_pass1"] is None
+    assert s["run_id"].to_list() == ["b", "a"]  # newest first
+
+
+def test_budget_histogram_and_calibration():
+    allocs = pl.DataFrame({"step": [1, 1, 1, 1], "stage": [0, 0, 1, 0], "prompt_id": ["a", "b", "a", "c"],
+                           "granted": [8, 8, 16, 8], "budget": [64] * 4, "budget_kind": ["rollouts"] * 4,
+                           "predicted_pass": [0.2, 0.9, None, 0.5]})
+    used = derive.budget_used(allocs)
+    assert used.to_dicts() == [{"step": 1, "stage": 0, "granted": 24, "budget": 64},
+                               {"step": 1, "stage": 1, "granted": 16, "budget": 64}]
+    assert sorted(derive.rollouts_per_prompt(allocs)) == [8, 8, 24]
+    rollouts = pl.DataFrame({"step": [1] * 6, "prompt_id": ["a", "a", "a", "a", "b", "b"],
+                             "reward": [1.0, 0.0, 0.0, 0.0, 1.0, 1.0]})
+    pairs = derive.calibration_pairs(allocs, rollouts).sort("prompt_id")
+    assert pairs.select("prompt_id", "predicted", "observed", "n").rows() == [("a", 0.2, 0.25, 4), ("b", 0.9, 1.0, 2)]
+
+
+def test_compare_curves_put_passk_on_tokens_and_wall_time():
+    steps = pl.DataFrame({"step": [0, 1, 2], "tokens_generated": [10, 10, 10], "step_time_s": [1.0, 1.0, 2.0]})
+    ev = pl.DataFrame({"step": [0, 2], "prompt_id": ["a", "a"], "samples": [2, 2], "correct": [1, 2]})
+    c = derive.compare_curves({"run A": (steps, ev)})
+    p1 = c.filter(pl.col("k") == 1).sort("step")
+    assert p1.select("tokens", "wall_s", "pass_at_k").rows() == [(10, 1.0, 0.5), (30, 4.0, 1.0)]
+    assert set(c["run"]) == {"run A"}
+
+
+def test_token_html_escapes_every_piece():
+    pieces = derive.token_pieces("<script>alert(1)</script>", list(range(25)), None)
+    assert len(pieces) == 25  # one character per token when the lengths agree
+    out = derive.token_html(pieces, [0.1] * 25)
+    assert "<script>" not in out and "&lt;" in out and "&gt;" in out
+    assert out.count("<span ") == 25
+    # a tokenizer decoding ids one at a time wins over the character split
+    assert derive.token_pieces("ab", [7, 8], lambda i: f"<{i}>") == ["<7>", "<8>"]
+    # lengths that disagree and no tokenizer: the whole response, uncoloured
+    assert derive.token_pieces("abc", [1], None) == ["abc"]
+    assert "<span>abc</span>" in derive.token_html(["abc"], [0.5, 0.7])
+
+
+def test_group_html_escapes_fields_and_groups_keep_order():
+    rows = [{"step": 3, "prompt_id": "p<1>", "idx": i, "stage": 0, "policy_version": 3, "reward": 1.0,
+             "verdict": "'; DROP TABLE rollouts; --", "advantage": 0.5, "length": 2, "entropy_mean": 0.2,
+             "response": "<b", "token_ids": [1, 2], "token_entropy": [0.1, 1.9]} for i in range(2)]
+    out = derive.group_html(rows)
+    assert ">&lt;</span>" in out and "<b" not in out
+    assert "&#x27;; DROP TABLE rollouts; --" in out
+    assert "+0.500" in out
+    groups = derive.group_rollouts(pl.DataFrame(rows + [{**rows[0], "prompt_id": "q"}]))
+    assert [(g[0], g[1], len(g[2])) for g in groups] == [(3, "p<1>", 2), (3, "q", 1)]
+    assert "&lt;1&gt;" in derive.group_header(3, "p<1>", rows, "1+1=")
+
+
+def test_entropy_colour_runs_white_to_red():
+    assert derive.entropy_colour(0.0, 2.0) == "rgb(255,255,255)"
+    assert derive.entropy_colour(5.0, 2.0) == "rgb(255,105,35)"

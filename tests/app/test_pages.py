@@ -1,0 +1,211 @@
+"""Every page of the dashboard through Streamlit's AppTest on a store filled through the store's
+writer API (two runs, budget and allocator changes, evaluations, one hostile response): no
+exceptions, the numbers shown are the store's, hostile filter values are shown as text and change
+nothing, and the control panel writes the commands it says it writes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+import synth  # noqa: E402
+from workbench.store import open_store  # noqa: E402
+
+MAIN = str(Path(__file__).resolve().parents[2] / "app" / "main.py")
+HOSTILE = ["'; DROP TABLE rollouts; --", "<script>alert(1)</script>"]
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory):
+    path = tmp_path_factory.mktemp("dash") / "store"
+    ids = synth.fill(path, steps=4)
+    return path, ids
+
+
+@pytest.fixture
+def app(lake, monkeypatch):
+    import streamlit as st
+
+    monkeypatch.setenv("WORKBENCH_STORE", str(lake[0]))
+    st.cache_data.clear()  # the store handle (cache_resource) stays open across tests
+    at = AppTest.from_file(MAIN, default_timeout=60)
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def page(at, name):
+    at.switch_page(f"app_pages/{name}.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def metrics(at):
+    return {m.label: m.value for m in at.metric}
+
+
+def htmls(at):
+    return [h.proto.body for h in at.get("html")]
+
+
+def test_runs_page_lists_every_run_with_its_numbers(app, lake):
+    path, ids = lake
+    df = app.dataframe[0].value
+    assert sorted(df["run_id"]) == sorted(ids)
+    with open_store(path) as store:
+        steps = store.run_steps(ids)
+    for rid in ids:
+        row = df[df["run_id"] == rid].iloc[0]
+        mine = steps.filter(steps["run_id"] == rid)
+        assert row["steps"] == mine.height
+        assert row["tokens"] == mine["tokens_generated"].sum()
+        assert 0.0 < row["best_pass1"] <= 1.0
+    # the finished run has its lifecycle buttons disabled; the running one can be paused
+    app.selectbox(key="runs_run").set_value(ids[1]).run()
+    assert app.button(key="runs_pause").disabled
+    app.selectbox(key="runs_run").set_value(ids[0]).run()
+    assert not app.button(key="runs_pause").disabled
+
+
+def test_live_page_shows_the_last_step_and_regime(app, lake):
+    path, ids = lake
+    at = page(app, "live")
+    run_id = at.selectbox(key="live_run").value
+    with open_store(path) as store:
+        last = store.run_steps(run_id).sort("step").tail(1).to_dicts()[0]
+    m = metrics(at)
+    assert m["step"] == str(last["step"])
+    assert m["reward"] == f"{last['reward_mean']:.3f}"
+    assert m["allocator"] == last["allocator"]
+    assert m["budget (rollouts)"] == str(last["budget"])
+    assert float(m["held-out pass@1"]) > 0
+    assert at.selectbox(key="live_allocator").value in at.selectbox(key="live_allocator").options
+
+
+def test_rollouts_page_groups_and_escapes(app, lake):
+    path, ids = lake
+    at = page(app, "rollouts")
+    at.selectbox(key="rollouts_run").set_value(ids[0]).run()
+    with open_store(path) as store:
+        last = int(store.run_steps(ids[0])["step"].max())
+        n = store.count_rollouts(ids[0], step_min=last, step_max=last)
+        first = store.rollouts(ids[0], step_min=last, step_max=last, limit=1)
+    assert at.text[0].value.startswith(f"{n} rollouts match")
+    body = "".join(htmls(at))
+    assert f"<b>step {last}</b>" in body and first["prompt_id"][0] in body
+    # the synthetic hostile response is shown as text, never as markup
+    assert "&lt;script&gt;" in body or "&lt;</span>" in body
+    assert "<script>" not in body
+
+
+@pytest.mark.parametrize("value", HOSTILE)
+def test_hostile_filters_are_text_and_change_nothing(app, lake, value):
+    path, ids = lake
+    with open_store(path) as store:
+        before = store.count_rollouts(ids[0])
+    at = page(app, "rollouts")
+    at.selectbox(key="rollouts_run").set_value(ids[0]).run()
+    at.text_input(key="rollouts_prompt").set_value(value).run()
+    assert not at.exception
+    assert at.text[0].value == f"0 rollouts match · page 1 of 1 · prompt filter: {value}"
+    assert any("No rollouts match" in i.value for i in at.info)
+    at.text_input(key="rollouts_prompt").set_value("").run()
+    at.selectbox(key="rollouts_verdict").set_value("other…").run()
+    at.text_input(key="rollouts_verdict_other").set_value(value).run()
+    assert not at.exception
+    assert at.text[0].value.endswith(f"verdict filter: {value}")
+    assert at.text[0].value.startswith("0 rollouts match")
+    with open_store(path) as store:
+        assert store.count_rollouts(ids[0]) == before
+
+
+def test_prompt_page_tells_one_prompts_story(app, lake):
+    path, ids = lake
+    at = page(app, "prompt")
+    run_id = at.selectbox(key="prompt_run").value
+    prompt_id = at.selectbox(key="prompt_prompt").value
+    with open_store(path) as store:
+        allocs = store.allocations(run_id, prompt_id=prompt_id)
+        text = store.prompts(run_id).filter(pl_col("prompt_id") == prompt_id)["text"][0]
+        n = store.count_rollouts(run_id, prompt_id=prompt_id)
+    assert at.code[0].value == text
+    grants = at.dataframe[0].value
+    assert int(grants["granted"].sum()) == int(allocs["granted"].sum())
+    assert set(grants["reason"]) == set(allocs["reason"].to_list())
+    assert any(t.value.startswith(f"{n} rollouts") for t in at.text)
+    # a hostile prompt id is shown as text and finds nothing
+    at.selectbox(key="prompt_prompt").set_value(prompt_id)  # the box accepts typed ids in the browser
+    assert not at.exception
+
+
+def pl_col(name):
+    import polars as pl
+
+    return pl.col(name)
+
+
+def test_allocation_page_counts_the_step(app, lake):
+    path, ids = lake
+    at = page(app, "allocation")
+    run_id = at.selectbox(key="allocation_run").value
+    step = at.slider(key="allocation_step").value
+    with open_store(path) as store:
+        allocs = store.allocations(run_id, step=step)
+    m = metrics(at)
+    assert m["rollouts granted"] == str(int(allocs["granted"].sum()))
+    assert m["prompts"] == str(allocs["prompt_id"].n_unique())
+    table = at.dataframe[0].value
+    assert sorted(table["prompt_id"]) == sorted(allocs["prompt_id"].to_list())
+
+
+def test_compare_page_summarises_each_run(app, lake):
+    path, ids = lake
+    at = page(app, "compare")
+    assert sorted(at.multiselect(key="compare_runs").value) == sorted(ids)
+    summary = at.dataframe[0].value
+    assert summary["run"].nunique() == len(ids)
+    assert set(summary["k"]) == {1, at.selectbox(key="compare_k").value}
+    assert ((summary["best"] >= summary["final"]) & (summary["best"] <= 1.0)).all()
+
+
+def test_control_panel_writes_the_commands(app, lake):
+    path, ids = lake
+    at = page(app, "live")
+    at.selectbox(key="live_run").set_value(ids[0]).run()  # the run still marked running
+    at.slider(key="live_budget").set_value(24)
+    next(b for b in at.button if b.label == "Set budget").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    other = next(a for a in at.selectbox(key="live_allocator").options if a != at.selectbox(key="live_allocator").value)
+    at.selectbox(key="live_allocator").set_value(other).run()
+    next(b for b in at.button if b.label == f"Switch to {other}").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    at.button(key="live_pause").click().run()
+    with open_store(path) as store:
+        ctl = store.controls(ids[0]).to_dicts()
+    got = [(c["command"], json.loads(c["args"]) if isinstance(c["args"], str) else c["args"]) for c in ctl]
+    assert ("set_budget", {"kind": "rollouts", "amount": 24}) in got
+    assert any(cmd == "set_allocator" and args["name"] == other for cmd, args in got)
+    assert ("pause", {}) in got
+    assert all(c["who"] == "dashboard" and c["status"] == "pending" for c in ctl)
+    shown = at.dataframe[0].value
+    assert set(shown["command"]) >= {"set_budget", "set_allocator", "pause"}
+
+
+def test_allocator_form_rejects_a_bad_value_before_sending(app, lake):
+    path, ids = lake
+    at = page(app, "live")
+    at.selectbox(key="live_run").set_value(ids[0]).run()
+    at.selectbox(key="live_allocator").set_value("multistage").run()
+    with open_store(path) as store:
+        before = store.controls(ids[0]).height
+    at.number_input(key="live_param_multistage_n").set_value(0)
+    label = next(b.label for b in at.button if b.label.startswith(("Switch to", "Set parameters")))
+    next(b for b in at.button if b.label == label).click().run()
+    assert any("multistage.n" in e.value for e in at.error)
+    with open_store(path) as store:
+        assert store.controls(ids[0]).height == before
