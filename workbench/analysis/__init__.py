@@ -1,0 +1,43 @@
+"""Analysis over what the store holds: pass@k, entropy statistics, allocation efficiency.
+
+Pure functions of Polars frames shaped like the store's tables (read them with `workbench.store`);
+notebooks and the dashboard call these and never hold SQL of their own.
+"""
+
+from workbench.analysis.efficiency import (
+    allocation_efficiency,
+    grants_by_step,
+    group_outcomes,
+    rollouts_by_difficulty,
+    zero_signal_by_step,
+)
+from workbench.analysis.entropy import (
+    detect_entropy_collapse,
+    entropy_by_correctness,
+    entropy_by_position,
+    entropy_by_step,
+    forking_token_counts,
+    forking_tokens,
+    token_entropies,
+)
+from workbench.analysis.passk import bootstrap_mean_ci, pass_at_k, pass_at_k_by_k, pass_at_k_curve, with_pass_at_k
+
+__all__ = [
+    "allocation_efficiency",
+    "bootstrap_mean_ci",
+    "detect_entropy_collapse",
+    "entropy_by_correctness",
+    "entropy_by_position",
+    "entropy_by_step",
+    "forking_token_counts",
+    "forking_tokens",
+    "grants_by_step",
+    "group_outcomes",
+    "pass_at_k",
+    "pass_at_k_by_k",
+    "pass_at_k_curve",
+    "rollouts_by_difficulty",
+    "token_entropies",
+    "with_pass_at_k",
+    "zero_signal_by_step",
+]
