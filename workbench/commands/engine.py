@@ -1,16 +1,206 @@
-"""Commands of the engine: run, resume, demo, config (see workbench/commands/__init__.py)."""
+"""Commands of the engine: run, resume, demo, config show, bench engine, bench learn
+(see workbench/commands/__init__.py)."""
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+from typing import Annotated, Optional
+
 import typer
+
+from workbench.commands.common import JsonOpt, StoreOpt, print_json, store_path
+
+ConfigArg = Annotated[
+    Optional[Path],
+    typer.Argument(help="Run config (TOML). Default: the default experiment on the model organism.",
+                   show_default=False),
+]
+SetOpt = Annotated[
+    Optional[list[str]],
+    typer.Option("--set", help="Override a config field: --set optim.lr=5e-5 (repeatable; value read as TOML)."),
+]
+
+
+def _progress(total: int, title: str):
+    """A rich progress bar and the on_step callback that advances it."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        TextColumn("{task.fields[info]}"), transient=False,
+    )
+    task = progress.add_task(title, total=total, info="")
+
+    def on_step(step: int, m: dict) -> None:
+        if step == 0:
+            progress.update(task, info=f"warm start: eval pass@1 {m.get('eval/pass1', 0):.3f}")
+            return
+        info = (f"reward {m.get('rollout/reward_mean', 0):.3f}  entropy {m.get('rollout/entropy_mean', 0):.3f}  "
+                f"tokens {m.get('rollout/tokens_generated', 0)}  {m.get('perf/rollouts_per_s', 0):.0f} rollouts/s")
+        if "eval/pass1" in m:
+            info += f"  eval pass@1 {m['eval/pass1']:.3f}"
+        progress.update(task, completed=step, info=info)
+
+    return progress, on_step
+
+
+def _run_foreground(cfg, store: Path, run_id: Optional[str], quiet: bool = False) -> str:
+    from workbench.engine import run
+
+    if quiet:
+        return run(cfg, store=str(store), run_id=run_id, store_dir=store)
+    progress, on_step = _progress(cfg.steps, cfg.name)
+    with progress:
+        return run(cfg, store=str(store), run_id=run_id, on_step=on_step, store_dir=store)
+
+
+def _summary(store: Path, run_id: str) -> None:
+    from workbench.store import open_store
+
+    with open_store(str(store)) as st:
+        info = st.run(run_id)
+        steps = st.run_steps(run_id)
+        evals = st.evals(run_id)
+    typer.echo(f"run {run_id} ({info.get('name')}): {info.get('status')}, {steps.height} steps in {store}")
+    if evals.height:
+        import polars as pl
+
+        by_step = evals.group_by("step").agg((pl.col("correct").sum() / pl.col("samples").sum()).alias("pass1"))
+        by_step = by_step.sort("step")
+        first, last = by_step.row(0, named=True), by_step.row(-1, named=True)
+        typer.echo(f"held-out pass@1: {first['pass1']:.3f} at step {first['step']} -> "
+                   f"{last['pass1']:.3f} at step {last['step']}")
 
 
 def register(app: typer.Typer, bench: typer.Typer) -> None:
     """Add this part's commands to the top-level app and the `bench` group."""
 
-    @app.command()
-    def demo() -> None:
-        """The main job: the default experiment on the model organism, then the dashboard on it."""
-        from workbench import __version__
+    @app.command("run")
+    def run_cmd(
+        config: ConfigArg = None,
+        store: StoreOpt = None,
+        steps: Annotated[Optional[int], typer.Option("--steps", help="Training steps (overrides the config).")] = None,
+        seed: Annotated[Optional[int], typer.Option("--seed", help="Seed of the run.")] = None,
+        name: Annotated[Optional[str], typer.Option("--name", help="Run name.")] = None,
+        set_: SetOpt = None,
+        detach: Annotated[bool, typer.Option("--detach", help="Start as a background process; print the run id.")] = False,
+        run_id: Annotated[Optional[str], typer.Option("--run-id", help="Adopt this run row (created by a launcher).")] = None,
+        quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
+    ) -> None:
+        """Train: GRPO-family RL with the configured allocator, every rollout logged to the store."""
+        from workbench.config import load_config
 
-        typer.echo(f"workbench {__version__}: the project frame is in place; the engine lands next.")
+        overrides = list(set_ or [])
+        overrides += [f"steps={steps}"] if steps is not None else []
+        overrides += [f"seed={seed}"] if seed is not None else []
+        overrides += [f'name="{name}"'] if name else []
+        cfg = load_config(config, overrides)  # every bad value rejected before anything starts
+        root = store_path(store)
+        if detach:
+            from workbench.control.launch import launch
+
+            rid = launch(str(config) if config else None, store=str(root), overrides=overrides, name=name)
+            typer.echo(rid)
+            return
+        rid = _run_foreground(cfg, root, run_id, quiet=quiet)
+        _summary(root, rid)
+
+    @app.command("resume")
+    def resume_cmd(
+        run: Annotated[str, typer.Argument(help="Run id to continue.")],
+        store: StoreOpt = None,
+        steps: Annotated[Optional[int], typer.Option("--steps", help="Train up to this step instead.")] = None,
+        quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
+    ) -> None:
+        """Continue a stopped or crashed run from its last checkpoint (the store is rolled back to it)."""
+        from workbench.engine import resume
+
+        root = store_path(store)
+        if quiet:
+            resume(str(root), run, steps=steps, store_dir=root)
+        else:
+            progress, on_step = _progress(steps or 0, f"resume {run}")
+            with progress:
+                resume(str(root), run, steps=steps, store_dir=root, on_step=on_step)
+        _summary(root, run)
+
+    config_app = typer.Typer(help="Run configs: the defaults, a file's values, every field documented.",
+                             no_args_is_help=True)
+    app.add_typer(config_app, name="config")
+
+    @config_app.command("show")
+    def config_show(
+        config: ConfigArg = None,
+        set_: SetOpt = None,
+        json_: JsonOpt = False,
+        markdown: Annotated[bool, typer.Option("--markdown", help="Every field as a Markdown reference.")] = False,
+    ) -> None:
+        """Print the config in force (defaults, then CONFIG, then --set) as commented TOML."""
+        from workbench.config import config_markdown, load_config, to_toml
+
+        if markdown:
+            typer.echo(config_markdown(), nl=False)
+            return
+        cfg = load_config(config, list(set_ or []))
+        if json_:
+            print_json(cfg.to_dict())
+        else:
+            typer.echo(to_toml(cfg), nl=False)
+
+    @app.command()
+    def demo(
+        store: StoreOpt = None,
+        steps: Annotated[Optional[int], typer.Option("--steps", help="Training steps.")] = None,
+        no_app: Annotated[bool, typer.Option("--no-app", help="Do not start the dashboard afterwards.")] = False,
+    ) -> None:
+        """The main job: the default experiment on the model organism, then the dashboard on it."""
+        from workbench.config import load_config
+
+        root = store_path(store)
+        default = Path("configs/organism.toml")
+        cfg = load_config(default if default.is_file() else None, [f"steps={steps}"] if steps else [])
+        typer.echo(f"Training the default experiment ({cfg.steps} steps, allocator {cfg.allocator.name}) "
+                   f"into {root}; the organism is built first if missing.")
+        rid = _run_foreground(cfg, root, None)
+        _summary(root, rid)
+        if not no_app and importlib.util.find_spec("workbench.commands.app") is not None:
+            from workbench.commands import app as app_cmds
+
+            if hasattr(app_cmds, "start_app"):
+                app_cmds.start_app(root)
+                return
+        typer.echo(f"Query it: `workbench runs --store {root}`, or in Python: "
+                   f"`from workbench.store import open_store; open_store('{root}').run_steps('{rid}')`.")
+
+    @bench.command("engine")
+    def bench_engine(
+        json_: JsonOpt = False,
+        steps: Annotated[int, typer.Option("--steps", help="Timed steps per side.")] = 12,
+        trl: Annotated[bool, typer.Option("--trl/--no-trl", help="Measure TRL's GRPOTrainer too.")] = True,
+    ) -> None:
+        """Engine speed: steps/s, rollouts/s, phase shares, logging overhead, rollout vs bare, ratio vs TRL."""
+        from workbench.engine.bench import bench_engine as run_bench
+
+        out = run_bench(steps=steps, with_trl=trl)
+        if json_:
+            print_json(out)
+        else:
+            for k, v in out.items():
+                typer.echo(f"{k}: {v}")
+
+    @bench.command("learn")
+    def bench_learn(
+        json_: JsonOpt = False,
+        seeds: Annotated[int, typer.Option("--seeds", help="Runs with seeds 0..N-1.")] = 3,
+        store: StoreOpt = None,
+    ) -> None:
+        """Does the default experiment learn? Held-out pass@1 (T=1) gain over the warm start, per seed."""
+        from workbench.engine.bench import bench_learn as run_bench
+
+        out = run_bench(seeds=seeds, store=store)
+        if json_:
+            print_json(out)
+        else:
+            for k, v in out.items():
+                typer.echo(f"{k}: {v}")

@@ -1,0 +1,107 @@
+"""Run configs: defaults, TOML round trip, overrides, and every bad value rejected naming the field."""
+
+import pytest
+
+from workbench.config import RunConfig, apply_overrides, config_markdown, field_docs, load_config, to_toml
+from workbench.errors import ConfigError
+
+
+def test_defaults_validate_and_round_trip(tmp_path):
+    cfg = RunConfig.from_dict({})
+    assert cfg == RunConfig()
+    p = tmp_path / "c.toml"
+    p.write_text(to_toml(cfg))
+    assert load_config(p) == cfg
+    assert RunConfig.from_dict(cfg.to_dict()) == cfg
+
+
+@pytest.mark.parametrize("path", ["configs/organism.toml", "configs/gsm8k_local_model.toml"])
+def test_shipped_configs_load_and_round_trip(path, tmp_path):
+    cfg = load_config(path)
+    p = tmp_path / "c.toml"
+    p.write_text(to_toml(cfg))
+    assert load_config(p) == cfg
+
+
+def test_overrides_parse_toml_values():
+    cfg = load_config(None, ["optim.lr=5e-5", "steps=7", "allocator.params.n=4", 'name="x y"', "eval.greedy=false"])
+    assert cfg.optim.lr == 5e-5 and cfg.steps == 7 and cfg.allocator.params == {"n": 4}
+    assert cfg.name == "x y" and cfg.eval.greedy is False
+    assert apply_overrides({}, ["a.b=word"]) == {"a": {"b": "word"}}
+
+
+@pytest.mark.parametrize(
+    "override, field",
+    [
+        ("optim.lr=0", "optim.lr"),
+        ("optim.lr=-1e-4", "optim.lr"),
+        ('optim.lr="fast"', "optim.lr"),
+        ("optim.betas=[0.9]", "optim.betas"),
+        ('optim.schedule="step"', "optim.schedule"),
+        ("sampling.temperature=0", "sampling.temperature"),
+        ("sampling.top_p=1.5", "sampling.top_p"),
+        ("sampling.max_new_tokens=0", "sampling.max_new_tokens"),
+        ("allocator.budget=0", "allocator.budget"),
+        ('allocator.budget_kind="seconds"', "allocator.budget_kind"),
+        ('allocator.name="nope"', "allocator.name"),
+        ("allocator.params.n=0", "allocator.params"),
+        ("allocator.params.bogus=1", "allocator.params"),
+        ('algorithm.advantage="ppo"', "algorithm.advantage"),
+        ('algorithm.loss="nope"', "algorithm.loss"),
+        ('algorithm.aggregation="median"', "algorithm.aggregation"),
+        ("algorithm.clip_low=1.5", "algorithm.clip_low"),
+        ("algorithm.kl_coef=-1", "algorithm.kl_coef"),
+        ("algorithm.updates_per_step=0", "algorithm.updates_per_step"),
+        ("eval.samples=0", "eval.samples"),
+        ("eval.every=-1", "eval.every"),
+        ("checkpoint.keep=0", "checkpoint.keep"),
+        ("steps=1.5", "steps"),
+        ("steps=true", "steps"),
+        ("optim.warmup=3", "optim.warmup"),
+        ("colour=1", "colour"),
+        ('task.kind="chess"', "task.kind"),
+        ("task.train_size=0", "task.train_size"),
+        ('model.device="tpu"', "model.device"),
+        ('model.path=""', "model.path"),
+    ],
+)
+def test_bad_values_rejected_naming_the_field(override, field):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [override])
+    assert field in str(err.value)
+
+
+def test_unknown_key_lists_allowed(tmp_path):
+    p = tmp_path / "c.toml"
+    p.write_text("[optim]\nlearning_rate = 1e-4\n")
+    with pytest.raises(ConfigError, match=r"optim.learning_rate: unknown field \(allowed in optim: lr, "):
+        load_config(p)
+
+
+def test_bad_toml_and_missing_file(tmp_path):
+    p = tmp_path / "c.toml"
+    p.write_text("steps = = 3\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(p)
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "missing.toml")
+
+
+def test_every_field_documented():
+    from dataclasses import fields, is_dataclass
+
+    cfg = RunConfig()
+    for f in fields(RunConfig):
+        assert field_docs(RunConfig).get(f.name), f.name
+        sub = getattr(cfg, f.name)
+        if is_dataclass(sub):
+            docs = field_docs(type(sub))
+            for g in fields(sub):
+                assert docs.get(g.name), f"{f.name}.{g.name} has no docstring"
+
+
+def test_docs_configs_md_is_current():
+    from pathlib import Path
+
+    assert Path("docs/configs.md").read_text() == config_markdown(), (
+        "docs/configs.md is stale: workbench config show --markdown > docs/configs.md")

@@ -1,0 +1,78 @@
+"""Checkpoints of a run under `<store>/runs/<run_id>/checkpoints/step-NNNNNN.pt`.
+
+One file per checkpoint holds everything the loop needs to continue exactly where it was: model,
+reference model (when a KL penalty is on), optimiser and scheduler states, RNG states, sampler
+position, live settings with the allocator's state, per-prompt statistics and the reuse cache. It is
+written to a temporary name and renamed, so a crash mid-write never leaves a half checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+_NAME = re.compile(r"^step-(\d{6,})\.pt$")
+
+
+def run_dir(store_dir: str | Path, run_id: str) -> Path:
+    return Path(store_dir) / "runs" / run_id
+
+
+def checkpoint_dir(store_dir: str | Path, run_id: str) -> Path:
+    return run_dir(store_dir, run_id) / "checkpoints"
+
+
+def rng_state() -> dict[str, Any]:
+    import random
+
+    import numpy as np
+
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    import random
+
+    import numpy as np
+
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(directory: Path, step: int, state: dict[str, Any], *, keep: int) -> Path:
+    """Write `state` as the checkpoint of `step`; keep the newest `keep` checkpoints."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"step-{step:06d}.pt"
+    tmp = path.with_suffix(".pt.tmp")
+    torch.save({"step": step, **state}, tmp)
+    os.replace(tmp, path)
+    for old in list_checkpoints(directory)[:-keep]:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def list_checkpoints(directory: Path) -> list[Path]:
+    """Checkpoint files, oldest first."""
+    if not directory.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := _NAME.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def latest_checkpoint(directory: Path) -> Path | None:
+    found = list_checkpoints(directory)
+    return found[-1] if found else None
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    return torch.load(path, map_location="cpu", weights_only=False)

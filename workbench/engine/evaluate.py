@@ -1,0 +1,91 @@
+"""Held-out evaluation: n samples per eval prompt (stored as samples, correct) plus greedy correctness.
+
+pass@k for any k <= n is computed later from (samples, correct) with the unbiased estimator; the
+metrics logged here are pass@1 (mean of correct / samples) and pass@n (share of prompts solved at
+least once), both at the eval temperature, and greedy accuracy.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from workbench.rollout.base import GenerationBatch, RolloutBackend, SamplingParams
+from workbench.tasks.base import Prompt
+
+
+def decode(tokenizer: Any, batch: GenerationBatch) -> list[str]:
+    """Response texts (special tokens dropped) of a generation batch."""
+    tokens = batch.tokens.cpu().tolist()
+    lengths = batch.lengths.cpu().tolist()
+    return tokenizer.batch_decode([t[:n] for t, n in zip(tokens, lengths)], skip_special_tokens=True)
+
+
+def generate_chunked(
+    backend: RolloutBackend,
+    prompts: Sequence[Sequence[int]],
+    sampling: SamplingParams,
+    generator: torch.Generator | None,
+    chunk: int,
+) -> list[GenerationBatch]:
+    return [
+        backend.generate(prompts[i:i + chunk], sampling, generator=generator)
+        for i in range(0, len(prompts), chunk)
+    ]
+
+
+def evaluate(
+    backend: RolloutBackend,
+    tokenizer: Any,
+    task: Any,
+    prompts: list[Prompt],
+    token_ids: list[list[int]],
+    *,
+    samples: int,
+    temperature: float,
+    max_new_tokens: int,
+    greedy: bool,
+    generator: torch.Generator | None,
+    chunk: int = 2048,
+) -> tuple[list[dict[str, Any]], dict[str, float]]:
+    """Rows for the store's `evals` table and `eval/` metrics."""
+    sampling = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens)
+    repeated = [ids for ids in token_ids for _ in range(samples)]
+    correct = np.zeros(len(prompts), dtype=np.int64)
+    length_sum = np.zeros(len(prompts), dtype=np.float64)
+    row = 0
+    for batch in generate_chunked(backend, repeated, sampling, generator, chunk):
+        for text, n in zip(decode(tokenizer, batch), batch.lengths.tolist()):
+            p = row // samples
+            correct[p] += task.verify(text, prompts[p]).reward >= 0.5
+            length_sum[p] += n
+            row += 1
+    greedy_ok: list[bool | None] = [None] * len(prompts)
+    if greedy:
+        gs = SamplingParams(temperature=1.0, top_k=1, max_new_tokens=max_new_tokens)
+        row = 0
+        for batch in generate_chunked(backend, token_ids, gs, generator, chunk):
+            for text in decode(tokenizer, batch):
+                greedy_ok[row] = task.verify(text, prompts[row]).reward >= 0.5
+                row += 1
+    rows = [
+        {
+            "prompt_id": p.id,
+            "level": p.level,
+            "samples": samples,
+            "correct": int(c),
+            "greedy_correct": g,
+            "mean_length": float(s / samples),
+        }
+        for p, c, g, s in zip(prompts, correct, greedy_ok, length_sum)
+    ]
+    metrics = {
+        "eval/pass1": float(np.mean(correct / samples)) if len(prompts) else 0.0,
+        f"eval/pass{samples}": float(np.mean(correct > 0)) if len(prompts) else 0.0,
+        "eval/prompts": float(len(prompts)),
+    }
+    if greedy and prompts:
+        metrics["eval/greedy_acc"] = float(np.mean([bool(g) for g in greedy_ok]))
+    return rows, metrics

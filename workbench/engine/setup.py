@@ -1,0 +1,157 @@
+"""Everything the loop builds before its first step: model, tokenizer, rollout backend, task and its
+tokenised prompts, optimiser and schedule, sampler, live settings, and the store writer."""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from workbench.allocators import make_allocator
+from workbench.allocators.base import PromptStats
+from workbench.config import RunConfig, task_config
+from workbench.engine.checkpoint import checkpoint_dir
+from workbench.engine.control import LiveSettings
+from workbench.engine.sampler import PromptSampler
+from workbench.tasks import get_task
+from workbench.tasks.base import Prompt
+
+
+@dataclass
+class Setup:
+    cfg: RunConfig
+    device: torch.device
+    model: torch.nn.Module
+    tokenizer: Any
+    backend: Any
+    task: Any
+    train: list[Prompt]
+    train_tok: list[list[int]]
+    index: dict[str, int]
+    eval: list[Prompt]
+    eval_tok: list[list[int]]
+    pad_id: int
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    sampler: PromptSampler
+    live: LiveSettings
+    ckpt_dir: Path
+    writer: Any
+    prompt_rows: list[dict[str, Any]]
+    ref_model: torch.nn.Module | None = None
+    stats: dict[str, PromptStats] = field(default_factory=dict)
+    reuse: dict[str, dict[str, Any]] = field(default_factory=dict)
+    tokens_per_rollout: float = 8.0
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        from workbench.errors import ConfigError
+
+        raise ConfigError("model.device: 'cuda' is not available on this machine (use 'cpu' or 'auto')")
+    return torch.device(name)
+
+
+def model_path(cfg: RunConfig, store_dir: str | Path) -> Path:
+    """The model directory in force: the organism (built under the store when missing) or a path."""
+    if cfg.model.path == "organism":
+        from workbench.models.organism import OrganismRecipe, ensure_organism
+
+        recipe = OrganismRecipe.from_dict(dict(cfg.model.organism)) if cfg.model.organism else None
+        return Path(ensure_organism(store_dir, recipe))
+    return Path(cfg.model.path)
+
+
+def encode_prompts(tokenizer: Any, prompts: list[Prompt], chat_template: bool) -> list[list[int]]:
+    """Token ids of each prompt (BOS first when the tokenizer has one)."""
+    if chat_template:
+        texts = [tokenizer.apply_chat_template([{"role": "user", "content": p.text}], tokenize=False,
+                                               add_generation_prompt=True) for p in prompts]
+        ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    else:
+        ids = tokenizer([p.text for p in prompts], add_special_tokens=True)["input_ids"]
+    bos = tokenizer.bos_token_id
+    if bos is not None and not chat_template:
+        ids = [x if x and x[0] == bos else [bos] + list(x) for x in ids]
+    return [list(x) for x in ids]
+
+
+def lr_lambda(cfg: RunConfig, total: int):
+    o = cfg.optim
+
+    def f(k: int) -> float:
+        if k < o.warmup_steps:
+            return (k + 1) / o.warmup_steps
+        if o.schedule == "constant" or total <= o.warmup_steps:
+            return 1.0
+        frac = min(1.0, (k - o.warmup_steps) / max(1, total - o.warmup_steps))
+        shape = 0.5 * (1 + math.cos(math.pi * frac)) if o.schedule == "cosine" else 1 - frac
+        return o.min_lr_ratio + (1 - o.min_lr_ratio) * shape
+
+    return f
+
+
+def _spread(prompts: list[Prompt], k: int) -> list[Prompt]:
+    """At most k prompts, evenly spaced (keeps every level represented)."""
+    if not k or k >= len(prompts):
+        return prompts
+    step = len(prompts) / k
+    return [prompts[int(i * step)] for i in range(k)]
+
+
+def build_setup(cfg: RunConfig, *, store_dir: str | Path, run_id: str, store: Any = None,
+                writer: Any = None) -> Setup:
+    from workbench.models import load_model
+    from workbench.rollout.hf import HFBackend
+
+    torch.manual_seed(cfg.seed)
+    if cfg.model.threads:
+        torch.set_num_threads(cfg.model.threads)
+    device = resolve_device(cfg.model.device)
+    model, tokenizer = load_model(str(model_path(cfg, store_dir)), device=str(device))
+    if cfg.model.dtype == "bfloat16":
+        model = model.to(torch.bfloat16)
+    model.train()
+    if hasattr(model, "config"):
+        model.config.use_cache = True
+    task = get_task(task_config(cfg.task))
+    train, evals = task.train_prompts(), _spread(task.eval_prompts(), cfg.eval.max_prompts)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    ref = None
+    if cfg.algorithm.kl_coef > 0:
+        ref = copy.deepcopy(model).eval()
+        for p in ref.parameters():
+            p.requires_grad_(False)
+    o = cfg.optim
+    optimizer = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=o.betas, eps=o.eps,
+                                  weight_decay=o.weight_decay, foreach=True)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg, cfg.steps * cfg.algorithm.updates_per_step))
+    live = LiveSettings(budget_kind=cfg.allocator.budget_kind, budget=cfg.allocator.budget,
+                        allocator=make_allocator(cfg.allocator.name, dict(cfg.allocator.params), seed=cfg.seed),
+                        temperature=cfg.sampling.temperature, eval_every=cfg.eval.every, seed=cfg.seed)
+    prompt_rows = [dict(prompt_id=p.id, split=p.split, level=p.level, text=p.text, answer=p.answer,
+                        metadata=p.metadata) for p in train + evals]
+    return Setup(
+        cfg=cfg, device=device, model=model, tokenizer=tokenizer, backend=HFBackend(model, tokenizer, device),
+        task=task, train=train, train_tok=encode_prompts(tokenizer, train, cfg.model.chat_template),
+        index={p.id: i for i, p in enumerate(train)}, eval=evals,
+        eval_tok=encode_prompts(tokenizer, evals, cfg.model.chat_template), pad_id=int(pad_id),
+        optimizer=optimizer, scheduler=scheduler, sampler=PromptSampler(len(train), cfg.seed), live=live,
+        ckpt_dir=checkpoint_dir(store_dir, run_id), writer=writer, prompt_rows=prompt_rows, ref_model=ref,
+        tokens_per_rollout=float(cfg.sampling.max_new_tokens),
+    )
+
+
+def apply_controls(s: Setup, store: Any, run_id: str, *, step: int, boundary: str) -> list[dict[str, Any]]:
+    """Apply pending live-control commands at a step or stage boundary."""
+    try:
+        from workbench.control.apply import apply_pending
+    except ImportError:  # live control not installed yet
+        return []
+    return apply_pending(store, run_id, s.live, step=step, boundary=boundary)

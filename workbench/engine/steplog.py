@@ -1,0 +1,154 @@
+"""A step's rollouts as tensors, and the store rows built from them.
+
+`Rollouts` holds every sequence generated in one step (all stages, plus reused off-policy responses)
+as right-padded tensors with per-row metadata. `rollouts_table` turns it into the store's `rollouts`
+Arrow table without a Python loop over tokens: list columns (token ids, per-token entropy) are built
+from the flattened valid positions and their offsets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+
+def _pad_to(x: torch.Tensor, width: int, value: float | int = 0) -> torch.Tensor:
+    if x.shape[1] == width:
+        return x
+    return torch.nn.functional.pad(x, (0, width - x.shape[1]), value=value)
+
+
+@dataclass
+class Rollouts:
+    """Every sequence of one step, in generation order."""
+
+    tokens: torch.Tensor
+    """[N, T] int64, right-padded."""
+    logprobs: torch.Tensor
+    """[N, T] float32 sampling log-probabilities (0 past the length)."""
+    entropy: torch.Tensor
+    """[N, T] float32 entropy of the sampling distribution (0 past the length)."""
+    lengths: torch.Tensor
+    """[N] int64 generated tokens (EOS included)."""
+    finished: torch.Tensor
+    """[N] bool: ended with EOS."""
+    prompt: np.ndarray
+    """[N] index of each row's prompt in the task's training prompts."""
+    stage: np.ndarray
+    """[N] stage within the step."""
+    policy_version: np.ndarray
+    """[N] policy version that generated the row."""
+    temperature: np.ndarray
+    """[N] sampling temperature."""
+    off_policy: np.ndarray
+    """[N] bool: a reused response from an earlier step."""
+    responses: list[str] = field(default_factory=list)
+    rewards: np.ndarray | None = None
+    verdicts: list[str] = field(default_factory=list)
+
+    @property
+    def n(self) -> int:
+        return int(self.tokens.shape[0])
+
+    @staticmethod
+    def concat(parts: list["Rollouts"], pad_token_id: int) -> "Rollouts":
+        width = max((p.tokens.shape[1] for p in parts), default=0)
+        cat = lambda name, value=0: torch.cat([_pad_to(getattr(p, name), width, value) for p in parts])  # noqa: E731
+        return Rollouts(
+            tokens=cat("tokens", pad_token_id),
+            logprobs=cat("logprobs"),
+            entropy=cat("entropy"),
+            lengths=torch.cat([p.lengths for p in parts]),
+            finished=torch.cat([p.finished for p in parts]),
+            prompt=np.concatenate([p.prompt for p in parts]),
+            stage=np.concatenate([p.stage for p in parts]),
+            policy_version=np.concatenate([p.policy_version for p in parts]),
+            temperature=np.concatenate([p.temperature for p in parts]),
+            off_policy=np.concatenate([p.off_policy for p in parts]),
+            responses=[r for p in parts for r in p.responses],
+            rewards=np.concatenate([p.rewards for p in parts]) if parts else np.zeros(0),
+            verdicts=[v for p in parts for v in p.verdicts],
+        )
+
+    def mask(self) -> torch.Tensor:
+        return torch.arange(self.tokens.shape[1]).unsqueeze(0) < self.lengths.unsqueeze(1)
+
+
+def _list_array(values: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor, dtype: pa.DataType) -> pa.Array:
+    flat = values[mask].numpy()
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+    np.cumsum(lengths.numpy(), out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(flat, dtype))
+
+
+def rollouts_table(
+    run_id: str,
+    step: int,
+    r: Rollouts,
+    *,
+    prompt_ids: list[str],
+    idx: np.ndarray,
+    advantage: np.ndarray,
+    used: np.ndarray,
+    token_ids: bool = True,
+    token_entropy: bool = True,
+) -> pa.Table:
+    """The `rollouts` rows of one step (one per sequence), columns as in the store's schema."""
+    n = r.n
+    tokens = r.tokens.cpu()
+    lengths = r.lengths.cpu().long()
+    mask = r.mask()
+    ent = r.entropy.cpu().float()
+    lengths_f = lengths.clamp(min=1).float()
+    ent_mean = (ent * mask).sum(1) / lengths_f
+    ent_max = torch.where(mask, ent, torch.zeros_like(ent)).amax(1) if ent.shape[1] else torch.zeros(n)
+    logprob_sum = (r.logprobs.cpu().float() * mask).sum(1)
+    finish = np.where(r.finished.cpu().numpy(), "stop", "length")
+    cols = {
+        "run_id": pa.array([run_id] * n, pa.string()),
+        "step": pa.array(np.full(n, step, dtype=np.int64)),
+        "stage": pa.array(r.stage.astype(np.int32)),
+        "prompt_id": pa.array([prompt_ids[i] for i in r.prompt], pa.string()),
+        "idx": pa.array(idx.astype(np.int32)),
+        "policy_version": pa.array(r.policy_version.astype(np.int64)),
+        "response": pa.array(r.responses, pa.string()),
+        "token_ids": _list_array(tokens, mask, lengths, pa.int32()) if token_ids
+        else pa.nulls(n, pa.list_(pa.int32())),
+        "token_entropy": _list_array(ent, mask, lengths, pa.float32()) if token_entropy
+        else pa.nulls(n, pa.list_(pa.float32())),
+        "reward": pa.array(np.asarray(r.rewards, dtype=np.float64)),
+        "verdict": pa.array(r.verdicts, pa.string()),
+        "finish_reason": pa.array(finish.tolist(), pa.string()),
+        "length": pa.array(lengths.numpy().astype(np.int32)),
+        "logprob_sum": pa.array(logprob_sum.numpy().astype(np.float64)),
+        "entropy_mean": pa.array(ent_mean.numpy().astype(np.float64)),
+        "entropy_max": pa.array(ent_max.numpy().astype(np.float64)),
+        "advantage": pa.array(advantage.astype(np.float64)),
+        "temperature": pa.array(r.temperature.astype(np.float64)),
+        "off_policy": pa.array(r.off_policy.astype(bool)),
+        "used_in_update": pa.array(used.astype(bool)),
+    }
+    return pa.table(cols)
+
+
+class StepWriter:
+    """Hands each step to the store as ONE `write_step` call (one transaction)."""
+
+    def __init__(self, store, run_id: str) -> None:
+        self.store, self.run_id = store, run_id
+
+    def write(self, step: int, metrics: dict, rollouts: pa.Table | None, allocations: list[dict],
+              prompt_stats: list[dict], evals: list[dict], prompts: list[dict]) -> None:
+        from workbench.store import StepRecord
+
+        self.store.write_step(StepRecord(
+            run_id=self.run_id, step=step, metrics=metrics,
+            rollouts=rollouts if rollouts is not None else [], allocations=allocations,
+            prompt_stats=prompt_stats, evals=evals, prompts=prompts,
+        ))
+
+    def flush(self) -> None:
+        """Wait for pending writes (writes are synchronous: nothing to wait for)."""
