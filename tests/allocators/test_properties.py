@@ -87,15 +87,15 @@ def test_knapsack_dp_is_feasible_and_beats_any_single_choice(values, cap):
                 assert value >= v - 1e-12
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(a=st.floats(1.0, 50), b=st.floats(1.0, 50), x=st.floats(0.0, 1.0))
 def test_beta_cdf_matches_numeric_integration(a, b, x):
-    grid = np.linspace(0, 1, 20_001)[1:-1]
-    logpdf = (a - 1) * np.log(grid) + (b - 1) * np.log1p(-grid)
-    pdf = np.exp(logpdf - logpdf.max())
-    cdf = np.cumsum(pdf)
+    grid = np.linspace(0.0, 1.0, 100_001)
+    mid = (grid[:-1] + grid[1:]) / 2  # midpoint rule: the density is never evaluated at 0 or 1
+    logpdf = (a - 1) * np.log(mid) + (b - 1) * np.log1p(-mid)
+    cdf = np.concatenate([[0.0], np.cumsum(np.exp(logpdf - logpdf.max()))])
     expected = np.interp(x, grid, cdf / cdf[-1])
-    assert beta_cdf(x, a, b) == pytest.approx(expected, abs=2e-3)
+    assert beta_cdf(x, a, b) == pytest.approx(expected, abs=1e-3)
 
 
 @given(q=st.floats(0.55, 0.995), df=st.floats(1.0, 200.0))
