@@ -92,7 +92,8 @@ class Selective(Allocator):
         while True:
             for c in pool:
                 if kept >= slots:
-                    grants.append(Grant(c.prompt_id, 0, "greso: batch full", c.stats.mean))
+                    why = "batch full" if slots == batch else f"budget exhausted (room for {slots} groups of {n})"
+                    grants.append(Grant(c.prompt_id, 0, f"greso: {why}", c.stats.mean))
                     continue
                 prob, why = self.keep_probability(c)
                 if prob >= 1.0 or ctx.rng.random() < prob:
