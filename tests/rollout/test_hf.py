@@ -7,7 +7,7 @@ from workbench.algorithms import pack_sequences, sequence_logprobs
 from workbench.errors import WorkbenchError
 from workbench.rollout import RolloutBackend, make_backend
 from workbench.rollout.base import SamplingParams
-from workbench.rollout.hf import HFBackend, bare_generate, sampling_logprobs
+from workbench.rollout.hf import HFBackend, bare_generate, generator_for, sampling_logprobs
 
 SAMPLE = SamplingParams(temperature=0.9, max_new_tokens=12)
 GREEDY = SamplingParams(top_k=1, max_new_tokens=12)
@@ -165,3 +165,18 @@ def test_make_backend(model, tokenizer):
 def test_bare_generate_samples(model, tokenizer, prompts):
     out = bare_generate(model, tokenizer, prompts * 4, SAMPLE)
     assert out.tokens.shape[0] == 24 and 1 <= out.tokens.shape[1] <= 12 and out.gen_time_s > 0
+
+
+def test_generator_for_device():
+    g = torch.Generator().manual_seed(0)
+    assert generator_for(torch.device("cpu"), g) is g and generator_for(torch.device("cpu"), None) is None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_generation_matches_cpu_greedy(model, tokenizer, prompts, model_factory):
+    cuda_model = model_factory().to("cuda")
+    out = _gen(HFBackend(cuda_model, tokenizer, device="cuda"), prompts, GREEDY)
+    assert torch.equal(out.tokens, _gen(HFBackend(model, tokenizer), prompts, GREEDY).tokens)
+    sampled = [_gen(HFBackend(cuda_model, tokenizer, device="cuda"), prompts, SAMPLE, seed=5) for _ in range(2)]
+    assert torch.equal(sampled[0].tokens, sampled[1].tokens)  # a CPU generator seeds CUDA sampling

@@ -94,6 +94,16 @@ def _sample(logp: torch.Tensor, greedy: bool, generator: torch.Generator | None)
     return torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
 
 
+def generator_for(device: torch.device, generator: torch.Generator | None) -> torch.Generator | None:
+    """A generator usable on `device`: the caller's own when it lives there, else one on `device`
+    seeded from the caller's (so a CPU generator still makes CUDA sampling reproducible)."""
+    if generator is None or generator.device.type == device.type:
+        return generator
+    seeded = torch.Generator(device=device)
+    seeded.manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator)))
+    return seeded
+
+
 def _eos_ids(tokenizer, model) -> list[int]:
     ids = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     if ids is None:
@@ -154,6 +164,7 @@ class HFBackend:
         from transformers import DynamicCache
 
         dev = self.device
+        generator = generator_for(dev, generator)
         ids, mask = left_pad(prompts, self.pad_token_id, dev)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache(config=getattr(self.model, "config", None))
