@@ -1,0 +1,305 @@
+"""Writes the analysis notebooks (entropy, pass@k, allocators) with nbformat, outputs empty.
+
+The notebooks are generated so that their committed form never carries outputs and their cells stay
+reviewable as plain Python here. Edit this file, then run `python notebooks/build.py`; the tests check
+that the committed notebooks match it and hold no outputs.
+
+Every notebook has one cell tagged "parameters" (papermill's convention): the store path (default:
+$WORKBENCH_STORE, which `workbench notebooks` sets, else the repository's `store/`) and the run ids
+(default: the latest runs in the store). To run one headless with other values, insert a cell after
+the tagged one that assigns them (what papermill and the tests do).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+HERE = Path(__file__).resolve().parent
+
+PARAMETERS = '''\
+import os
+
+store_path = os.environ.get("WORKBENCH_STORE", "../store")  # the store directory
+run_ids = []  # run ids to analyse; empty: the latest runs in the store
+latest = 4  # how many of the latest runs when run_ids is empty'''
+
+SETUP = '''\
+import plotly.express as px
+import polars as pl
+
+import workbench.analysis as wa
+from workbench.analysis.frames import pick_runs, run_rollouts, stack, with_labels
+from workbench.store import open_store
+
+store = open_store(store_path, read_only=True)
+runs = pick_runs(store, run_ids, latest=latest)
+runs'''
+
+
+def entropy() -> list:
+    return [
+        new_markdown_cell(
+            "# Entropy over training\n\n"
+            "Token entropy (nats) of the distribution each response token was sampled from, for the chosen "
+            "runs: its course over training and whether it collapsed, correct vs wrong rollouts, entropy "
+            "per token position, the high-entropy *forking* tokens, and the runs compared by allocator.\n\n"
+            "Set the store and the runs in the next cell (tagged `parameters`)."),
+        new_code_cell(PARAMETERS + "\ntop_frac = 0.2  # share of highest-entropy tokens counted as forking"
+                      "\ncollapse_fraction = 0.5  # collapsed: below this share of the initial entropy"
+                      "\ncollapse_patience = 5  # ... for this many consecutive steps",
+                      metadata={"tags": ["parameters"]}),
+        new_code_cell(SETUP),
+        new_code_cell(
+            "cols = [\"step\", \"stage\", \"prompt_id\", \"idx\", \"reward\", \"length\", \"token_ids\", \"token_entropy\"]\n"
+            "rollouts = stack(store, runs, lambda s, r: run_rollouts(s, r, columns=cols))\n"
+            "print(f\"{rollouts.height:,} rollouts from {runs.height} run(s)\")"),
+        new_markdown_cell("## Entropy over training\nToken-weighted mean per step, with the 10%–90% band of "
+                          "token entropies."),
+        new_code_cell(
+            "per_step = with_labels(wa.entropy_by_step(rollouts, by=(\"run_id\", \"step\")), runs)\n"
+            "fig = px.line(per_step, x=\"step\", y=\"entropy_mean\", color=\"label\",\n"
+            "              labels={\"entropy_mean\": \"entropy (nats)\"}, title=\"Mean token entropy per step\")\n"
+            "for trace in px.line(per_step, x=\"step\", y=\"entropy_q90\", color=\"label\").data:\n"
+            "    trace.update(line={\"dash\": \"dot\", \"width\": 1}, showlegend=False, name=trace.name + \" q90\")\n"
+            "    fig.add_trace(trace)\n"
+            "fig"),
+        new_markdown_cell("## Collapse detection\nA run has collapsed when its mean entropy stays below "
+                          "`collapse_fraction` of its initial value for `collapse_patience` consecutive steps."),
+        new_code_cell(
+            "collapse = with_labels(wa.detect_entropy_collapse(per_step, fraction=collapse_fraction,\n"
+            "                                                  patience=collapse_patience), runs)\n"
+            "for row in collapse.filter(pl.col(\"collapsed\")).iter_rows(named=True):\n"
+            "    fig.add_vline(x=row[\"collapse_step\"], line_dash=\"dash\", annotation_text=f\"collapse: {row['label']}\")\n"
+            "collapse.select(\"label\", \"initial\", \"final\", \"collapsed\", \"collapse_step\", \"detected_step\")"),
+        new_markdown_cell("## Entropy of correct vs wrong rollouts"),
+        new_code_cell(
+            "by_correct = with_labels(wa.entropy_by_correctness(rollouts), runs).with_columns(\n"
+            "    pl.when(pl.col(\"correct\")).then(pl.lit(\"correct\")).otherwise(pl.lit(\"wrong\")).alias(\"outcome\"))\n"
+            "px.line(by_correct, x=\"step\", y=\"entropy_mean\", color=\"label\", line_dash=\"outcome\",\n"
+            "        labels={\"entropy_mean\": \"entropy (nats)\"}, title=\"Entropy of correct and wrong rollouts\")"),
+        new_markdown_cell("## Entropy per token position\nEarly (first third of the run's steps) against late "
+                          "(last third)."),
+        new_code_cell(
+            "phased = rollouts.with_columns(\n"
+            "    ((pl.col(\"step\") - pl.col(\"step\").min().over(\"run_id\")) * 3\n"
+            "     // (pl.col(\"step\").max().over(\"run_id\") - pl.col(\"step\").min().over(\"run_id\") + 1))\n"
+            "    .replace_strict({0: \"early\", 1: \"middle\", 2: \"late\"}, return_dtype=pl.String).alias(\"phase\"))\n"
+            "by_pos = with_labels(pl.concat([\n"
+            "    wa.entropy_by_position(phased.filter(pl.col(\"phase\") == phase)).with_columns(pl.lit(phase).alias(\"phase\"))\n"
+            "    for phase in (\"early\", \"late\")]), runs)\n"
+            "px.line(by_pos, x=\"position\", y=\"entropy_mean\", color=\"label\", line_dash=\"phase\", markers=True,\n"
+            "        labels={\"position\": \"token position (0 = first generated)\", \"entropy_mean\": \"entropy (nats)\"},\n"
+            "        title=\"Entropy by token position, early vs late in training\")"),
+        new_markdown_cell("## Forking tokens\nThe `top_frac` highest-entropy tokens of each run: where responses "
+                          "branch. Which token ids they are, and where in the response they sit."),
+        new_code_cell(
+            "forks = wa.forking_tokens(rollouts, top_frac=top_frac)\n"
+            "counts = with_labels(wa.forking_token_counts(forks), runs)\n"
+            "px.bar(counts.group_by(\"label\").head(15).with_columns(pl.col(\"token_id\").cast(pl.String)),\n"
+            "       x=\"token_id\", y=\"share\", color=\"label\", barmode=\"group\",\n"
+            "       title=f\"Most frequent forking tokens (top {top_frac:.0%} entropy)\")"),
+        new_code_cell(
+            "px.histogram(with_labels(forks, runs), x=\"position\", color=\"label\", barmode=\"group\",\n"
+            "             histnorm=\"probability\", title=\"Where forking tokens sit in the response\")"),
+        new_markdown_cell("## Compared across allocators\nMean entropy over the first and last 10% of each run's "
+                          "steps, and how often forking tokens occur in correct rollouts."),
+        new_code_cell(
+            "span = per_step.group_by(\"run_id\").agg(pl.col(\"step\").min().alias(\"s0\"), pl.col(\"step\").max().alias(\"s1\"))\n"
+            "ends = (per_step.join(span, on=\"run_id\")\n"
+            "        .with_columns(((pl.col(\"step\") - pl.col(\"s0\")) / (pl.col(\"s1\") - pl.col(\"s0\") + 1)).alias(\"f\"))\n"
+            "        .group_by(\"label\", \"allocator\")\n"
+            "        .agg(pl.col(\"entropy_mean\").filter(pl.col(\"f\") < 0.1).mean().alias(\"entropy_start\"),\n"
+            "             pl.col(\"entropy_mean\").filter(pl.col(\"f\") >= 0.9).mean().alias(\"entropy_end\"))\n"
+            "        .join(collapse.select(\"label\", \"collapsed\"), on=\"label\").sort(\"allocator\", \"label\"))\n"
+            "fork_correct = with_labels(forks.group_by(\"run_id\").agg((pl.col(\"reward\") >= 0.5).mean()\n"
+            "                                                        .alias(\"forks_in_correct\")), runs)\n"
+            "ends = ends.join(fork_correct.select(\"label\", \"forks_in_correct\"), on=\"label\", how=\"left\")\n"
+            "ends"),
+        new_code_cell(
+            "px.bar(ends.unpivot(index=[\"label\", \"allocator\"], on=[\"entropy_start\", \"entropy_end\"]),\n"
+            "       x=\"label\", y=\"value\", color=\"variable\", barmode=\"group\", hover_data=[\"allocator\"],\n"
+            "       labels={\"value\": \"entropy (nats)\"}, title=\"Entropy at the start and end of each run\")"),
+    ]
+
+
+def pass_at_k() -> list:
+    return [
+        new_markdown_cell(
+            "# pass@k over training\n\n"
+            "From the runs' evaluations (held-out prompts, `samples` draws each): the unbiased pass@k "
+            "for k = 1..n, over training with bootstrap confidence intervals over prompts, and whether RL "
+            "*sharpened* the policy (pass@1 up while pass@n stays, i.e. pass@k compressed into pass@1) or "
+            "*gained capability* (prompts newly solved even at large k), by difficulty level.\n\n"
+            "Set the store and the runs in the next cell (tagged `parameters`)."),
+        new_code_cell(PARAMETERS + "\nn_boot = 500  # bootstrap resamples for the intervals\nci = 0.95",
+                      metadata={"tags": ["parameters"]}),
+        new_code_cell(SETUP),
+        new_code_cell(
+            "evals = with_labels(stack(store, runs, lambda s, r: s.evals(r)).drop(\"label\", \"allocator\", strict=False), runs)\n"
+            "if evals.height == 0:\n"
+            "    raise RuntimeError(\"these runs logged no evaluations (eval.every = 0?); pick other runs\")\n"
+            "n = int(evals[\"samples\"].min())\n"
+            "ks = sorted({1, *[2 ** i for i in range(1, 16) if 2 ** i < n], n})\n"
+            "print(f\"{evals.height:,} evaluation rows; samples per prompt: {n}; k in {ks}\")\n"
+            "evals.group_by(\"label\").agg(pl.col(\"step\").unique().sort().alias(\"eval steps\"))"),
+        new_markdown_cell("## pass@k against k\nAt the first and the last evaluation of each run."),
+        new_code_cell(
+            "by_k = with_labels(wa.pass_at_k_by_k(evals.drop(\"label\", \"allocator\")), runs)\n"
+            "bounds = by_k.group_by(\"run_id\").agg(pl.col(\"step\").min().alias(\"first\"), pl.col(\"step\").max().alias(\"last\"))\n"
+            "ends = by_k.join(bounds, on=\"run_id\").filter((pl.col(\"step\") == pl.col(\"first\")) | (pl.col(\"step\") == pl.col(\"last\")))\n"
+            "ends = ends.with_columns(pl.when(pl.col(\"step\") == pl.col(\"first\")).then(pl.lit(\"first eval\"))\n"
+            "                         .otherwise(pl.lit(\"last eval\")).alias(\"when\"))\n"
+            "px.line(ends, x=\"k\", y=\"pass_at_k\", color=\"label\", line_dash=\"when\", markers=True, log_x=True,\n"
+            "        labels={\"pass_at_k\": \"pass@k\"}, title=\"pass@k against k, first vs last evaluation\")"),
+        new_markdown_cell("## pass@k over training\nMean over prompts with a bootstrap interval (resampling prompts)."),
+        new_code_cell(
+            "curve_ks = sorted({1, ks[len(ks) // 2], n})\n"
+            "curve = with_labels(wa.pass_at_k_curve(evals.drop(\"label\", \"allocator\"), curve_ks, n_boot=n_boot, ci=ci), runs)\n"
+            "curve = curve.with_columns((pl.col(\"ci_high\") - pl.col(\"pass_at_k\")).alias(\"plus\"),\n"
+            "                           (pl.col(\"pass_at_k\") - pl.col(\"ci_low\")).alias(\"minus\"),\n"
+            "                           (\"pass@\" + pl.col(\"k\").cast(pl.String)).alias(\"metric\"))\n"
+            "px.line(curve, x=\"step\", y=\"pass_at_k\", color=\"label\", line_dash=\"metric\", error_y=\"plus\",\n"
+            "        error_y_minus=\"minus\", markers=True, labels={\"pass_at_k\": \"pass@k\"},\n"
+            "        title=f\"pass@k over training ({ci:.0%} bootstrap intervals)\")"),
+        new_code_cell(
+            "by_level = wa.pass_at_k_curve(evals.drop(\"label\", \"allocator\").with_columns(pl.col(\"level\").fill_null(-1)),\n"
+            "                              [1, n], by=(\"run_id\", \"level\", \"step\"), n_boot=n_boot, ci=ci)\n"
+            "by_level = with_labels(by_level, runs).with_columns((\"pass@\" + pl.col(\"k\").cast(pl.String)).alias(\"metric\"))\n"
+            "px.line(by_level, x=\"step\", y=\"pass_at_k\", color=\"label\", line_dash=\"metric\", facet_col=\"level\",\n"
+            "        markers=True, labels={\"pass_at_k\": \"pass@k\"}, title=\"pass@1 and pass@n by difficulty level\")"),
+        new_markdown_cell(
+            "## Sharpening or capability gain?\n"
+            "Per prompt, first vs last evaluation. *Newly solved*: no correct sample at first, some at last "
+            "(capability gain). *Lost*: the reverse. If pass@1 rises while pass@n does not, RL compressed "
+            "pass@k into pass@1 (sharpening) rather than teaching new prompts."),
+        new_code_cell(
+            "scored = wa.with_pass_at_k(evals, [1, n]).join(bounds, on=\"run_id\")\n"
+            "first = scored.filter(pl.col(\"step\") == pl.col(\"first\")).select(\"run_id\", \"prompt_id\", \"level\",\n"
+            "    pl.col(\"pass@1\").alias(\"p1_first\"), pl.col(f\"pass@{n}\").alias(\"pn_first\"), pl.col(\"correct\").alias(\"c_first\"))\n"
+            "last = scored.filter(pl.col(\"step\") == pl.col(\"last\")).select(\"run_id\", \"prompt_id\",\n"
+            "    pl.col(\"pass@1\").alias(\"p1_last\"), pl.col(f\"pass@{n}\").alias(\"pn_last\"), pl.col(\"correct\").alias(\"c_last\"))\n"
+            "change = first.join(last, on=[\"run_id\", \"prompt_id\"])\n"
+            "gain = with_labels(change.group_by(\"run_id\", \"level\").agg(\n"
+            "    pl.len().alias(\"prompts\"),\n"
+            "    (pl.col(\"p1_last\") - pl.col(\"p1_first\")).mean().alias(\"delta_pass@1\"),\n"
+            "    (pl.col(\"pn_last\") - pl.col(\"pn_first\")).mean().alias(f\"delta_pass@{n}\"),\n"
+            "    ((pl.col(\"c_first\") == 0) & (pl.col(\"c_last\") > 0)).sum().alias(\"newly_solved\"),\n"
+            "    ((pl.col(\"c_first\") > 0) & (pl.col(\"c_last\") == 0)).sum().alias(\"lost\"),\n"
+            "), runs).sort(\"label\", \"level\")\n"
+            "gain"),
+        new_code_cell(
+            "px.bar(gain.unpivot(index=[\"label\", \"level\"], on=[\"delta_pass@1\", f\"delta_pass@{n}\"]),\n"
+            "       x=\"level\", y=\"value\", color=\"variable\", barmode=\"group\", facet_col=\"label\",\n"
+            "       labels={\"value\": \"change, last - first eval\"},\n"
+            "       title=\"Sharpening (pass@1 up, pass@n flat) vs capability gain (pass@n up), by level\")"),
+    ]
+
+
+def allocators() -> list:
+    return [
+        new_markdown_cell(
+            "# Allocators: efficiency and what-if replay\n\n"
+            "How much of each run's rollout budget produced a learning signal (a group whose rewards vary), "
+            "where the rollouts went against prompt difficulty, and a *what-if replay*: other allocators "
+            "run over a finished run's logged per-prompt outcomes, to estimate what they would have spent and "
+            "how many informative groups they would have found (see `docs/analysis.md` for its limits).\n\n"
+            "Set the store, the runs and the replayed allocators in the next cell (tagged `parameters`)."),
+        new_code_cell(
+            PARAMETERS + "\nreplay_run_id = None  # the run to replay; None: the first of the runs\n"
+            "replay_allocators = {  # label -> (allocator, parameters)\n"
+            "    \"uniform\": (\"uniform\", {}),\n"
+            "    \"dynamic_sampling\": (\"dynamic_sampling\", {}),\n"
+            "    \"selective\": (\"selective\", {}),\n"
+            "    \"multistage\": (\"multistage\", {}),\n"
+            "    \"knapsack\": (\"knapsack\", {}),\n"
+            "}\n"
+            "replay_seeds = 3  # replays per allocator (different draws)",
+            metadata={"tags": ["parameters"]}),
+        new_code_cell(SETUP + "\nfrom workbench.analysis.replay import compare_allocators, load_run, logged_result, replay_run"),
+        new_code_cell(
+            "rollouts = stack(store, runs, lambda s, r: run_rollouts(s, r, columns=[\"step\", \"stage\", \"prompt_id\", \"idx\",\n"
+            "                                                                      \"reward\", \"length\", \"off_policy\"]))\n"
+            "rollouts = rollouts.filter(~pl.col(\"off_policy\").fill_null(False))\n"
+            "allocations = stack(store, runs, lambda s, r: s.allocations(r))\n"
+            "print(f\"{rollouts.height:,} on-policy rollouts, {allocations.height:,} allocation decisions\")"),
+        new_markdown_cell("## Efficiency per run\nZero-signal groups carry no GRPO gradient; informative rollouts "
+                          "per 1,000 is the headline figure."),
+        new_code_cell(
+            "eff = with_labels(wa.allocation_efficiency(rollouts.drop(\"label\", \"allocator\")), runs)\n"
+            "eff.select(\"label\", \"allocator\", \"groups\", \"zero_signal_frac\", \"all_correct_groups\", \"all_wrong_groups\",\n"
+            "           \"rollouts\", \"informative_rollouts\", \"informative_per_1000\")"),
+        new_code_cell(
+            "px.bar(eff, x=\"label\", y=\"informative_per_1000\", color=\"allocator\",\n"
+            "       title=\"Informative rollouts per 1,000 generated\")"),
+        new_code_cell(
+            "zs = with_labels(wa.zero_signal_by_step(rollouts.drop(\"label\", \"allocator\")), runs)\n"
+            "px.line(zs, x=\"step\", y=\"zero_signal_frac\", color=\"label\", title=\"Zero-signal group fraction per step\")"),
+        new_markdown_cell("## Where the rollouts went\nRollouts per prompt against the pass rate the allocator "
+                          "predicted when it decided (the posterior mean), and stages per step."),
+        new_code_cell(
+            "by_diff = with_labels(wa.rollouts_by_difficulty(rollouts.drop(\"label\", \"allocator\"),\n"
+            "                                                allocations.drop(\"label\", \"allocator\"), difficulty=\"predicted\"), runs)\n"
+            "px.line(by_diff, x=\"bin_low\", y=\"rollouts_per_prompt\", color=\"label\", markers=True,\n"
+            "        hover_data=[\"groups\", \"zero_signal_frac\"],\n"
+            "        labels={\"bin_low\": \"predicted pass rate (bin start)\"}, title=\"Rollouts per prompt against difficulty\")"),
+        new_code_cell(
+            "grants = with_labels(wa.grants_by_step(allocations.drop(\"label\", \"allocator\")), runs)\n"
+            "px.line(grants, x=\"step\", y=\"granted\", color=\"label\", hover_data=[\"prompts\", \"stages\", \"topped_up_prompts\"],\n"
+            "        title=\"Rollouts granted per step\")"),
+        new_markdown_cell(
+            "## What-if replay\n"
+            "Each allocator is run over the chosen run's steps; its grants are served by drawing from the "
+            "prompt's observed rewards at that step. First a check: the run's own allocator, replayed with "
+            "the run's seed and logged parameters, should reproduce the logged decisions."),
+        new_code_cell(
+            "target = replay_run_id or runs[\"run_id\"][0]\n"
+            "frames = load_run(store, target)\n"
+            "own = replay_run(store, target, frames=frames)\n"
+            "key = [\"step\", \"stage\", \"prompt_id\", \"granted\"]\n"
+            "logged = frames.allocations.select(key).sort(key)\n"
+            "same = own.grants.select(key).sort(key).equals(logged)\n"
+            "print(f\"run {target[:8]} ({frames.allocator} {frames.params}): own-allocator replay reproduces the \"\n"
+            "      f\"logged grants: {same} ({own.grants.height} replayed vs {logged.height} logged decisions)\")"),
+        new_code_cell(
+            "table = compare_allocators(store, target, replay_allocators, seeds=replay_seeds)\n"
+            "summary = (table.group_by(\"label\", maintain_order=True)\n"
+            "           .agg(pl.col(\"rollouts\").mean(), pl.col(\"informative_groups\").mean(),\n"
+            "                pl.col(\"informative_groups\").std().alias(\"informative_sd\"),\n"
+            "                pl.col(\"informative_per_1k\").mean(), pl.col(\"zero_signal_frac\").mean(),\n"
+            "                pl.col(\"observed_frac\").mean()))\n"
+            "summary"),
+        new_code_cell(
+            "px.scatter(summary, x=\"rollouts\", y=\"informative_groups\", color=\"label\", error_y=\"informative_sd\",\n"
+            "           hover_data=[\"informative_per_1k\", \"zero_signal_frac\", \"observed_frac\"],\n"
+            "           labels={\"rollouts\": \"rollouts spent (whole run)\", \"informative_groups\": \"informative groups found\"},\n"
+            "           title=f\"What-if replay over run {target[:8]}: spend vs informative groups\")"),
+        new_markdown_cell("`observed_frac` is the share of replayed rollouts served from the step's own logged "
+                          "outcomes; the rest were resampled, borrowed from the prompt's nearest step, or drawn "
+                          "from its posterior, and deserve less trust."),
+    ]
+
+
+NOTEBOOKS = {"entropy.ipynb": entropy, "pass_at_k.ipynb": pass_at_k, "allocators.ipynb": allocators}
+
+
+def build(name: str):
+    nb = new_notebook(cells=NOTEBOOKS[name]())
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["language_info"] = {"name": "python"}
+    for i, cell in enumerate(nb.cells):
+        cell["id"] = f"{Path(name).stem.replace('_', '-')}-{i:02d}"
+    return nb
+
+
+def main() -> None:
+    for name in NOTEBOOKS:
+        nbformat.write(build(name), HERE / name)
+        print(f"wrote notebooks/{name}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,233 @@
+"""The analysis notebooks: committed without outputs, one tagged parameters cell, no SQL, and every cell
+runs (nbclient, the test interpreter's kernel) on a store filled through the writer API and on a store
+made by a short real organism run. Also `workbench notebooks`."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+from nbclient import NotebookClient
+from nbformat.v4 import new_code_cell
+from typer.testing import CliRunner
+
+from workbench.commands import analysis as cmd
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOKS_DIR = ROOT / "notebooks"
+NAMES = ["entropy.ipynb", "pass_at_k.ipynb", "allocators.ipynb"]
+ALLOWED_IMPORTS = {"os", "workbench", "polars", "plotly"}
+
+
+def _read(name: str):
+    return nbformat.read(NOTEBOOKS_DIR / name, as_version=4)
+
+
+def _parameters_index(nb) -> int:
+    tagged = [i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1, f"expected one cell tagged 'parameters', found {len(tagged)}"
+    return tagged[0]
+
+
+def execute(name: str, store: Path, run_ids: list[str], **params) -> object:
+    """Execute a notebook with its parameters overridden by a cell injected after the tagged one."""
+    nb = _read(name)
+    at = _parameters_index(nb)
+    values = {"store_path": str(store), "run_ids": run_ids, **params}
+    src = "\n".join(f"{k} = {v!r}" for k, v in values.items())
+    nb.cells.insert(at + 1, new_code_cell(src, metadata={"tags": ["injected-parameters"]}))
+    client = NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=False,
+                            resources={"metadata": {"path": str(NOTEBOOKS_DIR)}})
+    client.execute()
+    return nb
+
+
+# -- the committed files ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", NAMES)
+def test_committed_notebook_is_clean(name):
+    nb = _read(name)
+    nbformat.validate(nb)
+    _parameters_index(nb)
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        assert cell.outputs == [] and cell.execution_count is None, f"{name}: a cell has outputs"
+        tree = ast.parse(cell.source)
+        for node in ast.walk(tree):
+            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) else []
+            for mod in mods:
+                assert mod.split(".")[0] in ALLOWED_IMPORTS, f"{name} imports {mod}"
+            if isinstance(node, ast.Attribute):
+                assert node.attr != "sql", f"{name} calls .sql(): notebooks hold no SQL"
+        for word in ("SELECT ", " FROM ", "duckdb"):
+            assert word not in cell.source, f"{name}: {word.strip()!r} in a code cell"
+
+
+def test_every_notebook_folder_file_is_committed_clean():
+    """Any notebook in the folder (not only the three) carries no outputs."""
+    for path in NOTEBOOKS_DIR.glob("*.ipynb"):
+        nb = nbformat.read(path, as_version=4)
+        assert all(c.get("outputs", []) == [] for c in nb.cells), f"{path.name} has outputs"
+
+
+def test_notebooks_match_their_builder():
+    spec = importlib.util.spec_from_file_location("nb_build", NOTEBOOKS_DIR / "build.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    assert sorted(build.NOTEBOOKS) == sorted(NAMES)
+    for name in NAMES:
+        built, committed = build.build(name), _read(name)
+        assert [c.source for c in built.cells] == [c.source for c in committed.cells], \
+            f"{name} differs from notebooks/build.py: run `python notebooks/build.py`"
+
+
+# -- executing them --------------------------------------------------------------------------------
+
+def fill_synthetic(path: Path) -> list[str]:
+    """Two small runs through the writer API (store's synthetic step builder), with evaluations."""
+    from workbench.store import open_store
+    from workbench.store.synthetic import Shape, SyntheticRun
+
+    shape = Shape(prompts_per_step=6, rollouts_per_prompt=4, tokens=6, prompt_pool=30, blocks=2)
+    ids = []
+    with open_store(path) as store:
+        for r, name in enumerate(["uniform", "dynamic_sampling"]):
+            cfg = {"seed": r, "allocator": {"name": "uniform", "params": {"n": 4}, "prompts_per_step": 6}}
+            run_id = store.create_run(f"synth-{name}", cfg, seed=r, status="finished")
+            run = SyntheticRun(run_id, shape, seed=r)
+            rng = np.random.default_rng(r)
+            for step in range(1, 7):
+                store.write_step(run.step(step))
+            for step in (0, 3, 6):
+                store.write_evals(run_id, step, [
+                    {"prompt_id": f"e{i}", "level": 1 + i % 3, "samples": 8,
+                     "correct": int(rng.binomial(8, min(0.9, 0.1 * (i % 5) + 0.05 * step))),
+                     "greedy_correct": bool(i % 2), "mean_length": 4.0} for i in range(9)])
+            ids.append(run_id)
+    return ids
+
+
+@pytest.fixture(scope="module")
+def synthetic_store(tmp_path_factory):
+    path = tmp_path_factory.mktemp("nbstore") / "store"
+    return path, fill_synthetic(path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_runs_on_a_synthetic_store(synthetic_store, name):
+    path, ids = synthetic_store
+    params = {"replay_seeds": 1} if name == "allocators.ipynb" else {}
+    nb = execute(name, path, ids, **params)
+    assert any(o.get("output_type") in ("execute_result", "display_data")
+               for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+
+
+ORGANISM_RUN = [
+    "--steps", "4", "--quiet",
+    "--set", "model.organism={hidden_size=32, layers=1, heads=2, ffn_size=64, steps=150, batch_size=64}",
+    "--set", "allocator.prompts_per_step=8", "--set", "allocator.budget=64",
+    "--set", "eval.every=2", "--set", "eval.max_prompts=24", "--set", "eval.samples=8",
+    "--set", "checkpoint.every=0",
+]
+
+
+@pytest.fixture(scope="module")
+def organism_store(tmp_path_factory):
+    """Two short real organism runs (uniform and dynamic sampling) made by `workbench run`."""
+    path = tmp_path_factory.mktemp("organism") / "store"
+    for allocator in ("uniform", "dynamic_sampling"):
+        cmdline = [sys.executable, "-m", "workbench.cli", "run", "--store", str(path), *ORGANISM_RUN,
+                   "--name", f"nb-{allocator}", "--set", f"allocator.name=\"{allocator}\""]
+        proc = subprocess.run(cmdline, capture_output=True, text=True, timeout=900,
+                              env={**os.environ, "PYTHONWARNINGS": "ignore"})
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    return path
+
+
+@pytest.mark.slow
+def test_notebooks_run_on_an_organism_run(organism_store):
+    from workbench.store import open_store
+
+    with open_store(organism_store, read_only=True) as store:
+        runs = store.list_runs()
+        assert runs.height == 2 and set(runs["status"]) == {"finished"}
+        assert store.evals(runs["run_id"][0]).height > 0
+    for name in NAMES:
+        params = {"replay_seeds": 1} if name == "allocators.ipynb" else {}
+        nb = execute(name, organism_store, [], **params)  # [] -> the latest runs
+        if name == "allocators.ipynb":
+            text = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+            assert "reproduces the logged grants: True" in text, text[-2000:]
+
+
+@pytest.mark.slow
+def test_replay_reproduces_an_organism_runs_grants(organism_store):
+    """The issue's test on a real run: its own allocator, replayed, makes the logged decisions."""
+    from workbench.analysis.replay import load_run, replay_run
+    from workbench.store import open_store
+
+    with open_store(organism_store, read_only=True) as store:
+        for run_id in store.list_runs()["run_id"]:
+            f = load_run(store, run_id)
+            r = replay_run(store, run_id, frames=f)
+            key = ["step", "stage", "prompt_id", "granted", "reason"]
+            assert r.grants.select(key).sort(key).equals(f.allocations.select(key).sort(key)), f.allocator
+            assert np.allclose(r.grants.sort(key)["predicted_pass"].to_numpy(),
+                               f.allocations.sort(key)["predicted_pass"].to_numpy())
+
+
+# -- `workbench notebooks` -------------------------------------------------------------------------
+
+def _app():
+    import typer
+
+    app = typer.Typer()
+    cmd.register(app, typer.Typer())
+    app.command("noop")(lambda: None)
+    return app
+
+
+def test_notebooks_command_names_the_extra_when_jupyterlab_is_missing(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "jupyterlab" else real(n, *a))
+    result = CliRunner().invoke(_app(), ["notebooks", "--store", "somewhere"])
+    assert result.exit_code != 0
+    assert "notebooks" in str(result.exception) and "pip install" in str(result.exception)
+    proc = subprocess.run([sys.executable, "-c", "import importlib.util as u; u.find_spec = lambda n, *a: None; "
+                           "import sys; sys.argv = ['workbench', 'notebooks']; from workbench.cli import main; main()"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "'.[notebooks]'" in lines[0], proc.stderr
+
+
+def test_notebooks_command_passes_the_store(monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr(cmd, "check_jupyterlab", lambda: None)
+    monkeypatch.setattr(cmd.subprocess, "call", lambda argv, env: calls.append((argv, env)) or 0)
+    result = CliRunner().invoke(_app(), ["notebooks", "--store", str(tmp_path), "--no-browser", "pass_at_k"])
+    assert result.exit_code == 0, result.output
+    argv, env = calls[0]
+    assert env["WORKBENCH_STORE"] == str(tmp_path.resolve())
+    assert "--no-browser" in argv and argv[-1].endswith("pass_at_k.ipynb")
+    assert any(a.startswith("--ServerApp.root_dir=") and a.endswith("notebooks") for a in argv)
+    bad = CliRunner().invoke(_app(), ["notebooks", "nope"])
+    assert bad.exit_code != 0 and "entropy.ipynb" in str(bad.exception)
+
+
+def test_committed_notebooks_are_json_with_stable_cell_ids():
+    for name in NAMES:
+        data = json.loads((NOTEBOOKS_DIR / name).read_text())
+        ids = [c["id"] for c in data["cells"]]
+        assert len(set(ids)) == len(ids)
