@@ -1,0 +1,268 @@
+"""The model organism: a tiny causal LM on the arithmetic task, built locally in minutes on a CPU,
+on which RL visibly works and allocators visibly differ.
+
+    path = ensure_organism("store")          # builds on first use, cached by recipe hash
+    model, tokenizer = load_model(path)      # an ordinary Hugging Face model directory
+
+Recipe (the defaults, `OrganismRecipe()`):
+
+1. Tokenizer: one token per character of "0123456789+-*=" plus <pad> <bos> <eos> <unk>
+   (`tokenizer.py`); saved as a standard tokenizer directory with a <bos> post-processor.
+2. Model: `LlamaForCausalLM` (or Qwen2) from a config: hidden 128, 4 layers, 4 heads, FFN 512, tied
+   embeddings, 64 positions (about 1.05M parameters).
+3. Warm start (`warmstart.py`): next-token training on `expr=answer<eos>` with the loss on the
+   answer, over the task's levels (eval problems excluded), AdamW, warm-up then cosine decay.
+4. **Corrupted answers**: a share `corrupt_frac` of the warm-start answers has one digit moved by
+   +-1. Why: a warm start on clean answers is nearly greedy-sharp where it is right, so RL has
+   little to add (measured: +2-4 points of pass@1 in 3 minutes of GRPO). Trained on 60% right and
+   40% near-miss answers, the model puts most but not all of its mass on the right answer: the right
+   answer is in its samples (pass@8 well above pass@1), sampling at T=1 often picks a near miss, and
+   the reward is exactly what tells the two apart. GRPO sharpens the distribution towards the
+   right answer and pass@1 climbs (measured: 0.38 -> 0.56 in 240 uniform GRPO steps).
+5. Levels run from trivially easy ("1+1") to beyond reach ("3*2": the organism almost never gets
+   it), so per-prompt pass rates spread over [0, 1] and allocators have something to decide.
+
+Determinism: examples from string-seeded `random.Random`, weights from `torch.manual_seed`,
+`torch.use_deterministic_algorithms(True)` and a fixed thread count during the build: the same
+recipe gives bit-identical weights (the report checks this by building twice).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from workbench.errors import ConfigError
+from workbench.tasks.arithmetic import ArithmeticTask, ArithmeticTaskConfig
+from workbench.tasks.common import config_to_dict, require
+
+RECIPE_VERSION = 1
+"""Bumped when the build code changes what a recipe produces (it is part of the hash)."""
+ARCHS = ("llama", "qwen2")
+META_FILE = "organism.json"
+
+
+@dataclass(frozen=True)
+class OrganismRecipe:
+    """Everything that determines the organism's weights; its hash names the cache directory."""
+
+    task: ArithmeticTaskConfig = field(default_factory=ArithmeticTaskConfig)
+    """The task whose levels the warm start covers (its eval split is excluded from training)."""
+    alphabet: str = "0123456789+-*="
+    """Characters of the tokenizer (after <pad> <bos> <eos> <unk>)."""
+    arch: str = "llama"
+    """"llama" (LlamaForCausalLM) or "qwen2" (Qwen2ForCausalLM)."""
+    hidden_size: int = 128
+    """Model width."""
+    layers: int = 4
+    """Transformer blocks."""
+    heads: int = 4
+    """Attention heads (as many key/value heads)."""
+    ffn_size: int = 512
+    """MLP inner width."""
+    max_positions: int = 64
+    """Longest sequence (prompt + answer) the model accepts."""
+    steps: int = 700
+    """Warm-start optimiser steps."""
+    batch_size: int = 128
+    """Warm-start examples per step."""
+    lr: float = 1e-3
+    """Peak learning rate (AdamW)."""
+    warmup_steps: int = 50
+    """Linear warm-up steps before the cosine decay."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    corrupt_frac: float = 0.4
+    """Share of warm-start answers with one digit moved by +-1 (the room left for RL)."""
+    level_weights: tuple[float, ...] = ()
+    """Relative frequency of each task level in the warm start; empty: uniform."""
+    seed: int = 0
+    """Seed of the weights and of the warm-start examples."""
+    threads: int = 2
+    """CPU threads during the build (fixed so the build is reproducible)."""
+
+    def __post_init__(self) -> None:
+        require(self.arch in ARCHS, "organism.arch", f"{self.arch!r}; allowed: {', '.join(ARCHS)}")
+        for name in ("hidden_size", "layers", "heads", "ffn_size", "max_positions", "steps", "batch_size", "threads"):
+            require(getattr(self, name) >= 1, f"organism.{name}", f"must be >= 1, got {getattr(self, name)}")
+        require(self.hidden_size % self.heads == 0, "organism.heads", "must divide hidden_size")
+        require(0 <= self.corrupt_frac < 1, "organism.corrupt_frac", f"must be in [0, 1), got {self.corrupt_frac}")
+        require(self.lr > 0, "organism.lr", "must be > 0")
+        require(0 <= self.warmup_steps <= self.steps, "organism.warmup_steps", "must be in [0, steps]")
+        require(
+            not self.level_weights or len(self.level_weights) == len(self.task.levels),
+            "organism.level_weights", f"needs one weight per task level ({len(self.task.levels)})",
+        )
+        require(all(w >= 0 for w in self.level_weights), "organism.level_weights", "must be >= 0")
+        needed = set("".join(self.task.levels).replace("+", "").replace("-", "").replace("*", ""))
+        used = set(self.task.template.replace("{expr}", "")) | set("0123456789") | {
+            op for spec in self.task.levels for op in "+-*" if op in spec
+        }
+        missing = sorted((used | needed) - set(self.alphabet))
+        require(not missing, "organism.alphabet", f"lacks characters the task uses: {''.join(missing)!r}")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "OrganismRecipe":
+        """Build from a plain dict (TOML/JSON); "task" may be a nested table."""
+        from workbench.tasks.common import config_from_dict
+
+        data = dict(data)
+        if isinstance(data.get("task"), dict):
+            data["task"] = ArithmeticTaskConfig.from_dict(data["task"])
+        return config_from_dict(cls, data, where="organism")
+
+    def to_dict(self) -> dict[str, Any]:
+        out = config_to_dict(self)
+        out["task"] = config_to_dict(self.task)
+        return out
+
+    def hash(self) -> str:
+        """12 hex digits of the SHA-256 of the recipe (and RECIPE_VERSION) as canonical JSON."""
+        blob = json.dumps({"version": RECIPE_VERSION, **self.to_dict()}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def small_recipe(**overrides: Any) -> OrganismRecipe:
+    """A fast recipe for tests (seconds): fewer levels, a narrower model, fewer steps."""
+    base = dict(
+        task=ArithmeticTaskConfig(levels=("1+1", "2+1", "2+2"), train_size=300, eval_per_level=16),
+        hidden_size=64, layers=2, heads=2, ffn_size=128, max_positions=32, steps=150, batch_size=64,
+        warmup_steps=10, lr=3e-3,
+    )
+    base.update(overrides)
+    return OrganismRecipe(**base)
+
+
+def organism_dir(store_dir: str | os.PathLike, recipe: OrganismRecipe | None = None) -> Path:
+    """Where the organism of `recipe` lives in a store: `<store>/models/organism-<hash>/`."""
+    recipe = recipe or OrganismRecipe()
+    return Path(store_dir) / "models" / f"organism-{recipe.hash()}"
+
+
+@contextlib.contextmanager
+def _deterministic(threads: int) -> Iterator[None]:
+    """Fixed threads and deterministic kernels for the duration of a build, restored after."""
+    import torch
+
+    old_threads, old_det = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old_threads)
+        torch.use_deterministic_algorithms(old_det)
+
+
+def _new_model(recipe: OrganismRecipe, vocab_size: int):
+    """The untrained model of a recipe (seeded by the caller)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from workbench.models.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+    config = AutoConfig.for_model(
+        recipe.arch,
+        vocab_size=vocab_size,
+        hidden_size=recipe.hidden_size,
+        intermediate_size=recipe.ffn_size,
+        num_hidden_layers=recipe.layers,
+        num_attention_heads=recipe.heads,
+        num_key_value_heads=recipe.heads,
+        max_position_embeddings=recipe.max_positions,
+        tie_word_embeddings=True,
+        bos_token_id=BOS_ID,
+        eos_token_id=EOS_ID,
+        pad_token_id=PAD_ID,
+        use_cache=True,
+    )
+    return AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+
+
+def build_organism(out_dir: str | os.PathLike, recipe: OrganismRecipe | None = None) -> dict[str, Any]:
+    """Build the organism of `recipe` into `out_dir` (created; must not exist). Returns its metadata
+    (also written to `organism.json`): recipe, hash, build_s, params, warm-start losses."""
+    import torch
+
+    from workbench.models.tokenizer import build_char_tokenizer
+    from workbench.models.warmstart import make_examples, train
+
+    recipe = recipe or OrganismRecipe()
+    out = Path(out_dir)
+    start = time.perf_counter()
+    with _deterministic(recipe.threads):
+        tokenizer = build_char_tokenizer(recipe.alphabet, recipe.max_positions)
+        exclude = ArithmeticTask(recipe.task).eval_exprs
+        ids, labels = make_examples(recipe, exclude)
+        if ids.size(1) > recipe.max_positions:
+            raise ConfigError(
+                f"organism.max_positions: {recipe.max_positions} is shorter than the longest "
+                f"warm-start example ({ids.size(1)} tokens)"
+            )
+        torch.manual_seed(recipe.seed)
+        model = _new_model(recipe, len(tokenizer))
+        losses = train(model, recipe, ids, labels)
+    build_s = time.perf_counter() - start
+    out.mkdir(parents=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    meta = {
+        "recipe": recipe.to_dict(),
+        "hash": recipe.hash(),
+        "build_s": round(build_s, 2),
+        "params": sum(p.numel() for p in model.parameters()),
+        "final_loss": round(sum(losses[-20:]) / min(20, len(losses)), 4),
+        "first_loss": round(losses[0], 4),
+    }
+    (out / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+    return meta
+
+
+def ensure_organism(
+    store_dir: str | os.PathLike, recipe: OrganismRecipe | None = None, force: bool = False
+) -> Path:
+    """The organism's directory under `store_dir`, building it first when missing (or `force`).
+
+    The build goes to a temporary directory beside the target and is renamed into place, so a
+    reader never sees half a model and two concurrent builders leave one complete copy.
+    """
+    recipe = recipe or OrganismRecipe()
+    target = organism_dir(store_dir, recipe)
+    if (target / META_FILE).is_file() and not force:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        build_organism(tmp / "model", recipe)
+        if target.exists():
+            shutil.rmtree(target)
+        try:
+            os.replace(tmp / "model", target)
+        except OSError:
+            if not (target / META_FILE).is_file():  # not a concurrent builder's finished copy
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def read_meta(path: str | os.PathLike) -> dict[str, Any]:
+    """The organism.json of a built organism directory."""
+    return json.loads((Path(path) / META_FILE).read_text())
+
+
+__all__ = [
+    "OrganismRecipe",
+    "build_organism",
+    "ensure_organism",
+    "organism_dir",
+    "read_meta",
+    "small_recipe",
+]
