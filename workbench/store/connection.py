@@ -111,6 +111,7 @@ class Lake:
         self.location = location
         self.read_only = read_only
         self._thread_lock = threading.RLock()
+        self._local = threading.local()
         self._closed = False
         if location.root is not None and not read_only:
             _check_writable(location.root)
@@ -146,15 +147,28 @@ class Lake:
     # -- reads -------------------------------------------------------------------------------
     @contextmanager
     def cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A fresh cursor on the store (its own transaction context; safe to use from any thread)."""
+        """This thread's cursor on the store (its own transaction context, so threads can share a
+        store). Cursors are kept per thread: `USE lake` on a fresh cursor costs a catalog lookup."""
         if self._closed:
             raise StoreError(f"store {self.location.describe()} is closed")
-        cur = self.con.cursor()
+        cur = getattr(self._local, "cursor", None)
+        if cur is None or getattr(self._local, "busy", False):
+            fresh = self.con.cursor()
+            fresh.execute(f"USE {ALIAS}")
+            if cur is None:
+                self._local.cursor = fresh
+            else:  # re-entrant use on one thread: a throw-away cursor
+                try:
+                    yield fresh
+                finally:
+                    fresh.close()
+                return
+            cur = fresh
+        self._local.busy = True
         try:
-            cur.execute(f"USE {ALIAS}")
             yield cur
         finally:
-            cur.close()
+            self._local.busy = False
 
     def read(self, query: str, params: list[Any] | dict[str, Any] | None = None) -> pl.DataFrame:
         """Run one read query with bound parameters; a Polars DataFrame. Retries a busy catalog."""
@@ -170,7 +184,7 @@ class Lake:
 
     # -- writes ------------------------------------------------------------------------------
     def write(self, fn: Callable[[duckdb.DuckDBPyConnection], T], what: str, *,
-              timeout_s: float = 120.0) -> T:
+              timeout_s: float = 120.0, transaction: bool = True) -> T:
         """Run `fn(cursor)` inside one transaction and commit it. Writers of one store queue on a lock
         (a thread lock, and a lock file for local stores); a commit that still loses the catalog is
         rolled back and the whole transaction replayed, with exponential backoff, until `timeout_s`."""
@@ -183,6 +197,9 @@ class Lake:
             attempt += 1
             with self._thread_lock, self._file_lock(deadline, what):
                 try:
+                    if not transaction:  # maintenance calls that manage their own transactions
+                        with self.cursor() as cur:
+                            return fn(cur)
                     return self._transaction(fn)
                 except duckdb.Error as exc:
                     if not _retryable(exc) or time.monotonic() + delay > deadline:

@@ -32,6 +32,7 @@ class Store(WriterMixin, ReaderMixin):
         self.read_only = read_only
         self._lake = Lake(location, read_only=read_only)
         self._ro: Lake | None = None
+        self._last_step: dict[str, int] = {}
         self._ro_lock = threading.Lock()
         try:
             self.schema_version = _ensure_schema(self._lake)

@@ -49,6 +49,7 @@ class WriterMixin:
     """Write methods of `Store` (see workbench/store/store.py); `self._lake` is the attached store."""
 
     _lake: Lake
+    _last_step: dict[str, int]
 
     # -- runs ------------------------------------------------------------------------------
     def create_run(self, name: str, config: dict[str, Any], seed: int, *, parent_run_id: str | None = None,
@@ -105,11 +106,9 @@ class WriterMixin:
         }
         prompts = rows_to_arrow("prompts", record.prompts, {"run_id": run_id})
 
+        self._check_new_step(run_id, step)
+
         def tx(cur: duckdb.DuckDBPyConnection) -> None:
-            cur.execute("SELECT count(*) FROM steps WHERE run_id = ? AND step = ?", [run_id, step])
-            if _changed(cur):
-                raise StoreError(f"step {step} of run {run_id!r} is already in the store "
-                                 f"{self._lake.location.describe()}; roll the run back before rewriting it")
             insert(cur, "rollouts", rollouts, fill)
             for table, data in small.items():
                 insert(cur, table, data)
@@ -117,6 +116,21 @@ class WriterMixin:
             insert(cur, "steps", steps)
 
         self._lake.write(tx, f"write step {step} of run {run_id}")
+        self._last_step[run_id] = max(step, self._last_step.get(run_id, step))
+
+    def _check_new_step(self, run_id: str, step: int) -> None:
+        """Refuse a step the run already has. The run's last step is read from the store once per
+        process and then tracked here, so the hot path costs no query (a step is written by one engine)."""
+        if run_id not in self._last_step:
+            frame = self._lake.read("SELECT max(step) AS last FROM steps WHERE run_id = ?", [run_id])
+            last = frame["last"][0]
+            self._last_step[run_id] = -(2**31) if last is None else int(last)
+        if step <= self._last_step[run_id]:
+            found = self._lake.read("SELECT count(*) AS n FROM steps WHERE run_id = ? AND step = ?",
+                                    [run_id, step])["n"][0]
+            if found:
+                raise StoreError(f"step {step} of run {run_id!r} is already in the store "
+                                 f"{self._lake.location.describe()}; roll the run back before rewriting it")
 
     def write_evals(self, run_id: str, step: int, rows: list[dict[str, Any]]) -> None:
         """Evaluation rows taken at `step` (outside a training step's transaction)."""
@@ -147,6 +161,7 @@ class WriterMixin:
             cur.execute("UPDATE runs SET updated_at = ? WHERE run_id = ?", [now_utc(), run_id])
 
         self._lake.write(tx, f"roll run {run_id} back to step {step}")
+        self._last_step.pop(run_id, None)
 
     # -- controls --------------------------------------------------------------------------
     def add_control(self, run_id: str, command: str, args: dict[str, Any] | None = None, *,

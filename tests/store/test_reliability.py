@@ -1,0 +1,98 @@
+"""Reliability with real processes: concurrent writers and readers, kill -9 mid-transaction."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from workbench.store import open_store
+from tests.store.procs import SHAPE, WHOLE_STEPS_SQL
+
+PROCS = str(Path(__file__).with_name("procs.py"))
+
+
+def _start(*args: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parents[2]),
+                                                                     os.environ.get("PYTHONPATH")]))}
+    return subprocess.Popen([sys.executable, PROCS, *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _finish(proc: subprocess.Popen, timeout: float) -> dict:
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, f"worker failed ({proc.returncode}): {out}\n{err[-3000:]}"
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _new_runs(path: Path, n: int) -> list[str]:
+    with open_store(path) as store:
+        return [store.create_run(f"proc{i}", {}, seed=i) for i in range(n)]
+
+
+@pytest.mark.slow
+def test_one_writer_two_readers_only_whole_steps(tmp_path):
+    path = tmp_path / "store"
+    (run_id,) = _new_runs(path, 1)
+    writer = _start("writer", path, run_id, 100_000, 32)
+    readers = [_start("reader", path, run_id, 32) for _ in range(2)]
+    w = _finish(writer, 240)
+    results = [_finish(r, 240) for r in readers]
+    assert w["failed"] == 0 and w["steps"] >= 3
+    for r in results:
+        assert r["errors"] == 0 and r["torn"] == 0
+        assert r["reads"] >= 3 and r["max_step"] >= 1  # the readers saw the run grow
+    with open_store(path) as store:
+        assert store.count_rollouts(run_id) == w["steps"] * SHAPE.rollouts_per_step
+
+
+@pytest.mark.slow
+def test_three_writers_and_a_control_inserter(tmp_path):
+    path = tmp_path / "store"
+    runs = _new_runs(path, 3)
+    steps, controls = 8, 20
+    writers = [_start("writer", path, run_id, steps, 600) for run_id in runs]
+    control = _start("controller", path, ",".join(runs), controls)
+    results = [_finish(p, 600) for p in writers]
+    c = _finish(control, 600)
+    assert [r["failed"] for r in results] == [0, 0, 0]
+    assert c["failed"] == 0 and sorted(c["ids"]) == list(range(1, controls + 1))
+    with open_store(path) as store:
+        for run_id in runs:
+            frame = store.sql(WHOLE_STEPS_SQL, {"run": run_id})
+            assert frame.height == steps
+            assert frame["rn"].to_list() == [SHAPE.rollouts_per_step] * steps
+            assert store.run_steps(run_id)["step"].to_list() == list(range(steps))
+        ids = store.sql("SELECT control_id FROM controls ORDER BY control_id")["control_id"].to_list()
+        assert ids == list(range(1, controls + 1))
+
+
+def test_kill_9_mid_transaction(tmp_path):
+    path = tmp_path / "store"
+    (run_id,) = _new_runs(path, 1)
+    w = _finish(_start("writer", path, run_id, 2, 120), 180)
+    assert w["steps"] == 2
+    ready = tmp_path / "ready"
+    hang = _start("hang", path, run_id, ready)
+    deadline = time.monotonic() + 120
+    while not ready.exists():
+        assert hang.poll() is None, hang.communicate()[1][-2000:]
+        assert time.monotonic() < deadline, "the hanging writer never got inside its transaction"
+        time.sleep(0.1)
+    os.kill(hang.pid, signal.SIGKILL)
+    hang.wait(30)
+    with open_store(path) as store:
+        assert store.run_steps(run_id)["step"].to_list() == [0, 1]
+        assert store.count_rollouts(run_id) == 2 * SHAPE.rollouts_per_step
+        assert store.count_rollouts(run_id, step_min=99) == 0
+        # the lock died with the process: the next writer goes ahead
+        store.heartbeat(run_id)
+        store.add_event(run_id, "info", "resume", "after kill -9")
+    frame = open_store(path, read_only=True).sql(WHOLE_STEPS_SQL, {"run": run_id})
+    assert frame["rn"].to_list() == [SHAPE.rollouts_per_step] * 2

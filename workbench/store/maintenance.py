@@ -1,0 +1,129 @@
+"""Store upkeep: `info` (sizes and row counts per table), `compact` (flush inlined rows, merge small
+files, expire old snapshots, delete unreferenced files; query results unchanged) and `export` (one run
+or the whole store to a single `.duckdb` file or to Parquet files)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from workbench.errors import StoreError
+from workbench.store.connection import ALIAS
+from workbench.store.extensions import _quote
+from workbench.store.schema import TABLES
+from workbench.store.store import Store
+
+EXPORT_FORMATS = ("duckdb", "parquet")
+
+
+def _dir_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
+
+
+def info(store: Store) -> dict[str, Any]:
+    """Location, schema version, snapshot count, and per table: rows, data files and bytes."""
+    lake = store._lake
+    files = {r["table_name"]: r for r in lake.read(f"SELECT * FROM ducklake_table_info('{ALIAS}')").to_dicts()}
+    tables = {}
+    for table in TABLES:
+        rows = int(lake.read(f"SELECT count(*) AS n FROM {table}")["n"][0])
+        f = files.get(table, {})
+        tables[table] = {"rows": rows, "files": int(f.get("file_count") or 0),
+                         "bytes": int(f.get("file_size_bytes") or 0),
+                         "delete_files": int(f.get("delete_file_count") or 0)}
+    snapshots = lake.read(f"SELECT count(*) AS n, max(snapshot_time) AS last FROM ducklake_snapshots('{ALIAS}')")
+    out: dict[str, Any] = {
+        "store": store.location.describe(), "catalog": store.location.catalog,
+        "data_path": store.location.data_path, "schema_version": store.schema_version,
+        "snapshots": int(snapshots["n"][0]), "last_commit": str(snapshots["last"][0]), "tables": tables,
+        "data_bytes": sum(t["bytes"] for t in tables.values()),
+    }
+    root = store.location.root
+    if root is not None:
+        out["catalog_bytes"] = sum(_file_size(root / n) for n in ("catalog.sqlite", "catalog.sqlite-wal"))
+        out["disk_bytes"] = _dir_bytes(root)
+    return out
+
+
+def _file_size(path: Path) -> int:
+    return path.stat().st_size if path.exists() else 0
+
+
+def compact(store: Store, *, older_than_s: float = 3600.0) -> dict[str, Any]:
+    """Flush rows kept inline in the catalog to Parquet, merge small adjacent files, expire snapshots
+    older than `older_than_s` seconds and delete the files no snapshot references any more (only those
+    older than `older_than_s`, so a reader on a recent snapshot or a writer mid-transaction keeps its
+    files). Returns file counts and bytes before and after."""
+    before = info(store)
+    interval = f"INTERVAL '{float(older_than_s)} seconds'"
+    statements = [
+        f"CALL ducklake_flush_inlined_data('{ALIAS}')",
+        f"CALL ducklake_merge_adjacent_files('{ALIAS}')",
+        f"CALL ducklake_expire_snapshots('{ALIAS}', older_than => now() - {interval})",
+        f"CALL ducklake_cleanup_old_files('{ALIAS}', older_than => now() - {interval})",
+    ]
+    if store.location.root is not None:
+        statements.append(f"CALL ducklake_delete_orphaned_files('{ALIAS}', older_than => now() - {interval})")
+    t = time.perf_counter()
+    for statement in statements:
+        store._lake.write(lambda cur, s=statement: cur.execute(s).arrow(), "compact the store",
+                          transaction=False)
+    after = info(store)
+
+    def totals(i: dict[str, Any]) -> dict[str, int]:
+        return {"files": sum(t["files"] + t["delete_files"] for t in i["tables"].values()),
+                "bytes": i.get("disk_bytes", i["data_bytes"]), "snapshots": i["snapshots"]}
+
+    return {"store": before["store"], "seconds": time.perf_counter() - t,
+            "before": totals(before), "after": totals(after)}
+
+
+def export(store: Store, out: str | os.PathLike[str], *, run_id: str | None = None,
+           fmt: str = "duckdb", overwrite: bool = False) -> dict[str, Any]:
+    """Export the whole store, or one run, to a single DuckDB file (`fmt="duckdb"`) or to a directory
+    of Parquet files, one per table (`fmt="parquet"`). Returns the rows written per table."""
+    if fmt not in EXPORT_FORMATS:
+        raise StoreError(f"export format {fmt!r}: must be one of {EXPORT_FORMATS}")
+    target = Path(out).expanduser().absolute()
+    if run_id is not None:
+        store.run(run_id)  # StoreError naming the run if it does not exist
+    if target.exists() and not overwrite:
+        raise StoreError(f"export target {target} already exists (pass overwrite to replace it)")
+    if fmt == "duckdb" and target.exists():
+        target.unlink()
+    if fmt == "parquet":
+        target.mkdir(parents=True, exist_ok=True)
+    elif not target.parent.is_dir():
+        raise StoreError(f"export target directory {target.parent} does not exist")
+    counts: dict[str, int] = {}
+    with store._lake.cursor() as cur:
+        try:
+            if fmt == "duckdb":
+                cur.execute(f"ATTACH '{_quote(str(target))}' AS export_db")
+            for table in TABLES:
+                where, params = _run_filter(table, run_id)
+                select = f"SELECT * FROM {ALIAS}.{table}{where}"
+                if fmt == "duckdb":
+                    cur.execute(f"CREATE TABLE export_db.{table} AS {select}", params)
+                else:
+                    path = _quote(str(target / f"{table}.parquet"))
+                    cur.execute(f"COPY ({select}) TO '{path}' (FORMAT parquet, COMPRESSION zstd)", params)
+                cur.execute(f"SELECT count(*) FROM {ALIAS}.{table}{where}", params)
+                counts[table] = int(cur.fetchone()[0])
+        except Exception as exc:
+            raise StoreError(f"export of store {store.location.describe()} to {target} failed: {exc}") from exc
+        finally:
+            if fmt == "duckdb":
+                try:
+                    cur.execute("DETACH export_db")
+                except Exception:
+                    pass
+    return {"target": str(target), "format": fmt, "run_id": run_id, "rows": counts}
+
+
+def _run_filter(table: str, run_id: str | None) -> tuple[str, list[Any]]:
+    if run_id is None or table == "meta":
+        return "", []
+    return " WHERE run_id = ?", [run_id]
