@@ -81,18 +81,34 @@ def test_own_allocator_reproduces_budget_exhaustion_and_logged_stats():
 
 def test_same_seed_same_replay_and_bigger_groups_resample():
     alloc, rolls, stats = logged_uniform_run()
-    a = replay(alloc, rolls, stats, allocator="uniform", params={"n": 8}, seed=3, budget=48)
-    b = replay(alloc, rolls, stats, allocator="uniform", params={"n": 8}, seed=3, budget=48)
+    kw = dict(allocator="uniform", params={"n": 8}, seed=3, budget=48, extrapolate="empirical")
+    a = replay(alloc, rolls, stats, **kw)
+    b = replay(alloc, rolls, stats, **kw)
     assert a.groups.equals(b.groups) and a.steps.equals(b.steps)
     # groups of 8 over logged groups of 4: half observed, half resampled with replacement
     assert int(a.steps["from_observed"].sum()) == int(a.steps["from_resampled"].sum()) == rolls.height
-    # a resampled group only holds rewards its prompt showed at that step
+    # an empirically resampled group only holds rewards its prompt showed at that step
     seen = rolls.group_by("step", "prompt_id").agg(pl.col("reward").unique().alias("vals"))
     g = a.groups.join(seen, on=["step", "prompt_id"])
     for row in g.iter_rows(named=True):
         if row["correct"] in (0, row["n"]):
             continue
         assert set(row["vals"]) == {0.0, 1.0}
+
+
+def test_posterior_extrapolation_can_find_signal_the_log_lacked():
+    rolls = pl.DataFrame(dict(step=[1] * 4, stage=[0] * 4, prompt_id=["a"] * 4, idx=[0, 1, 2, 3],
+                              reward=[0.0] * 4, length=[3] * 4, off_policy=[False] * 4))
+    alloc = pl.DataFrame(dict(step=[1], stage=[0], prompt_id=["a"], granted=[4], budget_kind=["rollouts"],
+                              budget=[64]))
+    found = {mode: sum(replay(alloc, rolls, allocator="uniform", params={"n": 64}, seed=s,
+                              extrapolate=mode).summary()["informative_groups"] for s in range(20))
+             for mode in ("empirical", "posterior")}
+    assert found["empirical"] == 0
+    # 60 more draws at p ~ Beta(1, 5): at least one success in most replays
+    assert found["posterior"] >= 10
+    with pytest.raises(DataError, match="extrapolate"):
+        replay(alloc, rolls, allocator="uniform", extrapolate="magic")
 
 
 def test_dynamic_sampling_draws_beyond_the_candidates_and_counts_informative_groups():

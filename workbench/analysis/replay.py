@@ -14,8 +14,9 @@ How a step is replayed (the engine's step, line by line, with generation replace
    the default), or the run's logged statistics before the step (`stats="logged"`).
 3. A grant of n rollouts for prompt p at step t is served by drawing from p's observed on-policy
    (reward, length) pairs at step t: without replacement while they last (so a grant of the logged
-   group size reproduces the logged group exactly, in a shuffled order), then with replacement
-   ("resampled"). A prompt with no rollouts at step t borrows its outcomes from the nearest step that
+   group size reproduces the logged group exactly, in a shuffled order); beyond them ("resampled")
+   from the Beta posterior of the prompt's pass rate at that step (binary rewards; `extrapolate=
+   "posterior"`, the default) or the observations again with replacement (`"empirical"`). A prompt with no rollouts at step t borrows its outcomes from the nearest step that
    has some ("nearby"); a prompt never observed draws Bernoulli(posterior mean) ("prior"). The step
    table counts rollouts per source: the more "observed", the more the estimate can be trusted.
 4. Budgets, stage limits, trimming with `fit_to_budget`, `reuse_requests` and `use_in_update` are
@@ -106,7 +107,12 @@ def summarize_steps(steps: pl.DataFrame) -> dict[str, Any]:
 class Outcomes:
     """Each (step, prompt)'s observed on-policy (reward, length) pairs, served by seeded draws."""
 
-    def __init__(self, rollouts: pl.DataFrame, seed: int) -> None:
+    def __init__(self, rollouts: pl.DataFrame, seed: int,
+                 extrapolate: Literal["posterior", "empirical"] = "posterior") -> None:
+        if extrapolate not in ("posterior", "empirical"):
+            raise DataError(f"replay: extrapolate must be 'posterior' or 'empirical', got {extrapolate!r}")
+        self.extrapolate = extrapolate
+        self._p: dict[str, float] = {}
         missing = {"step", "prompt_id", "reward"} - set(rollouts.columns)
         if missing:
             raise DataError(f"replay: the rollouts frame lacks column(s) {sorted(missing)}")
@@ -136,6 +142,7 @@ class Outcomes:
         """Forget the step's draws (each step draws afresh from its own observations)."""
         self._step = step
         self._cursor = {}
+        self._p = {}
         self._rng = np.random.default_rng([self.seed, step, 0x0DD])
 
     def source_step(self, step: int, pid: str) -> int | None:
@@ -166,7 +173,14 @@ class Outcomes:
             counts["observed"], counts["resampled"] = len(fresh), len(extra)
         else:
             counts["nearby"] = n
-        return rewards[pick].tolist(), lengths[pick].tolist(), counts
+        out = rewards[pick]
+        if len(extra) and self.extrapolate == "posterior" and np.isin(rewards, (0.0, 1.0)).all():
+            p = self._p.get(pid)
+            if p is None:
+                c = float(rewards.sum())
+                p = self._p[pid] = float(self._rng.beta(1.0 + c, 1.0 + len(rewards) - c))
+            out[len(fresh):] = (self._rng.random(len(extra)) < p).astype(float)
+        return out.tolist(), lengths[pick].tolist(), counts
 
 
 # -- the logged step structure ---------------------------------------------------------------------
@@ -245,20 +259,25 @@ def replay(
     stats_decay: float = 1.0,
     max_stages: int = 8,
     steps: list[int] | None = None,
+    extrapolate: Literal["posterior", "empirical"] = "posterior",
 ) -> ReplayResult:
     """Replay allocator `allocator` (with `params`) over the logged outcomes in the frames.
 
     `seed` seeds the allocator and its per-step rng exactly as the engine does (the run's seed
     reproduces the run's own decisions) and the outcome draws. `prompts_per_step` defaults to the
     number of candidates the run drew at each step; `budget` / `budget_kind` override the logged
-    budget; `stats_decay` and `max_stages` are the run's `allocator.stats_decay` / `max_stages`."""
+    budget; `stats_decay` and `max_stages` are the run's `allocator.stats_decay` / `max_stages`.
+    `extrapolate` says how rollouts beyond a prompt's observed ones are drawn: "posterior" (binary
+    rewards: Bernoulli of a pass rate drawn once per step from Beta(1 + correct, 1 + wrong) of the
+    observations, so an all-wrong logged group can still show a success when asked for more) or
+    "empirical" (resampled from the observations with replacement: never more signal than logged)."""
     if stats not in ("replayed", "logged"):
         raise DataError(f"replay: stats must be 'replayed' or 'logged', got {stats!r}")
     plan = logged_steps(allocations, prompt_stats)
     if steps is not None:
         wanted = set(steps)
         plan = [s for s in plan if s.step in wanted]
-    outcomes = Outcomes(rollouts, seed)
+    outcomes = Outcomes(rollouts, seed, extrapolate)
     st = _State(make_allocator(allocator, params or {}, seed=seed), outcomes, {}, stats_decay, max_stages,
                 outcomes.mean_length or 8.0)
     history = logged_stats(prompt_stats) if stats == "logged" else {}
