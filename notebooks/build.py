@@ -215,9 +215,10 @@ def allocators() -> list:
             "    \"dynamic_sampling\": (\"dynamic_sampling\", {}),\n"
             "    \"selective\": (\"selective\", {}),\n"
             "    \"multistage\": (\"multistage\", {}),\n"
-            "    \"knapsack\": (\"knapsack\", {}),\n"
-            "}\n"
-            "replay_seeds = 3  # replays per allocator (different draws)",
+            "    \"until_correct\": (\"until_correct\", {}),\n"
+            "}  # knapsack, uncertainty, adaptive_stop, value_tracker, rank_proportional work too (knapsack is slow)\n"
+            "replay_seeds = 2  # replays per allocator (different draws)\n"
+            "replay_budget = None  # rollouts per step for the replays; None: the run's logged budget",
             metadata={"tags": ["parameters"]}),
         new_code_cell(SETUP + "\nfrom workbench.analysis.replay import compare_allocators, load_run, logged_result, replay_run"),
         new_code_cell(
@@ -265,7 +266,7 @@ def allocators() -> list:
             "print(f\"run {target[:8]} ({frames.allocator} {frames.params}): own-allocator replay reproduces the \"\n"
             "      f\"logged grants: {same} ({own.grants.height} replayed vs {logged.height} logged decisions)\")"),
         new_code_cell(
-            "table = compare_allocators(store, target, replay_allocators, seeds=replay_seeds)\n"
+            "table = compare_allocators(store, target, replay_allocators, seeds=replay_seeds, budget=replay_budget)\n"
             "summary = (table.group_by(\"label\", maintain_order=True)\n"
             "           .agg(pl.col(\"rollouts\").mean(), pl.col(\"informative_groups\").mean(),\n"
             "                pl.col(\"informative_groups\").std().alias(\"informative_sd\"),\n"
