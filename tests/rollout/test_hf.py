@@ -33,10 +33,11 @@ def _full_forward(model, prompts, out, sampling):
     return packed, logp
 
 
+@pytest.mark.parametrize("compact", [0.0, 1.0])
 @pytest.mark.parametrize("sampling", [SAMPLE, SamplingParams(temperature=1.3, top_k=5, top_p=0.8,
                                                              max_new_tokens=12)])
-def test_logprobs_and_entropy_match_full_forward(model, tokenizer, prompts, sampling):
-    out = _gen(HFBackend(model, tokenizer), prompts * 4, sampling)
+def test_logprobs_and_entropy_match_full_forward(model, tokenizer, prompts, sampling, compact):
+    out = _gen(HFBackend(model, tokenizer, compact_below=compact), prompts * 4, sampling)
     packed, logp = _full_forward(model, prompts * 4, out, sampling)
     m = packed.response_mask.bool()
     want_lp = logp.gather(-1, out.tokens.unsqueeze(-1)).squeeze(-1)
@@ -60,6 +61,7 @@ def test_logprobs_match_trainer_helper(model, tokenizer, prompts):
 def test_greedy_matches_transformers_generate(model, tokenizer, prompts):
     out = _gen(HFBackend(model, tokenizer), prompts, GREEDY)
     bare = bare_generate(model, tokenizer, prompts, GREEDY)
+    assert set(out.finish_reasons()) == {"stop", "length"} and len({tuple(r) for r in out.tokens.tolist()}) > 3
     width = max(out.tokens.shape[1], bare.tokens.shape[1])
     pad = lambda x: torch.nn.functional.pad(x, (0, width - x.shape[1]), value=tokenizer.pad_token_id)  # noqa: E731
     assert torch.equal(pad(out.tokens), pad(bare.tokens))
@@ -69,6 +71,7 @@ def test_greedy_matches_transformers_generate(model, tokenizer, prompts):
 def test_left_padding_equals_generating_alone(model, tokenizer, prompts):
     backend = HFBackend(model, tokenizer)
     batch = _gen(backend, prompts, GREEDY)
+    assert len(set(batch.lengths.tolist())) > 1
     for i, p in enumerate(prompts):
         alone = _gen(backend, [p], GREEDY)
         n = int(alone.lengths[0])
@@ -130,11 +133,13 @@ def test_mode_restored_and_weights(model, tokenizer, prompts, model_factory):
         model.eval()
     backend.update_weights(model)
     assert backend.policy_version == 1
-    other = model_factory(seed=1)
+    other = model_factory(seed=3)
     backend2 = HFBackend(model_factory(seed=2), tokenizer)
+    want = _gen(HFBackend(other, tokenizer), prompts, GREEDY).tokens
+    assert not torch.equal(_gen(backend2, prompts, GREEDY).tokens, want)
     backend2.update_weights(other)
     assert backend2.policy_version == 1
-    assert torch.equal(_gen(backend2, prompts, GREEDY).tokens, _gen(HFBackend(other, tokenizer), prompts, GREEDY).tokens)
+    assert torch.equal(_gen(backend2, prompts, GREEDY).tokens, want)
     assert torch.equal(a.tokens, _gen(backend, prompts, GREEDY).tokens)
 
 
@@ -180,3 +185,12 @@ def test_cuda_generation_matches_cpu_greedy(model, tokenizer, prompts, model_fac
     assert torch.equal(out.tokens, _gen(HFBackend(model, tokenizer), prompts, GREEDY).tokens)
     sampled = [_gen(HFBackend(cuda_model, tokenizer, device="cuda"), prompts, SAMPLE, seed=5) for _ in range(2)]
     assert torch.equal(sampled[0].tokens, sampled[1].tokens)  # a CPU generator seeds CUDA sampling
+
+
+def test_compaction_changes_nothing_greedy(model, tokenizer, prompts):
+    """Dropping finished rows from the batch and cache leaves every greedy output as it was."""
+    outs = [_gen(HFBackend(model, tokenizer, compact_below=c), prompts * 3, GREEDY) for c in (0.0, 0.5, 1.0)]
+    assert len(set(outs[0].lengths.tolist())) > 2  # rows finish at different times
+    for other in outs[1:]:
+        assert torch.equal(other.tokens, outs[0].tokens) and torch.equal(other.lengths, outs[0].lengths)
+        assert torch.allclose(other.logprobs, outs[0].logprobs, atol=1e-5)

@@ -13,7 +13,9 @@ How it works:
    per new token (input [N, 1]) until `max_new_tokens` or until every sequence has produced EOS.
 3. Each step: logits / temperature, keep the top-k, keep the top-p nucleus, renormalise, sample with
    the caller's `torch.Generator` (top_k == 1 takes the argmax: greedy, no randomness consumed).
-4. After a sequence's EOS its remaining positions hold the pad id and 0 logprob/entropy.
+4. After a sequence's EOS its remaining positions hold the pad id and 0 logprob/entropy. Once at
+   most half the working batch is unfinished (`compact_below`), finished rows leave the batch and the
+   KV cache, so a long tail of long generations does not pay for the short ones.
 
 The model runs in eval mode (no dropout) under `torch.inference_mode`; its previous train/eval mode is
 restored afterwards, because the backend usually shares the trainer's module.
@@ -114,11 +116,19 @@ def _eos_ids(tokenizer, model) -> list[int]:
 
 
 class HFBackend:
-    """RolloutBackend over an in-process transformers causal LM (see the module docstring)."""
+    """RolloutBackend over an in-process transformers causal LM (see the module docstring).
+
+    `eos_token_ids` / `pad_token_id` default to the model's generation config and the tokenizer;
+    `compact_below` is the unfinished share of the working batch at which finished rows are dropped.
+    """
 
     def __init__(self, model: torch.nn.Module, tokenizer, device: str | torch.device = "cpu", *,
-                 eos_token_ids: Sequence[int] | None = None, pad_token_id: int | None = None) -> None:
+                 eos_token_ids: Sequence[int] | None = None, pad_token_id: int | None = None,
+                 compact_below: float = 0.5) -> None:
         self.model = model
+        # Finished rows leave the working batch and its KV cache once the unfinished share falls to
+        # this or below (0 disables; 1 compacts as soon as any row finishes).
+        self.compact_below = compact_below
         self.tokenizer = tokenizer
         self.device = torch.device(device)
         self.eos_token_ids = list(eos_token_ids) if eos_token_ids is not None else _eos_ids(tokenizer, model)
@@ -160,7 +170,11 @@ class HFBackend:
         return out.logits[:, -1]
 
     def _loop(self, prompts, sampling: SamplingParams, generator):
-        """The KV-cache decoding loop; returns CPU tensors trimmed to the longest generation."""
+        """The KV-cache decoding loop; returns CPU tensors trimmed to the longest generation.
+
+        `rows` maps each row of the working batch to its output row: when compaction drops finished
+        sequences from the working batch (and the cache), the outputs keep their places.
+        """
         from transformers import DynamicCache
 
         dev = self.device
@@ -177,23 +191,29 @@ class HFBackend:
         finished = torch.zeros(n, dtype=torch.bool, device=dev)
         lengths = torch.zeros(n, dtype=torch.long, device=dev)
         eos = torch.tensor(self.eos_token_ids, dtype=torch.long, device=dev)
-        pad = torch.full((n,), self.pad_token_id, dtype=torch.long, device=dev)
+        rows = torch.arange(n, device=dev)
         greedy = sampling.top_k == 1
-        ones = torch.ones((n, 1), dtype=mask.dtype, device=dev)
         steps = 0
         for t in range(t_max):
             logp = sampling_logprobs(logits, sampling)
             tok = _sample(logp, greedy, generator)
-            alive = ~finished
-            tokens[:, t] = torch.where(alive, tok, pad)
-            logprobs[:, t] = torch.where(alive, logp.gather(-1, tok.unsqueeze(-1)).squeeze(-1), 0.0)
-            entropy[:, t] = torch.where(alive, torch.special.entr(logp.exp()).sum(-1), 0.0)
-            lengths += alive.long()
-            finished |= alive & torch.isin(tok, eos)
+            alive = ~finished[rows]
+            live_rows = rows[alive]
+            tokens[live_rows, t] = tok[alive]
+            logprobs[live_rows, t] = logp[alive].gather(-1, tok[alive].unsqueeze(-1)).squeeze(-1)
+            entropy[live_rows, t] = torch.special.entr(logp[alive].exp()).sum(-1)
+            lengths[live_rows] += 1
+            finished[live_rows] |= torch.isin(tok[alive], eos)
             steps = t + 1
-            if t + 1 == t_max or bool(finished.all()):
+            still = ~finished[rows]
+            n_still = int(still.sum())
+            if t + 1 == t_max or n_still == 0:
                 break
-            mask = torch.cat([mask, ones], dim=1)
+            if n_still <= self.compact_below * rows.numel():
+                keep = still.nonzero().squeeze(1)
+                cache.batch_select_indices(keep)
+                rows, mask, next_pos, tok = rows[keep], mask[keep], next_pos[keep], tok[keep]
+            mask = torch.cat([mask, mask.new_ones((rows.numel(), 1))], dim=1)
             logits = self._forward(tok.unsqueeze(-1), mask, next_pos.unsqueeze(-1), cache)
             next_pos = next_pos + 1
         return (tokens[:, :steps].cpu(), logprobs[:, :steps].cpu(), entropy[:, :steps].cpu(),
