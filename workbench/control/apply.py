@@ -27,6 +27,9 @@ from workbench.errors import ControlError, StoreError, WorkbenchError
 
 log = logging.getLogger(__name__)
 
+_STATUS_AFTER = {"pause": "paused", "resume": "running", "stop": "stopping"}
+"""The run's status once each lifecycle command is applied."""
+
 POLL_S = 0.25
 """How often a paused run looks for new commands."""
 
@@ -144,18 +147,14 @@ def apply_pending(
                 "step": step,
                 "reason": reason,
             }
+            # the run's status changes before the outcome is visible: a reader that sees
+            # "pause applied" also sees status paused
+            if status == "applied" and command in _STATUS_AFTER:
+                store.set_run_status(run_id, _STATUS_AFTER[command])
+                paused = command == "pause"
             _record(store, run_id, row, outcome)
             outcomes.append(outcome)
-            if status != "applied":
-                continue
-            if command == "pause":
-                paused = True
-                store.set_run_status(run_id, "paused")
-            elif command == "resume":
-                paused = False
-                store.set_run_status(run_id, "running")
-            elif command == "stop":
-                store.set_run_status(run_id, "stopping")
+            if status == "applied" and command == "stop":
                 return outcomes
         if not paused:
             return outcomes

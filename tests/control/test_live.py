@@ -1,0 +1,190 @@
+"""Live control of real engine processes: launched detached, steered through the store.
+
+One small organism run is launched per module and steered through the tests in order (budget,
+allocator switch, invalid commands, pause, stop -> resume); a second run is killed with SIGKILL,
+detected as crashed, and resumed. The organism (a small recipe) is built once per session."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from workbench import control
+from workbench.control.liveness import refresh_statuses
+
+pytestmark = pytest.mark.slow
+
+TIMEOUT_S = 900.0
+
+
+def tiny_overrides(steps: int) -> dict:
+    from workbench.models.organism import small_recipe
+
+    recipe = small_recipe(steps=30).to_dict()
+    return {
+        "model.organism": recipe,
+        "model.threads": 1,
+        "task": {"kind": "arithmetic", **recipe["task"]},
+        "steps": steps,
+        "allocator.prompts_per_step": 4,
+        "allocator.budget": 16,
+        "allocator.params": {"n": 4},
+        "eval.at_start": False,
+        "eval.every": 0,
+        "checkpoint.every": 2,
+        "logging.heartbeat_s": 1.0,
+    }
+
+
+def wait_until(pred, what, timeout_s=TIMEOUT_S, poll_s=0.3):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = pred()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(poll_s)
+
+
+def last_step(store, run_id) -> int:
+    steps = store.run_steps(run_id)
+    return int(steps["step"].max()) if len(steps) else 0
+
+
+def status(store, run_id) -> str:
+    return store.run(run_id)["status"]
+
+
+def log_of(store_dir, run_id) -> str:
+    path = store_dir / "runs" / run_id / "run.log"
+    return path.read_text()[-3000:] if path.exists() else "(no log)"
+
+
+@pytest.fixture(scope="session")
+def live_store_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("live") / "store"
+
+
+@pytest.fixture(scope="module")
+def live(live_store_dir):
+    """(store, run_id) of a launched run, stepping."""
+    from workbench.store import open_store
+
+    t0 = time.monotonic()
+    run_id = control.launch(None, store=live_store_dir, overrides=tiny_overrides(steps=200), name="live")
+    assert time.monotonic() - t0 < 60, "launch must return at once"
+    with open_store(live_store_dir) as st:
+        assert status(st, run_id) == "created" and st.run(run_id)["pid"] != os.getpid()
+        wait_until(lambda: last_step(st, run_id) >= 1 or status(st, run_id) == "failed",
+                   "the first step")
+        assert status(st, run_id) == "running", log_of(live_store_dir, run_id)
+        yield st, run_id
+        if status(st, run_id) in ("running", "paused"):
+            os.killpg(st.run(run_id)["pid"], signal.SIGKILL)
+
+
+def applied(st, run_id, cid):
+    row = control.wait(st, run_id, cid, timeout_s=120)
+    assert row["status"] == "applied", row
+    return row
+
+
+def test_set_budget_reaches_allocation_rows(live):
+    st, run_id = live
+    issued_at = last_step(st, run_id) + 1
+    row = applied(st, run_id, control.set_budget(st, run_id, 24))
+    n = row["applied_step"]
+    assert issued_at <= n <= issued_at + 1
+    wait_until(lambda: last_step(st, run_id) >= n + 1, "two steps under the new budget")
+    alloc = st.allocations(run_id)
+    before, after = alloc.filter(alloc["step"] < n), alloc.filter(alloc["step"] >= n)
+    assert set(before["budget"].to_list()) == {16}
+    assert set(after["budget"].to_list()) == {24}
+    steps = st.run_steps(run_id)
+    assert set(steps.filter(steps["step"] >= n)["budget"].to_list()) == {24}
+
+
+def test_switch_allocator_mid_run(live):
+    st, run_id = live
+    row = applied(st, run_id, control.set_allocator(st, run_id, "multistage", {"n": 2, "n_max": 8}))
+    n = row["applied_step"]
+    wait_until(lambda: last_step(st, run_id) >= n, "a step under the new allocator")
+    alloc = st.allocations(run_id)
+    assert set(alloc.filter(alloc["step"] < n)["allocator"].to_list()) == {"uniform"}
+    assert set(alloc.filter(alloc["step"] >= n)["allocator"].to_list()) == {"multistage"}
+    all_steps = st.run_steps(run_id)
+    steps = all_steps.filter(all_steps["step"] >= n)
+    assert set(steps["allocator"].to_list()) == {"multistage"}
+    assert control.allocator_in_force(st, run_id)[0] == "multistage"
+
+
+def test_invalid_values_rejected_while_the_run_continues(live):
+    st, run_id = live
+    raw = {
+        st.add_control(run_id, "set_budget", {"amount": 0}): "set_budget: amount",
+        st.add_control(run_id, "set_allocator", {"name": "nope"}): "unknown allocator",
+        st.add_control(run_id, "set_allocator_params", {"params": {"zz": 1}}): "zz",
+        st.add_control(run_id, "set_temperature", {"temperature": 0}): "set_temperature: temperature",
+    }
+    for cid, text in raw.items():
+        row = control.wait(st, run_id, cid, timeout_s=120)
+        assert row["status"] == "rejected" and text in row["reason"], row
+    before = last_step(st, run_id)
+    wait_until(lambda: last_step(st, run_id) >= before + 2, "steps after the rejections")
+    assert status(st, run_id) == "running"
+
+
+def test_pause_holds_then_resume_continues(live):
+    st, run_id = live
+    row = applied(st, run_id, control.pause(st, run_id))
+    assert status(st, run_id) == "paused"
+    held = last_step(st, run_id)
+    assert held <= row["applied_step"]
+    beat0 = st.run(run_id)["heartbeat_at"]
+    time.sleep(10)
+    assert last_step(st, run_id) == held, "steps were taken while paused"
+    assert st.run(run_id)["heartbeat_at"] > beat0, "a paused run keeps heart-beating"
+    assert refresh_statuses(st, stale_s=5) == []
+    applied(st, run_id, control.resume(st, run_id))
+    assert status(st, run_id) == "running"
+    wait_until(lambda: last_step(st, run_id) >= held + 2, "steps after resume")
+
+
+def test_stop_then_resume(live, live_store_dir):
+    st, run_id = live
+    row = applied(st, run_id, control.stop(st, run_id))
+    wait_until(lambda: status(st, run_id) == "stopped", "the stopped status")
+    stopped_at = last_step(st, run_id)
+    assert stopped_at == row["applied_step"] - 1
+    # settings queued while stopped apply once restarted; then stop again to finish quickly
+    control.set_budget(st, run_id, 20)
+    control.restart_run(st, run_id)
+    wait_until(lambda: last_step(st, run_id) >= stopped_at + 2, "steps after the restart")
+    steps = st.run_steps(run_id)["step"].to_list()
+    assert steps == list(range(1, max(steps) + 1)), "a step was lost or counted twice"
+    applied(st, run_id, control.stop(st, run_id))
+    wait_until(lambda: status(st, run_id) == "stopped", "the second stop")
+
+
+def test_kill9_crashed_then_resume_completes_once(live_store_dir):
+    from workbench.store import open_store
+
+    run_id = control.launch(None, store=live_store_dir, overrides=tiny_overrides(steps=8), name="crash")
+    with open_store(live_store_dir) as st:
+        wait_until(lambda: last_step(st, run_id) >= 3, "three steps")
+        os.killpg(st.run(run_id)["pid"], signal.SIGKILL)
+        assert status(st, run_id) == "running"
+        wait_until(lambda: refresh_statuses(st, stale_s=3) == [run_id], "crash detection", timeout_s=60)
+        assert status(st, run_id) == "crashed"
+        assert "gone" in st.run(run_id)["error"]
+        control.restart_run(st, run_id)
+        wait_until(lambda: status(st, run_id) in ("finished", "failed"), "the resumed run to finish")
+        assert status(st, run_id) == "finished", log_of(live_store_dir, run_id)
+        steps = st.run_steps(run_id)["step"].to_list()
+        assert sorted(steps) == list(range(1, 9))
+        alloc = st.allocations(run_id)
+        keys = alloc.select("step", "stage", "prompt_id")
+        assert keys.n_unique() == len(keys), "allocation rows duplicated by the resume"
