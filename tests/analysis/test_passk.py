@@ -8,7 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workbench.analysis import bootstrap_mean_ci, pass_at_k, pass_at_k_by_k, pass_at_k_curve, with_pass_at_k
+from workbench.analysis import (
+    bootstrap_mean_ci,
+    pass_at_k,
+    pass_at_k_by_k,
+    pass_at_k_curve,
+    sharpening_vs_gain,
+    with_pass_at_k,
+)
 
 
 def comb_pass_at_k(n, c, k):
@@ -120,3 +127,22 @@ def test_pass_at_k_by_k():
     one = out.filter((pl.col("run_id") == "a") & (pl.col("step") == 0) & (pl.col("k") == 1))["pass_at_k"][0]
     g = ev.filter((pl.col("run_id") == "a") & (pl.col("step") == 0))
     assert one == pytest.approx((g["correct"] / g["samples"]).mean())
+
+
+def test_sharpening_vs_gain():
+    ev = pl.DataFrame({
+        "run_id": ["r"] * 8, "level": [1, 1, 2, 2] * 2,
+        "step": [0] * 4 + [5] * 4,
+        "prompt_id": ["a", "b", "c", "d"] * 2,
+        "samples": [4] * 8,
+        "correct": [0, 2, 1, 0,   # step 0
+                    1, 4, 0, 0],  # step 5: a newly solved, c lost
+    })
+    out = sharpening_vs_gain(ev, k=4).row(0, named=True)
+    assert (out["step_from"], out["step_to"], out["prompts"]) == (0, 5, 4)
+    assert out["pass1_from"] == pytest.approx(3 / 16) and out["pass1_to"] == pytest.approx(5 / 16)
+    assert out["passk_from"] == pytest.approx(0.5) and out["passk_to"] == pytest.approx(0.5)
+    assert (out["newly_solved"], out["lost"]) == (1, 1)
+    lvl = sharpening_vs_gain(ev, k=2, by=["run_id", "level"]).sort("level")
+    assert lvl["newly_solved"].to_list() == [1, 0] and lvl["lost"].to_list() == [0, 1]
+    assert lvl["passk_to"][0] == pytest.approx((comb_pass_at_k(4, 1, 2) + 1.0) / 2)

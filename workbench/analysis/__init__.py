@@ -20,7 +20,14 @@ from workbench.analysis.entropy import (
     forking_tokens,
     token_entropies,
 )
-from workbench.analysis.passk import bootstrap_mean_ci, pass_at_k, pass_at_k_by_k, pass_at_k_curve, with_pass_at_k
+from workbench.analysis.passk import (
+    bootstrap_mean_ci,
+    pass_at_k,
+    pass_at_k_by_k,
+    pass_at_k_curve,
+    sharpening_vs_gain,
+    with_pass_at_k,
+)
 
 __all__ = [
     "allocation_efficiency",
@@ -37,6 +44,7 @@ __all__ = [
     "pass_at_k_by_k",
     "pass_at_k_curve",
     "rollouts_by_difficulty",
+    "sharpening_vs_gain",
     "token_entropies",
     "with_pass_at_k",
     "zero_signal_by_step",

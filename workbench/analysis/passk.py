@@ -131,3 +131,42 @@ def pass_at_k_by_k(evals: pl.DataFrame, *, by: Sequence[str] = ("run_id", "step"
                           "prompts": group.height})
     schema = {col: evals.schema[col] for col in by} | {"k": pl.Int64, "pass_at_k": pl.Float64, "prompts": pl.Int64}
     return pl.DataFrame(parts, schema=schema).sort([*by, "k"])
+
+
+def sharpening_vs_gain(evals: pl.DataFrame, k: int, *, step_from: int | None = None,
+                       step_to: int | None = None, by: Sequence[str] = ("run_id",)) -> pl.DataFrame:
+    """Did training sharpen the policy or extend what it can solve? Compares two evaluated steps.
+
+    Sharpening (Yue et al. 2025, "Does RL Really Incentivize Reasoning Capacity..."): pass@1 rises
+    while pass@k at large k stays flat or falls: probability mass moves onto answers the model could
+    already reach. Capability gain: prompts with no correct sample at `step_from` get one at `step_to`
+    (`newly_solved`), beyond the ones that lost all their correct samples (`lost`).
+
+    Per group of `by` (default per run; add "level" to split by difficulty) the steps default to the
+    group's first and last evaluated step; only prompts evaluated at both count. Columns `*by,
+    step_from, step_to, prompts, pass1_from, pass1_to, passk_from, passk_to, newly_solved, lost`.
+    Prompts with fewer than k samples at either step are left out of the pass@k means.
+    """
+    by = list(by)
+    rows = []
+    for key, group in evals.group_by(by, maintain_order=True):
+        a = step_from if step_from is not None else group["step"].min()
+        b = step_to if step_to is not None else group["step"].max()
+        pair = (group.filter(pl.col("step") == a).select("prompt_id", "samples", "correct")
+                .join(group.filter(pl.col("step") == b).select("prompt_id", "samples", "correct"),
+                      on="prompt_id", suffix="_to"))
+        if pair.is_empty():
+            continue
+        n0, c0 = pair["samples"].to_numpy(), pair["correct"].to_numpy()
+        n1, c1 = pair["samples_to"].to_numpy(), pair["correct_to"].to_numpy()
+        ok = (n0 >= k) & (n1 >= k)
+        rows.append({**dict(zip(by, key)), "step_from": int(a), "step_to": int(b), "prompts": pair.height,
+                     "pass1_from": float(np.mean(c0 / n0)), "pass1_to": float(np.mean(c1 / n1)),
+                     "passk_from": float(np.mean(pass_at_k(n0[ok], c0[ok], k))) if ok.any() else None,
+                     "passk_to": float(np.mean(pass_at_k(n1[ok], c1[ok], k))) if ok.any() else None,
+                     "newly_solved": int(((c0 == 0) & (c1 > 0)).sum()), "lost": int(((c0 > 0) & (c1 == 0)).sum())})
+    schema = {col: evals.schema[col] for col in by} | {
+        "step_from": pl.Int64, "step_to": pl.Int64, "prompts": pl.Int64, "pass1_from": pl.Float64,
+        "pass1_to": pl.Float64, "passk_from": pl.Float64, "passk_to": pl.Float64, "newly_solved": pl.Int64,
+        "lost": pl.Int64}
+    return pl.DataFrame(rows, schema=schema)
