@@ -196,7 +196,7 @@ def build_organism(out_dir: str | os.PathLike, recipe: OrganismRecipe | None = N
 
     recipe = recipe or OrganismRecipe()
     out = Path(out_dir)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     with _deterministic(recipe.threads):
         tokenizer = build_char_tokenizer(recipe.alphabet, recipe.max_positions)
         exclude = ArithmeticTask(recipe.task).eval_exprs
@@ -209,7 +209,7 @@ def build_organism(out_dir: str | os.PathLike, recipe: OrganismRecipe | None = N
         torch.manual_seed(recipe.seed)
         model = _new_model(recipe, len(tokenizer))
         losses = train(model, recipe, ids, labels)
-    build_s = time.perf_counter() - start
+    build_s, build_cpu_s = time.perf_counter() - start, time.process_time() - cpu_start
     out.mkdir(parents=True)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
@@ -217,6 +217,7 @@ def build_organism(out_dir: str | os.PathLike, recipe: OrganismRecipe | None = N
         "recipe": recipe.to_dict(),
         "hash": recipe.hash(),
         "build_s": round(build_s, 2),
+        "build_cpu_s": round(build_cpu_s, 2),
         "params": sum(p.numel() for p in model.parameters()),
         "final_loss": round(sum(losses[-20:]) / min(20, len(losses)), 4),
         "first_loss": round(losses[0], 4),

@@ -88,7 +88,7 @@ def organism_report(recipe: OrganismRecipe | None = None, *, check_determinism: 
     with tempfile.TemporaryDirectory(prefix="organism-report-") as tmp:
         first = Path(keep_dir) if keep_dir is not None else Path(tmp) / "a"
         meta = build_organism(first, recipe)
-        report: dict[str, Any] = {"build_s": meta["build_s"], "params": meta["params"], "hash": meta["hash"]}
+        report: dict[str, Any] = {"build_s": meta["build_s"], "build_cpu_s": meta["build_cpu_s"], "params": meta["params"], "hash": meta["hash"]}
         if check_determinism:
             second = build_organism(Path(tmp) / "b", recipe)
             report["deterministic"] = weights_digest(first) == weights_digest(Path(tmp) / "b")
