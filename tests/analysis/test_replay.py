@@ -200,3 +200,4 @@ def test_replay_run_defaults_to_the_runs_own_allocator_and_compare():
     table = compare_allocators(store, "r1", {"uniform n=8": ("uniform", {"n": 8})}, seeds=2, budget=48)
     assert table["label"].to_list() == ["logged", "uniform n=8", "uniform n=8"]
     assert table.filter(pl.col("label") == "logged")["rollouts"][0] == rolls.height
+    assert table["observed_frac"].null_count() == 0 and table["observed_frac"][0] == 1.0

@@ -97,8 +97,8 @@ def summarize_steps(steps: pl.DataFrame) -> dict[str, Any]:
     }
     if "informative_used" in steps.columns:
         out["informative_used"] = int(steps["informative_used"].sum()) if steps.height else 0
-    if "from_observed" in steps.columns and rollouts:
-        out["observed_frac"] = float(steps["from_observed"].sum()) / rollouts
+    if "from_observed" in steps.columns:
+        out["observed_frac"] = float(steps["from_observed"].sum()) / rollouts if rollouts else 1.0
     return out
 
 
@@ -497,9 +497,9 @@ def compare_allocators(store: Any, run_id: str, allocators: dict[str, tuple[str,
     (`{label: (name, params)}`), with `summarize_steps`'s totals."""
     f = load_run(store, run_id)
     rows = [{"label": "logged", "allocator": f.allocator, "seed": f.seed,
-             **summarize_steps(logged_result(f.allocations, f.rollouts))}]
+             **summarize_steps(logged_result(f.allocations, f.rollouts)), "observed_frac": 1.0}]
     for label, (name, params) in allocators.items():
         for k in range(seeds):
             r = replay_run(store, run_id, name, params, seed=f.seed + k, frames=f, **kwargs)
             rows.append({"label": label, **r.summary()})
-    return pl.DataFrame(rows)
+    return pl.DataFrame(rows, infer_schema_length=None)
