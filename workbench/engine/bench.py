@@ -1,0 +1,222 @@
+"""Engine benchmarks: `workbench bench engine` (speed, logging overhead, rollout overhead, TRL peer)
+and `workbench bench learn` (does the default experiment learn?).
+
+Every figure is measured side by side in one process, as medians over steps (the first steps, which
+warm caches up, and the last, which evaluates, are left out). Runs go to a temporary store; the
+organism comes from the default store's cache (built there on first use).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "organism.toml"
+WARMUP_STEPS = 2
+
+
+def _base_config(overrides: list[str]):
+    from workbench.config import load_config
+
+    return load_config(DEFAULT_CONFIG if DEFAULT_CONFIG.is_file() else None, overrides)
+
+
+@contextmanager
+def _temp_store(organism_cache: Path, cfg) -> Iterator[Path]:
+    """A temporary store whose models/ is the cache's (the organism is built there once)."""
+    from workbench.engine.setup import model_path
+
+    model_path(cfg, organism_cache)  # build the organism in the cache when missing
+    root = Path(tempfile.mkdtemp(prefix="workbench-bench-"))
+    try:
+        if (organism_cache / "models").is_dir():
+            (root / "models").symlink_to((organism_cache / "models").resolve())
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _timed_run(cfg, store: Path) -> list[dict[str, Any]]:
+    """Run `cfg`; per step: wall time since the previous step ended, and the step's metrics."""
+    from workbench.engine import run
+
+    marks: list[dict[str, Any]] = []
+    last = [time.perf_counter()]
+
+    def on_step(step: int, m: dict[str, Any]) -> None:
+        now = time.perf_counter()
+        if step > 0:
+            marks.append({"step": step, "wall_s": now - last[0], **m})
+        last[0] = now
+
+    run(cfg, store=str(store), on_step=on_step, store_dir=store)
+    return marks[WARMUP_STEPS:-1] if len(marks) > WARMUP_STEPS + 1 else marks
+
+
+def _median(xs: list[float]) -> float:
+    return float(statistics.median(xs)) if xs else float("nan")
+
+
+def rollout_vs_bare(cfg, store: Path, repeats: int = 7) -> dict[str, float]:
+    """Our rollout phase (generate, decode, verify) against bare `model.generate` of the same grants."""
+    import torch
+
+    from workbench.engine.loop import rollout_stage
+    from workbench.engine.setup import build_setup
+    from workbench.engine.timing import PhaseTimer
+    from workbench.rollout.base import SamplingParams
+    from workbench.rollout.hf import bare_generate
+
+    s = build_setup(cfg, store_dir=store, run_id="bench")
+    n = cfg.allocator.params.get("n", 8)
+    rows = [i for i in range(cfg.allocator.prompts_per_step) for _ in range(n)]
+    sampling = SamplingParams(temperature=cfg.sampling.temperature, max_new_tokens=cfg.sampling.max_new_tokens)
+    ours, bare = [], []
+    for k in range(repeats + 1):
+        t0 = time.perf_counter()
+        rollout_stage(s, rows, 0, cfg.sampling.temperature, torch.Generator().manual_seed(k), PhaseTimer())
+        t1 = time.perf_counter()
+        torch.manual_seed(k)
+        bare_generate(s.model, s.tokenizer, [s.train_tok[i] for i in rows], sampling, device=s.device)
+        t2 = time.perf_counter()
+        if k:  # the first pair warms up
+            ours.append(t1 - t0)
+            bare.append(t2 - t1)
+    return {"ours_s": _median(ours), "bare_s": _median(bare), "ratio": _median(ours) / _median(bare)}
+
+
+def trl_rollouts_per_s(cfg, store: Path, steps: int) -> dict[str, float]:
+    """TRL's GRPOTrainer on the same workload (organism, task, prompts x generations, max new tokens,
+    CPU), rollouts per second as the median over steps."""
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from workbench.config import task_config
+    from workbench.engine.setup import model_path
+    from workbench.models import load_model
+    from workbench.tasks import get_task, verify
+
+    model, tokenizer = load_model(str(model_path(cfg, store)))
+    task = get_task(task_config(cfg.task))
+    data = Dataset.from_list([{"prompt": p.text, "answer": p.answer} for p in task.train_prompts()])
+    n = cfg.allocator.params.get("n", 8)
+
+    def reward(prompts, completions, answer, **_: Any) -> list[float]:
+        return [verify(c, a, method="exact").reward for c, a in zip(completions, answer)]
+
+    marks: list[float] = []
+
+    class Timer(TrainerCallback):
+        def on_step_end(self, args, state, control, **kw):  # noqa: ANN001
+            marks.append(time.perf_counter())
+
+    out = Path(tempfile.mkdtemp(prefix="trl-", dir=store))
+    args = GRPOConfig(
+        output_dir=str(out), per_device_train_batch_size=cfg.allocator.prompts_per_step * n, num_generations=n,
+        max_completion_length=cfg.sampling.max_new_tokens, temperature=cfg.sampling.temperature, top_k=0,
+        top_p=1.0, beta=0.0, loss_type="dapo", scale_rewards="group", learning_rate=cfg.optim.lr,
+        max_steps=steps + WARMUP_STEPS + 1, logging_steps=1, report_to="none", save_strategy="no", use_cpu=True,
+        bf16=False, use_vllm=False, num_iterations=1, gradient_accumulation_steps=1, dataloader_num_workers=0,
+        seed=cfg.seed, disable_dropout=True, disable_tqdm=True,
+    )
+    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data,
+                          processing_class=tokenizer, callbacks=[Timer()])
+    t0 = time.perf_counter()
+    trainer.train()
+    walls = [b - a for a, b in zip([t0] + marks[:-1], marks)][WARMUP_STEPS:]
+    step_s = _median(walls)
+    return {"steps_per_s": 1 / step_s, "rollouts_per_s": cfg.allocator.prompts_per_step * n / step_s}
+
+
+def bench_engine(*, steps: int = 12, with_trl: bool = True, rounds: int = 2,
+                 cache: str | os.PathLike | None = None) -> dict[str, Any]:
+    """The engine's speed figures on the default workload (see docs/engine.md)."""
+    from workbench.commands.common import store_path
+
+    base = ["eval.at_start=false", "eval.every=0", "checkpoint.every=0", f"steps={steps + WARMUP_STEPS + 1}"]
+    on_cfg = _base_config(base)
+    off_cfg = _base_config(base + ["logging.rollouts=false"])
+    cache_dir = Path(cache) if cache else store_path(None)
+    with _temp_store(cache_dir, on_cfg) as store:
+        on, off = [], []
+        for _ in range(rounds):  # interleaved, so drifting machine load hits both sides alike
+            on += _timed_run(on_cfg, store)
+            off += _timed_run(off_cfg, store)
+        bare = rollout_vs_bare(on_cfg, store)
+        trl = trl_rollouts_per_s(on_cfg, store, steps) if with_trl else None
+    step_on, step_off = _median([m["wall_s"] for m in on]), _median([m["wall_s"] for m in off])
+    wall = sum(m["wall_s"] for m in on)
+    rollouts = _median([m["rollout/count"] for m in on])
+    share = {k: sum(m.get(f"timing_s/{k}", 0.0) for m in on) / wall for k in ("generate", "verify", "train", "log")}
+    out: dict[str, Any] = {
+        "steps_per_s": 1 / step_on,
+        "rollouts_per_s": rollouts / step_on,
+        "gen_tokens_per_s": _median([m["perf/gen_tokens_per_s"] for m in on]),
+        "timing_share": share,
+        "logging_overhead_pct": 100 * (step_on - step_off) / step_off,
+        "rollout_vs_bare_ratio": bare["ratio"],
+        "trl_rollouts_per_s": trl["rollouts_per_s"] if trl else None,
+        "ratio_vs_trl": (rollouts / step_on) / trl["rollouts_per_s"] if trl else None,
+        "detail": {
+            "step_s_logging_on": step_on, "step_s_logging_off": step_off, "steps_timed_per_side": len(on),
+            "rollouts_per_step": rollouts, "rollout_phase_s": bare["ours_s"], "bare_generate_s": bare["bare_s"],
+            "trl_steps_per_s": trl["steps_per_s"] if trl else None, "torch_threads": _threads(),
+        },
+    }
+    return out
+
+
+def _threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def bench_learn(*, seeds: int = 3, store: str | os.PathLike | None = None, overrides: list[str] | None = None,
+                cache: str | os.PathLike | None = None) -> dict[str, Any]:
+    """The default experiment once per seed: held-out pass@1 (T=1) before and after, in points."""
+    from workbench.commands.common import store_path
+    from workbench.engine import run
+
+    cfgs = [_base_config([f"seed={seed}", "eval.every=0"] + list(overrides or [])) for seed in range(seeds)]
+    cache_dir = Path(cache) if cache else store_path(None)
+    warm, final, minutes, run_ids = [], [], [], []
+
+    def one(cfg, root: Path) -> None:
+        evals: dict[int, float] = {}
+
+        def on_step(step: int, m: dict[str, Any]) -> None:
+            if "eval/pass1" in m:
+                evals[step] = m["eval/pass1"]
+
+        t0 = time.perf_counter()
+        run_ids.append(run(cfg, store=str(root), on_step=on_step, store_dir=root))
+        minutes.append((time.perf_counter() - t0) / 60)
+        warm.append(evals[0])
+        final.append(evals[cfg.steps])
+
+    if store is not None:
+        for cfg in cfgs:
+            one(cfg, Path(store))
+    else:
+        with _temp_store(cache_dir, cfgs[0]) as root:
+            for cfg in cfgs:
+                one(cfg, root)
+    gains = [100 * (f - w) for f, w in zip(final, warm)]
+    return {
+        "warm_pass1": statistics.mean(warm),
+        "final_pass1": final,
+        "gain_points_mean": statistics.mean(gains),
+        "gain_points_std": statistics.stdev(gains) if len(gains) > 1 else 0.0,
+        "minutes": statistics.mean(minutes),
+        "minutes_max": max(minutes),
+        "steps": cfgs[0].steps,
+        "run_ids": run_ids if store is not None else [],
+    }
