@@ -19,6 +19,38 @@ import polars as pl
 _KEYS = ("run_id", "step", "stage", "prompt_id", "idx", "reward")
 
 
+def _logged(rollouts: pl.DataFrame) -> pl.DataFrame:
+    """Rollouts that carry per-token entropy (null when logged with entropy off)."""
+    return rollouts.filter(pl.col("token_entropy").is_not_null())
+
+
+def _lean_tokens(rollouts: pl.DataFrame, by: Sequence[str], *, position: bool = False,
+                 token_id: bool = False, row: bool = False) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Token rows holding only small integer columns (a group id `_g` for `by`, `entropy`, and on
+    request `position`, `token_id`, `_row`), plus the frame mapping `_g` back to the `by` values.
+
+    Exploding string keys (run ids, prompt ids) to one row per token costs most of the time and memory
+    on a real run (~20M tokens per 100k rollouts), so the keys are joined back after aggregation.
+    """
+    frame = _logged(rollouts).with_row_index("_row")
+    if by:
+        groups = frame.select(list(by)).unique(maintain_order=True).with_row_index("_g")
+        frame = frame.join(groups, on=list(by), how="left", nulls_equal=True, maintain_order="left")
+    else:
+        groups = pl.DataFrame({"_g": [0]}, schema={"_g": pl.UInt32})
+        frame = frame.with_columns(pl.lit(0, dtype=pl.UInt32).alias("_g"))
+    cols = ["_g", "token_entropy"] + (["_row"] if row else []) + (["token_ids"] if token_id else [])
+    lean = frame.select(cols)
+    if position:
+        lean = lean.with_columns(pl.int_ranges(0, pl.col("token_entropy").list.len(), dtype=pl.Int64)
+                                 .alias("position"))
+    lists = ["token_entropy"] + (["token_ids"] if token_id else []) + (["position"] if position else [])
+    out = lean.explode(lists).rename({"token_entropy": "entropy"})
+    if token_id:
+        out = out.rename({"token_ids": "token_id"})
+    return out.drop_nulls("entropy").with_columns(pl.col("entropy").cast(pl.Float64)), groups
+
+
 def _rollout_key(frame: pl.DataFrame) -> list[str]:
     """The columns that identify one rollout (run, step, stage, prompt, index) present in `frame`."""
     return [c for c in ("run_id", "step", "stage", "prompt_id", "idx") if c in frame.columns]
@@ -30,14 +62,11 @@ def token_entropies(rollouts: pl.DataFrame) -> pl.DataFrame:
     Rollouts without per-token entropy (null, e.g. logged with entropy off) contribute no rows.
     """
     keys = [c for c in _KEYS if c in rollouts.columns]
-    lists = ["token_entropy"] + (["token_ids"] if "token_ids" in rollouts.columns else [])
-    frame = rollouts.select(*keys, *lists).filter(pl.col("token_entropy").is_not_null())
-    frame = frame.with_columns(pl.int_ranges(0, pl.col("token_entropy").list.len()).alias("position"))
-    out = frame.explode(["token_entropy", "position", *lists[1:]]).rename({"token_entropy": "entropy"})
-    if "token_ids" in out.columns:
-        out = out.rename({"token_ids": "token_id"})
-    return out.drop_nulls("entropy").with_columns(pl.col("entropy").cast(pl.Float64),
-                                                   pl.col("position").cast(pl.Int64))
+    with_ids = "token_ids" in rollouts.columns
+    tokens, _ = _lean_tokens(rollouts, [], position=True, token_id=with_ids, row=True)
+    heads = _logged(rollouts).select(keys).with_row_index("_row")
+    return tokens.join(heads, on="_row", how="left", maintain_order="left").select(
+        *keys, "position", *(["token_id"] if with_ids else []), "entropy")
 
 
 def entropy_by_step(rollouts: pl.DataFrame, *, by: Sequence[str] = ("run_id", "step"),
@@ -46,24 +75,26 @@ def entropy_by_step(rollouts: pl.DataFrame, *, by: Sequence[str] = ("run_id", "s
 
     Columns `*by, entropy_mean, entropy_q10, entropy_q50, ..., tokens, rollouts`.
     """
-    tokens = token_entropies(rollouts)
+    tokens, groups = _lean_tokens(rollouts, by)
     aggs = [pl.col("entropy").mean().alias("entropy_mean")]
     aggs += [pl.col("entropy").quantile(q, "linear").alias(f"entropy_q{round(q * 100):02d}") for q in quantiles]
-    aggs += [pl.len().alias("tokens"), pl.struct(*_rollout_key(tokens)).n_unique().alias("rollouts")]
-    return tokens.group_by(list(by)).agg(aggs).sort(list(by))
+    aggs += [pl.len().alias("tokens")]
+    counts = _logged(rollouts).group_by(list(by)).agg(pl.len().alias("rollouts"))
+    out = groups.join(tokens.group_by("_g").agg(aggs), on="_g").drop("_g")
+    return out.join(counts, on=list(by), nulls_equal=True).sort(list(by))
 
 
 def entropy_by_position(rollouts: pl.DataFrame, *, by: Sequence[str] = ("run_id",),
                         max_position: int | None = None) -> pl.DataFrame:
     """Mean and std of entropy per token position (0 = first generated token). Columns `*by, position,
     entropy_mean, entropy_std, tokens`."""
-    tokens = token_entropies(rollouts)
+    tokens, groups = _lean_tokens(rollouts, by, position=True)
     if max_position is not None:
         tokens = tokens.filter(pl.col("position") <= max_position)
-    return (tokens.group_by([*by, "position"])
-            .agg(pl.col("entropy").mean().alias("entropy_mean"), pl.col("entropy").std().alias("entropy_std"),
-                 pl.len().alias("tokens"))
-            .sort([*by, "position"]))
+    stats = (tokens.group_by(["_g", "position"])
+             .agg(pl.col("entropy").mean().alias("entropy_mean"), pl.col("entropy").std().alias("entropy_std"),
+                  pl.len().alias("tokens")))
+    return groups.join(stats, on="_g").drop("_g").sort([*by, "position"])
 
 
 def entropy_by_correctness(rollouts: pl.DataFrame, *, by: Sequence[str] = ("run_id", "step"),
@@ -71,16 +102,17 @@ def entropy_by_correctness(rollouts: pl.DataFrame, *, by: Sequence[str] = ("run_
     """Entropy of correct (reward >= threshold) vs incorrect rollouts per group.
 
     Columns `*by, correct, entropy_mean` (token-weighted), `rollout_entropy_mean` (mean over rollouts
-    of each rollout's mean), `tokens`, `rollouts`.
+    of each rollout's mean), `tokens`, `rollouts`. Works on the lists directly: no per-token rows.
     """
-    tokens = token_entropies(rollouts).with_columns((pl.col("reward") >= threshold).alias("correct"))
-    key = [*by, "correct", *[c for c in _rollout_key(tokens) if c not in by]]
-    per_rollout = (tokens.group_by(key)
-                   .agg(pl.col("entropy").sum().alias("sum"), pl.len().alias("n")))
+    per_rollout = (_logged(rollouts)
+                   .with_columns((pl.col("reward") >= threshold).alias("correct"),
+                                 pl.col("token_entropy").list.drop_nulls().alias("_e"))
+                   .with_columns(pl.col("_e").list.sum().cast(pl.Float64).alias("sum"), pl.col("_e").list.len().alias("n"))
+                   .filter(pl.col("n") > 0))
     return (per_rollout.group_by([*by, "correct"])
             .agg((pl.col("sum").sum() / pl.col("n").sum()).alias("entropy_mean"),
                  (pl.col("sum") / pl.col("n")).mean().alias("rollout_entropy_mean"),
-                 pl.col("n").sum().alias("tokens"), pl.len().alias("rollouts"))
+                 pl.col("n").sum().cast(pl.Int64).alias("tokens"), pl.len().alias("rollouts"))
             .sort([*by, "correct"]))
 
 
@@ -90,11 +122,15 @@ def forking_tokens(rollouts: pl.DataFrame, *, top_frac: float = 0.2, by: Sequenc
     their group (default: per run). Returns `token_entropies` rows plus the group's `threshold`."""
     if not 0 < top_frac <= 1:
         raise ValueError(f"top_frac must be in (0, 1], got {top_frac}")
-    tokens = token_entropies(rollouts)
-    thresholds = tokens.group_by(list(by)).agg(
-        pl.col("entropy").quantile(1 - top_frac, "linear").alias("threshold"))
-    return (tokens.join(thresholds, on=list(by)).filter(pl.col("entropy") >= pl.col("threshold"))
-            .sort([*by, *[c for c in ("step", "prompt_id", "idx", "position") if c in tokens.columns and c not in by]]))
+    with_ids = "token_ids" in rollouts.columns
+    tokens, groups = _lean_tokens(rollouts, by, position=True, token_id=with_ids, row=True)
+    thresholds = tokens.group_by("_g").agg(pl.col("entropy").quantile(1 - top_frac, "linear").alias("threshold"))
+    forks = tokens.join(thresholds, on="_g").filter(pl.col("entropy") >= pl.col("threshold")).drop("_g")
+    keys = [c for c in _KEYS if c in rollouts.columns]
+    heads = _logged(rollouts).select(keys).with_row_index("_row")
+    out = forks.join(heads, on="_row", how="left").select(
+        *keys, "position", *(["token_id"] if with_ids else []), "entropy", "threshold")
+    return out.sort([*by, *[c for c in ("step", "prompt_id", "idx", "position") if c in out.columns and c not in by]])
 
 
 def forking_token_counts(forks: pl.DataFrame, *, by: Sequence[str] = ("run_id",),
