@@ -82,7 +82,7 @@ def test_export_duckdb_and_parquet(filled, tmp_path):
 def test_bench_store_small(tmp_path):
     out = runner.invoke(app, ["bench", "store", "--rollouts", "1024", "--repeats", "3", "--json"])
     assert out.exit_code == 0, out.output
-    result = json.loads(out.output)
+    result = json.loads(out.stdout)
     assert result["rollouts"] == 1024 and result["steps"] == 2
     assert result["ingest_rollouts_per_s"] > 0 and 500 < result["bytes_per_rollout"] < 5000
     assert set(result["p95_ms"]) >= {"list_runs", "run_steps", "rollouts_page", "prompt_history", "step_allocations"}

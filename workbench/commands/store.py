@@ -40,107 +40,112 @@ def _print_frame(frame, fmt: QueryFormat, max_rows: int) -> None:  # noqa: ANN00
             sys.stdout.write(f"{frame}\n")
 
 
+def query(
+    sql: Annotated[str, typer.Argument(help="One read-only SQL statement over the store's tables "
+                                            "(runs, steps, rollouts, ...; see docs/store.md).")],
+    store: StoreOpt = None,
+    fmt: Annotated[QueryFormat, typer.Option("--format", help="Output format.")] = QueryFormat.table,
+    max_rows: Annotated[int, typer.Option("--max-rows", help="Rows shown by the table format.")] = 50,
+) -> None:
+    """Run a read-only SQL query against the store; statements that write are refused."""
+    from workbench.store import open_store
+
+    with open_store(store_path(store), read_only=True) as s:
+        frame = s.sql(sql)
+    _print_frame(frame, fmt, max_rows)
+
+
+def info_cmd(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+    """Sizes, file counts and row counts per table, schema version, snapshots."""
+    from workbench.store import open_store
+    from workbench.store.maintenance import info
+
+    with open_store(store_path(store), read_only=True) as s:
+        out = info(s)
+    if as_json:
+        print_json(out)
+        return
+    typer.echo(f"store {out['store']}  schema v{out['schema_version']}  snapshots {out['snapshots']}  "
+               f"last commit {out['last_commit']}")
+    typer.echo(f"{'table':<14}{'rows':>12}{'files':>8}{'MB':>10}")
+    for name, t in out["tables"].items():
+        typer.echo(f"{name:<14}{t['rows']:>12,}{t['files']:>8}{t['bytes'] / 1e6:>10.2f}")
+    if "disk_bytes" in out:
+        typer.echo(f"on disk: {out['disk_bytes'] / 1e6:.2f} MB (catalog {out['catalog_bytes'] / 1e6:.2f} MB)")
+
+
+def compact_cmd(
+    store: StoreOpt = None,
+    older_than_s: Annotated[float, typer.Option("--older-than-s", help="Expire snapshots (and delete "
+                                                "unreferenced files) older than this many seconds.")] = 3600.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Merge small files, flush inlined rows, expire old snapshots; query results stay identical."""
+    from workbench.store import open_store
+    from workbench.store.maintenance import compact
+
+    with open_store(store_path(store), create=False) as s:
+        out = compact(s, older_than_s=older_than_s)
+    if as_json:
+        print_json(out)
+    else:
+        b, a = out["before"], out["after"]
+        typer.echo(f"compacted {out['store']} in {out['seconds']:.1f} s: files {b['files']} -> {a['files']}, "
+                   f"{b['bytes'] / 1e6:.2f} -> {a['bytes'] / 1e6:.2f} MB, snapshots {b['snapshots']} -> {a['snapshots']}")
+
+
+def export_cmd(
+    to: Annotated[Path, typer.Option("--to", help="Target: a .duckdb file, or a directory for Parquet.")],
+    run: Annotated[str | None, typer.Option("--run", help="Export only this run (default: everything).")] = None,
+    fmt: Annotated[ExportFormat, typer.Option("--format", help="duckdb (one file) or parquet (one file per table).")] = ExportFormat.duckdb,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing target.")] = False,
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Export one run or the whole store to a single .duckdb file or to Parquet files."""
+    from workbench.store import open_store
+    from workbench.store.maintenance import export
+
+    with open_store(store_path(store), read_only=True) as s:
+        out = export(s, to, run_id=run, fmt=fmt.value, overwrite=overwrite)
+    if as_json:
+        print_json(out)
+    else:
+        rows = ", ".join(f"{k} {v:,}" for k, v in out["rows"].items() if v)
+        typer.echo(f"exported {'run ' + run if run else 'the store'} to {out['target']} ({out['format']}): {rows}")
+
+
+def bench_store_cmd(
+    rollouts: Annotated[int, typer.Option("--rollouts", help="Synthetic rollouts to ingest (512 per step).")] = 100_000,
+    path: Annotated[Path | None, typer.Option("--path", help="Build the store here (default: a temp dir, removed).")] = None,
+    repeats: Annotated[int, typer.Option("--repeats", help="Timed calls per query (after one warm-up).")] = 20,
+    compact: Annotated[bool, typer.Option("--compact", help="Also time the queries after `store compact`.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Ingest N synthetic rollouts through the writer API, then time the reader queries (p95 ms)."""
+    from workbench.store.bench import bench_store
+
+    def progress(done: int, total: int) -> None:
+        if done % 100 == 0 or done == total:
+            typer.echo(f"  step {done}/{total}", err=True)
+
+    out = bench_store(rollouts, path=path, repeats=repeats, progress=progress, compact=compact)
+    if as_json:
+        print_json(out)
+    else:
+        typer.echo(f"{out['rollouts']:,} rollouts: ingest {out['ingest_rollouts_per_s']:,.0f}/s, "
+                   f"{out['bytes_per_rollout']:,.0f} B/rollout")
+        for name, ms in out["p95_ms"].items():
+            typer.echo(f"  p95 {name:<22}{ms:8.1f} ms")
+
+
 def register(app: typer.Typer, bench: typer.Typer) -> None:
     """Add this part's commands to the top-level app and the `bench` group."""
     store_app = typer.Typer(help="The run store (DuckLake: SQLite catalog + Parquet files): sizes, "
                                  "compaction, export.", no_args_is_help=True)
     app.add_typer(store_app, name="store")
-
-    @app.command()
-    def query(
-        sql: Annotated[str, typer.Argument(help="One read-only SQL statement over the store's tables "
-                                                "(runs, steps, rollouts, ...; see docs/store.md).")],
-        store: StoreOpt = None,
-        fmt: Annotated[QueryFormat, typer.Option("--format", help="Output format.")] = QueryFormat.table,
-        max_rows: Annotated[int, typer.Option("--max-rows", help="Rows shown by the table format.")] = 50,
-    ) -> None:
-        """Run a read-only SQL query against the store; statements that write are refused."""
-        from workbench.store import open_store
-
-        with open_store(store_path(store), read_only=True) as s:
-            frame = s.sql(sql)
-        _print_frame(frame, fmt, max_rows)
-
-    @store_app.command("info")
-    def info_cmd(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
-        """Sizes, file counts and row counts per table, schema version, snapshots."""
-        from workbench.store import open_store
-        from workbench.store.maintenance import info
-
-        with open_store(store_path(store), read_only=True) as s:
-            out = info(s)
-        if as_json:
-            print_json(out)
-            return
-        typer.echo(f"store {out['store']}  schema v{out['schema_version']}  snapshots {out['snapshots']}  "
-                   f"last commit {out['last_commit']}")
-        typer.echo(f"{'table':<14}{'rows':>12}{'files':>8}{'MB':>10}")
-        for name, t in out["tables"].items():
-            typer.echo(f"{name:<14}{t['rows']:>12,}{t['files']:>8}{t['bytes'] / 1e6:>10.2f}")
-        if "disk_bytes" in out:
-            typer.echo(f"on disk: {out['disk_bytes'] / 1e6:.2f} MB (catalog {out['catalog_bytes'] / 1e6:.2f} MB)")
-
-    @store_app.command("compact")
-    def compact_cmd(
-        store: StoreOpt = None,
-        older_than_s: Annotated[float, typer.Option("--older-than-s", help="Expire snapshots (and delete "
-                                                    "unreferenced files) older than this many seconds.")] = 3600.0,
-        as_json: JsonOpt = False,
-    ) -> None:
-        """Merge small files, flush inlined rows, expire old snapshots; query results stay identical."""
-        from workbench.store import open_store
-        from workbench.store.maintenance import compact
-
-        with open_store(store_path(store), create=False) as s:
-            out = compact(s, older_than_s=older_than_s)
-        if as_json:
-            print_json(out)
-        else:
-            b, a = out["before"], out["after"]
-            typer.echo(f"compacted {out['store']} in {out['seconds']:.1f} s: files {b['files']} -> {a['files']}, "
-                       f"{b['bytes'] / 1e6:.2f} -> {a['bytes'] / 1e6:.2f} MB, snapshots {b['snapshots']} -> {a['snapshots']}")
-
-    @store_app.command("export")
-    def export_cmd(
-        to: Annotated[Path, typer.Option("--to", help="Target: a .duckdb file, or a directory for Parquet.")],
-        run: Annotated[str | None, typer.Option("--run", help="Export only this run (default: everything).")] = None,
-        fmt: Annotated[ExportFormat, typer.Option("--format", help="duckdb (one file) or parquet (one file per table).")] = ExportFormat.duckdb,
-        overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing target.")] = False,
-        store: StoreOpt = None,
-        as_json: JsonOpt = False,
-    ) -> None:
-        """Export one run or the whole store to a single .duckdb file or to Parquet files."""
-        from workbench.store import open_store
-        from workbench.store.maintenance import export
-
-        with open_store(store_path(store), read_only=True) as s:
-            out = export(s, to, run_id=run, fmt=fmt.value, overwrite=overwrite)
-        if as_json:
-            print_json(out)
-        else:
-            rows = ", ".join(f"{k} {v:,}" for k, v in out["rows"].items() if v)
-            typer.echo(f"exported {'run ' + run if run else 'the store'} to {out['target']} ({out['format']}): {rows}")
-
-    @bench.command("store")
-    def bench_store_cmd(
-        rollouts: Annotated[int, typer.Option("--rollouts", help="Synthetic rollouts to ingest (512 per step).")] = 100_000,
-        path: Annotated[Path | None, typer.Option("--path", help="Build the store here (default: a temp dir, removed).")] = None,
-        repeats: Annotated[int, typer.Option("--repeats", help="Timed calls per query (after one warm-up).")] = 20,
-        compact: Annotated[bool, typer.Option("--compact", help="Also time the queries after `store compact`.")] = False,
-        as_json: JsonOpt = False,
-    ) -> None:
-        """Ingest N synthetic rollouts through the writer API, then time the reader queries (p95 ms)."""
-        from workbench.store.bench import bench_store
-
-        def progress(done: int, total: int) -> None:
-            if not as_json and (done % 100 == 0 or done == total):
-                typer.echo(f"  step {done}/{total}", err=True)
-
-        out = bench_store(rollouts, path=path, repeats=repeats, progress=progress, compact=compact)
-        if as_json:
-            print_json(out)
-        else:
-            typer.echo(f"{out['rollouts']:,} rollouts: ingest {out['ingest_rollouts_per_s']:,.0f}/s, "
-                       f"{out['bytes_per_rollout']:,.0f} B/rollout")
-            for name, ms in out["p95_ms"].items():
-                typer.echo(f"  p95 {name:<22}{ms:8.1f} ms")
+    app.command()(query)
+    store_app.command("info")(info_cmd)
+    store_app.command("compact")(compact_cmd)
+    store_app.command("export")(export_cmd)
+    bench.command("store")(bench_store_cmd)
