@@ -36,6 +36,11 @@ def _layout(fig: go.Figure, title: str, *, x: str = "step", y: str = "", height:
     return fig
 
 
+def _rgba(hex_colour: str, alpha: float) -> str:
+    h = hex_colour.lstrip("#")
+    return f"rgba({int(h[0:2], 16)},{int(h[2:4], 16)},{int(h[4:6], 16)},{alpha})"
+
+
 def empty_figure(title: str, message: str = "no data yet") -> go.Figure:
     """A titled figure saying why it is empty (so a page never shows a blank box)."""
     fig = go.Figure()
@@ -103,7 +108,7 @@ def line_chart(
             go.Scatter(
                 x=x + x[::-1],
                 y=[m + s for m, s in zip(mean, std)] + [m - s for m, s in zip(mean, std)][::-1],
-                fill="toself",
+                fill="toself", mode="lines",
                 fillcolor="rgba(31,119,180,0.15)",
                 line=dict(width=0),
                 hoverinfo="skip",
@@ -137,6 +142,13 @@ def passk_chart(passk: pl.DataFrame, title: str = "held-out pass@k", *, x: str =
     fig = go.Figure()
     for i, k in enumerate(sorted(passk["k"].unique().to_list())):
         sub = passk.filter(pl.col("k") == k).sort(x)
+        if "ci_low" in sub.columns and sub["ci_low"].drop_nulls().len() == sub.height and sub.height > 1:
+            xs = sub[x].to_list()
+            fig.add_trace(go.Scatter(
+                x=xs + xs[::-1], y=sub["ci_high"].to_list() + sub["ci_low"].to_list()[::-1], fill="toself", mode="lines",
+                fillcolor=_rgba(PALETTE[i % len(PALETTE)], 0.1), line=dict(width=0), hoverinfo="skip",
+                showlegend=False, name=f"pass@{k} 95% CI",
+            ))
         fig.add_trace(
             go.Scatter(
                 x=sub[x].to_list(),
@@ -310,9 +322,10 @@ def posterior_chart(history: pl.DataFrame, title: str = "posterior pass rate") -
         lo.append(max(0.0, m - 1.645 * sd))
         hi.append(min(1.0, m + 1.645 * sd))
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=x + x[::-1], y=hi + lo[::-1], fill="toself", fillcolor="rgba(31,119,180,0.15)",
+    fig.add_trace(go.Scatter(x=x + x[::-1], y=hi + lo[::-1], fill="toself", mode="lines", fillcolor="rgba(31,119,180,0.15)",
                              line=dict(width=0), hoverinfo="skip", name="~90% band"))
-    fig.add_trace(go.Scatter(x=x, y=mean, mode="lines", name="posterior mean", line=dict(color=PALETTE[0])))
+    fig.add_trace(go.Scatter(x=x, y=mean, mode="lines+markers", name="posterior mean",
+                             line=dict(color=PALETTE[0], shape="hv")))
     if "last_pass" in h.columns and "last_step" in h.columns:
         visits = h.filter(pl.col("last_step") == pl.col("step"))
         fig.add_trace(go.Scatter(x=visits["step"].to_list(), y=visits["last_pass"].to_list(), mode="markers",

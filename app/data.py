@@ -103,19 +103,32 @@ def run_table() -> pl.DataFrame:
     return derive.run_summary(r, steps(ids), best)
 
 
+ENTROPY_WINDOW_ROLLOUTS = 200_000
+"""Most rollouts read to compute per-step entropy quantiles when the engine does not log them."""
+
+
 @st.cache_data(ttl=LIVE_TTL, show_spinner=False)
-def entropy_quantiles(run_id: str) -> pl.DataFrame:
-    """Per-step quantiles of rollout entropy (columns step, q, value) from the step metrics
-    (`rollout/entropy_p10`, ... when the engine logs them)."""
+def entropy_quantiles(run_id: str) -> tuple[pl.DataFrame, str]:
+    """Per-step quantiles of entropy (columns step, q, value) and where they come from: the step
+    metrics `rollout/entropy_p10`, ... when the engine logs them; else the 10/50/90% quantiles of the
+    rollouts' mean entropy, over the latest steps holding at most ENTROPY_WINDOW_ROLLOUTS rollouts."""
+    schema = {"step": pl.Int64, "q": pl.Utf8, "value": pl.Float64}
     s = steps((run_id,))
-    if s.is_empty() or "metrics" not in s.columns:
-        return pl.DataFrame(schema={"step": pl.Int64, "q": pl.Utf8, "value": pl.Float64})
+    if s.is_empty():
+        return pl.DataFrame(schema=schema), ""
     rows = []
-    for step, metrics in zip(s["step"].to_list(), s["metrics"].to_list()):
-        for key, value in _metric_items(metrics):
-            if key.startswith("rollout/entropy_p") and value is not None:
-                rows.append({"step": step, "q": key.removeprefix("rollout/entropy_"), "value": float(value)})
-    return pl.DataFrame(rows, schema={"step": pl.Int64, "q": pl.Utf8, "value": pl.Float64})
+    if "metrics" in s.columns:
+        for step, metrics in zip(s["step"].to_list(), s["metrics"].to_list()):
+            for key, value in _metric_items(metrics):
+                if key.startswith("rollout/entropy_p") and value is not None:
+                    rows.append({"step": step, "q": key.removeprefix("rollout/entropy_"), "value": float(value)})
+    if rows:
+        return pl.DataFrame(rows, schema=schema), "token entropy quantiles logged by the engine"
+    step_min = derive.window_start(s, ENTROPY_WINDOW_ROLLOUTS)
+    n = count_rollouts(run_id, (("step_min", step_min),))
+    frame = store().rollouts(run_id, step_min=step_min, limit=max(n, 1), columns=["step", "entropy_mean"])
+    return derive.step_quantiles(frame, "entropy_mean"), (
+        f"quantiles of rollout mean entropy, steps {step_min}–{int(s['step'].max())}")
 
 
 def _metric_items(metrics: Any) -> list[tuple[str, Any]]:

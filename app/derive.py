@@ -23,24 +23,38 @@ def _ks(max_samples: int) -> list[int]:
     return ks
 
 
-def passk_by_step(evals: pl.DataFrame, ks: list[int] | None = None) -> pl.DataFrame:
-    """Held-out pass@k per evaluated step: the unbiased estimator per prompt, averaged over prompts.
-    Columns step, k, pass_at_k, prompts."""
-    from workbench.analysis import pass_at_k
+def passk_by_step(evals: pl.DataFrame, ks: list[int] | None = None, *, n_boot: int = 200) -> pl.DataFrame:
+    """Held-out pass@k per evaluated step: the unbiased estimator per prompt averaged over prompts,
+    with a bootstrap interval over prompts (`workbench.analysis.pass_at_k_curve`). Columns step, k,
+    pass_at_k, ci_low, ci_high, prompts."""
+    from workbench.analysis import pass_at_k_curve
 
-    schema = {"step": pl.Int64, "k": pl.Int64, "pass_at_k": pl.Float64, "prompts": pl.Int64}
+    schema = {"step": pl.Int64, "k": pl.Int64, "pass_at_k": pl.Float64, "ci_low": pl.Float64,
+              "ci_high": pl.Float64, "prompts": pl.Int64}
     if evals.is_empty():
         return pl.DataFrame(schema=schema)
     ks = ks or _ks(int(evals["samples"].max()))
-    rows = []
-    for (step,), grp in evals.group_by(["step"], maintain_order=True):
-        n = grp["samples"].to_list()
-        c = grp["correct"].to_list()
-        for k in ks:
-            vals = [pass_at_k(ni, ci, k) for ni, ci in zip(n, c) if ni >= k]
-            if vals:
-                rows.append({"step": step, "k": k, "pass_at_k": sum(vals) / len(vals), "prompts": len(vals)})
-    return pl.DataFrame(rows, schema=schema).sort(["step", "k"])
+    out = pass_at_k_curve(evals.with_columns(pl.col("step").cast(pl.Int64)), ks, by=("step",), n_boot=n_boot)
+    return out.select(list(schema)).cast(schema)
+
+
+def window_start(steps: pl.DataFrame, max_rollouts: int) -> int:
+    """The first step of the latest steps that together hold at most `max_rollouts` rollouts (at
+    least the last step)."""
+    s = steps.sort("step", descending=True)
+    total = s["rollouts"].fill_null(0).cum_sum()
+    inside = s.filter(total <= max_rollouts)
+    return int(inside["step"].min()) if not inside.is_empty() else int(s["step"][0])
+
+
+def step_quantiles(frame: pl.DataFrame, column: str, qs: tuple[float, ...] = (0.1, 0.5, 0.9)) -> pl.DataFrame:
+    """Per step, quantiles of `column` (long format: step, q = "p10", value)."""
+    schema = {"step": pl.Int64, "q": pl.Utf8, "value": pl.Float64}
+    if frame.is_empty():
+        return pl.DataFrame(schema=schema)
+    wide = frame.group_by("step").agg(
+        [pl.col(column).quantile(q, "linear").alias(f"p{round(q * 100)}") for q in qs])
+    return wide.unpivot(index="step", variable_name="q", value_name="value").cast(schema).sort(["step", "q"])
 
 
 def regime_changes(steps: pl.DataFrame) -> list[dict]:

@@ -29,7 +29,7 @@ def curves(run_id: str) -> None:
     last = steps.sort("step").tail(1).to_dicts()[0] if not steps.is_empty() else {}
     p1 = passk.filter(pl.col("k") == 1).sort("step")
 
-    c = st.columns(6)
+    c = st.columns([1, 0.7, 0.8, 1, 1, 1.5])
     c[0].metric("status", info.get("status") or "?")
     c[1].metric("step", last.get("step", "–"))
     c[2].metric("reward", f"{last['reward_mean']:.3f}" if last.get("reward_mean") is not None else "–")
@@ -42,8 +42,11 @@ def curves(run_id: str) -> None:
                                         changes=changes, band=("reward_mean", "reward_std")),
                       key=f"{PAGE}_reward")
     right.plotly_chart(charts.passk_chart(passk, changes=changes), key=f"{PAGE}_passk")
-    left.plotly_chart(charts.entropy_chart(steps, data.entropy_quantiles(run_id), changes=changes),
-                      key=f"{PAGE}_entropy")
+    quantiles, source = data.entropy_quantiles(run_id)
+    with left:
+        st.plotly_chart(charts.entropy_chart(steps, quantiles, changes=changes), key=f"{PAGE}_entropy")
+        if source:
+            st.caption(f"entropy: mean per step (engine); {source}")
     right.plotly_chart(charts.line_chart(steps, [("zero_signal_frac", "zero-signal groups")],
                                          "zero-signal group fraction", y="fraction", changes=changes,
                                          y_range=(-0.02, 1.02)),

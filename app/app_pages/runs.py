@@ -52,19 +52,27 @@ else:
             placeholder="steps=50\noptim.lr=5e-5\nallocator.name=multistage",
             key=f"{PAGE}_overrides",
         )
-        submitted = st.form_submit_button("Validate and launch", icon=":material/rocket_launch:")
-    if submitted:
-        from workbench.config import load_config
+        b1, b2 = st.columns(2)
+        check = b1.form_submit_button("Validate", icon=":material/check:")
+        submitted = b2.form_submit_button("Validate and launch", icon=":material/rocket_launch:")
+    if check or submitted:
         from workbench.control import launch
+        from workbench.control.launch import resolve_config
         from workbench.errors import WorkbenchError
 
         overrides = [line.strip() for line in overrides_text.splitlines() if line.strip()]
-        try:
-            load_config(cfg_path, overrides)
-            run_id = launch(str(cfg_path), store=data.store_location(), overrides=overrides, name=name or None)
+        try:  # launch validates the config and the overrides before it creates or starts anything
+            if submitted:
+                run_id = launch(str(cfg_path), store=data.store(), overrides=overrides, name=name or None)
+            else:
+                resolved = resolve_config(str(cfg_path), overrides, name=name or None)
         except WorkbenchError as exc:
             st.error(str(exc), icon=":material/block:")
         else:
-            st.success(f"launched run {run_id}")
-            data.runs.clear()
-            data.run_table.clear()
+            if submitted:
+                st.success(f"launched run {run_id}")
+                data.runs.clear()
+                data.run_table.clear()
+            else:
+                st.success("valid")
+                st.json(resolved.to_dict(), expanded=False)

@@ -52,6 +52,10 @@ def test_passk_chart_one_line_per_k():
     pk = pl.DataFrame({"step": [0, 0, 5, 5], "k": [1, 4, 1, 4], "pass_at_k": [0.3, 0.6, 0.4, 0.7]})
     fig = charts.passk_chart(pk)
     assert [t.name for t in fig.data] == ["pass@1", "pass@4"]
+    ci = pk.with_columns((pl.col("pass_at_k") - 0.1).alias("ci_low"), (pl.col("pass_at_k") + 0.1).alias("ci_high"))
+    fig = charts.passk_chart(ci)
+    assert [t.name for t in fig.data] == ["pass@1 95% CI", "pass@1", "pass@4 95% CI", "pass@4"]
+    assert abs(max(_trace(fig, "pass@4 95% CI").y) - 0.8) < 1e-12
     assert list(_trace(fig, "pass@4").y) == [0.6, 0.7]
 
 

@@ -103,3 +103,15 @@ def test_group_html_escapes_fields_and_groups_keep_order():
 def test_entropy_colour_runs_white_to_red():
     assert derive.entropy_colour(0.0, 2.0) == "rgb(255,255,255)"
     assert derive.entropy_colour(5.0, 2.0) == "rgb(255,105,35)"
+
+
+def test_entropy_window_and_quantiles():
+    steps = pl.DataFrame({"step": [0, 1, 2, 3], "rollouts": [10, 10, 10, 10]})
+    assert derive.window_start(steps, 25) == 2
+    assert derive.window_start(steps, 5) == 3  # never less than the last step
+    assert derive.window_start(steps, 1000) == 0
+    frame = pl.DataFrame({"step": [0] * 11 + [1], "entropy_mean": [float(i) for i in range(11)] + [7.0]})
+    q = derive.step_quantiles(frame, "entropy_mean")
+    got = {(r["step"], r["q"]): r["value"] for r in q.to_dicts()}
+    assert got[(0, "p10")] == 1.0 and got[(0, "p50")] == 5.0 and got[(0, "p90")] == 9.0
+    assert got[(1, "p50")] == 7.0

@@ -209,3 +209,17 @@ def test_allocator_form_rejects_a_bad_value_before_sending(app, lake):
     assert any("multistage.n" in e.value for e in at.error)
     with open_store(path) as store:
         assert store.controls(ids[0]).height == before
+
+
+def test_launch_form_validates_overrides_before_anything_starts(app, lake):
+    path, ids = lake
+    assert "organism.toml" in app.selectbox(key="runs_config").options
+    app.text_area(key="runs_overrides").set_value("optim.lr=-1\nsteps=3")
+    next(b for b in app.button if b.label == "Validate and launch").click().run()
+    assert any("optim.lr" in e.value for e in app.error), [e.value for e in app.error]
+    with open_store(path) as store:
+        assert sorted(store.list_runs()["run_id"].to_list()) == sorted(ids)  # nothing was created
+    app.text_area(key="runs_overrides").set_value("steps=3")
+    next(b for b in app.button if b.label == "Validate").click().run()
+    assert any(s.value == "valid" for s in app.success)
+    assert app.json[0].value and json.loads(app.json[0].value)["steps"] == 3

@@ -47,6 +47,54 @@ def _check_app() -> None:
         raise StoreError(f"the dashboard's entry point {MAIN} is missing (is this a source checkout?)")
 
 
+BENCH_RUN = "bench-app"
+BENCH_SHAPE = dict(prompts_per_step=128, rollouts_per_prompt=16, tokens=200)
+"""Synthetic steps of 2,048 rollouts of 200 tokens (the store's SyntheticRun)."""
+
+
+def ensure_bench_store(path: Path, rollouts: int, *, eval_every: int = 10, eval_prompts: int = 64,
+                       eval_samples: int = 16) -> dict:
+    """A store at `path` holding one synthetic run of `rollouts` rollouts (rounded up to whole steps)
+    with held-out evaluations every `eval_every` steps and a budget/allocator change half way; built
+    with the store's `SyntheticRun` and writer, or reused when it already holds that run."""
+    import numpy as np
+
+    from workbench.store import open_store
+    from workbench.store.synthetic import Shape, SyntheticRun
+
+    shape = Shape(**BENCH_SHAPE)
+    steps = -(-rollouts // shape.rollouts_per_step)
+    with open_store(path) as store:
+        runs = store.list_runs()
+        for row in runs.to_dicts() if runs.height else []:
+            if row["name"] == BENCH_RUN and row.get("status") == "finished" and row["steps"] == steps:
+                return {"run_id": row["run_id"], "steps": steps, "reused": True,
+                        "rollouts": store.count_rollouts(row["run_id"])}
+        cfg = {"name": BENCH_RUN, "allocator": {"name": "uniform", "params": {}}, "synthetic": BENCH_SHAPE}
+        run_id = store.create_run(BENCH_RUN, cfg, seed=0, status="running")
+        gen = SyntheticRun(run_id, shape, seed=0)
+        rng = np.random.default_rng(1)
+        hidden = rng.beta(0.8, 0.8, size=eval_prompts)
+        store.add_prompts(run_id, [{"prompt_id": f"p{i:05d}", "split": "train", "level": 1,
+                                    "text": f"synthetic prompt {i}", "answer": "0", "metadata": {}}
+                                   for i in range(shape.prompt_pool)])
+        for step in range(steps):
+            rec = gen.step(step)
+            if step >= steps // 2:  # a regime change for the curves' marks
+                half = shape.rollouts_per_step // 2
+                rec.metrics.update({"allocator": "multistage", "budget": half})
+            if step % eval_every == 0 or step == steps - 1:
+                lift = min(0.3, step / max(steps, 1) * 0.3)
+                p = np.clip(hidden + lift, 0, 1)
+                correct = rng.binomial(eval_samples, p)
+                rec.evals = [{"prompt_id": f"e{i:03d}", "level": 1, "samples": eval_samples,
+                              "correct": int(c), "greedy_correct": bool(c > eval_samples // 2),
+                              "mean_length": 200.0} for i, c in enumerate(correct)]
+            store.write_step(rec)
+        store.set_run_status(run_id, "finished")
+        return {"run_id": run_id, "steps": steps, "reused": False, "rollouts": store.count_rollouts(run_id)}
+
+
 def time_pages(store: Path, *, repeats: int = 5, cached: bool = False) -> dict[str, float]:
     """Median milliseconds of each page's full script run with its default selections (AppTest),
     after one warm-up run. With `cached=False` the data cache is cleared before every timed run
@@ -107,12 +155,10 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
     ) -> None:
         """Time each dashboard page's full script run (default selections, AppTest) on a synthetic store
         of N rollouts (built once, then reused): median of --repeats runs after a warm-up, in ms."""
-        from workbench.store.synthetic import ensure_synthetic_store
-
         _check_app()
         path = (store or Path("store") / f"bench-{rollouts}").resolve()
         t0 = time.perf_counter()
-        info = ensure_synthetic_store(path, rollouts=rollouts)
+        info = ensure_bench_store(path, rollouts)
         build_s = time.perf_counter() - t0
         cold = time_pages(path, repeats=repeats, cached=False)
         warm = time_pages(path, repeats=repeats, cached=True)

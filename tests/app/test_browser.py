@@ -1,0 +1,228 @@
+"""End to end in a real browser: Debian's chromium driven by Playwright against `workbench app` on a
+live organism run (launched as its own process). Browse to a rollout and on to its prompt, change
+the budget, switch the allocator, pause the run — all from the UI — then check in the store that the
+engine applied each command. A screenshot of every page goes to test-artifacts/."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import new_store, tiny_config
+
+CHROMIUM = "/usr/bin/chromium"
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "test-artifacts"
+PAGES = ["runs", "live", "rollouts", "prompt", "allocation", "compare"]
+IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.browser,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed"),
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_until(what, check, timeout=240.0, every=0.5):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(every)
+
+
+def _steps(root, run_id):
+    from workbench.store import open_store
+
+    with open_store(root) as store:
+        return store.run_steps(run_id)
+
+
+@pytest.fixture(scope="module")
+def live_run(organism_models, tmp_path_factory):
+    """A long organism run going in its own process; stopped (then killed if need be) at the end."""
+    from workbench.control import launch, stop
+    from workbench.store import open_store
+
+    root = new_store(organism_models, tmp_path_factory.mktemp("browser") / "store")
+    run_id = launch(tiny_config("browser-live", 5000, eval_every=3), store=str(root))
+    _wait_until("the run's first steps", lambda: _steps(root, run_id).height >= 2)
+    yield root, run_id
+    with open_store(root) as store:
+        info = store.run(run_id)
+        if info["status"] in ("running", "paused", "created"):
+            try:
+                stop(store, run_id, who="test")
+            except Exception:  # noqa: BLE001 - best effort; the kill below ends it anyway
+                pass
+    deadline = time.monotonic() + 60
+    pid = info.get("pid")
+    while pid and time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.5)
+    else:
+        if pid:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+@pytest.fixture(scope="module")
+def server(live_run):
+    root, _ = live_run
+    port = _free_port()
+    log = open(root / "app.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workbench.cli", "app", "--store", str(root), "--port", str(port), "--headless"],
+        stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True,
+    )
+
+    def healthy():
+        try:
+            return urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).read() == b"ok"
+        except OSError:
+            assert proc.poll() is None, (root / "app.log").read_text()
+            return False
+
+    _wait_until("the app's health check", healthy, timeout=120)
+    yield f"http://127.0.0.1:{port}"
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", "--no-first-run"])
+        yield b
+        b.close()
+
+
+def _idle(page):
+    time.sleep(0.4)  # let a click reach the server before asking whether the script runs
+    page.wait_for_selector(IDLE, timeout=120_000)
+    # lazily loaded elements (st.html, charts) show a skeleton until their code has loaded
+    page.wait_for_function("!document.querySelector(\"[data-testid='stSkeleton']\")", timeout=60_000)
+
+
+def _open(page, base, name):
+    page.goto(f"{base}/{'' if name == 'runs' else name}")
+    page.wait_for_selector("[data-testid='stApp']", timeout=120_000)
+    _idle(page)
+
+
+def _shot(page, name):
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"dashboard-{name}.png"), full_page=True)
+
+
+def _control(root, run_id, command):
+    from workbench.store import open_store
+
+    with open_store(root) as store:
+        rows = [r for r in store.controls(run_id).to_dicts() if r["command"] == command]
+    return rows[-1] if rows else None
+
+
+def test_browse_and_steer_a_live_run(live_run, server, browser):
+    root, run_id = live_run
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+
+    # every page renders without an exception; keep a screenshot of each
+    for name in PAGES:
+        _open(page, server, name)
+        assert page.locator("[data-testid='stException']").count() == 0, name
+        _shot(page, name)
+
+    # browse to a rollout: the latest step's groups, then one prompt's story
+    _open(page, server, "rollouts")
+    assert page.get_by_text("rollouts match").count() == 1
+    first_group = page.locator("[data-testid='stHtml']").first
+    assert "step " in first_group.inner_text()
+    page.get_by_text("this prompt's story").first.click()
+    page.wait_for_url("**/prompt?*", timeout=60_000)
+    _idle(page)
+    assert page.get_by_text("Grants and reasons").count() == 1
+    assert page.locator("[data-testid='stException']").count() == 0
+    _shot(page, "prompt-from-rollout")
+
+    # the control panel on the live page
+    _open(page, server, "live")
+    slider = page.locator("[data-testid='stSlider']").filter(has_text="budget per step").get_by_role("slider")
+    start = int(slider.get_attribute("aria-valuenow"))
+    assert start == 32
+    slider.focus()
+    for _ in range(8):
+        slider.press("ArrowLeft")
+    assert int(slider.get_attribute("aria-valuenow")) == 24
+    page.get_by_role("button", name="Set budget").click()
+    _idle(page)
+
+    box = page.locator("[data-testid='stSelectbox']").filter(has_text="allocator")
+    box.click()
+    page.get_by_role("option", name="multistage", exact=True).click()
+    _idle(page)
+    page.get_by_role("button", name="Switch to multistage").click()
+    _idle(page)
+
+    page.get_by_role("button", name="Pause").click()
+    _idle(page)
+    _shot(page, "live-after-commands")
+
+    # the engine applied each command at a step boundary, in order
+    budget = _wait_until("set_budget applied", lambda: (c := _control(root, run_id, "set_budget"))
+                         and c["status"] != "pending" and c)
+    alloc = _wait_until("set_allocator applied", lambda: (c := _control(root, run_id, "set_allocator"))
+                        and c["status"] != "pending" and c)
+    pause = _wait_until("pause applied", lambda: (c := _control(root, run_id, "pause"))
+                        and c["status"] != "pending" and c)
+    for c in (budget, alloc, pause):
+        assert c["status"] == "applied", c
+        assert c["who"] == "dashboard"
+    assert json.loads(budget["args"]) == {"kind": "rollouts", "amount": 24}
+    assert json.loads(alloc["args"])["name"] == "multistage"
+
+    from workbench.store import open_store
+
+    with open_store(root) as store:
+        assert store.run(run_id)["status"] == "paused"
+        steps = store.run_steps(run_id)
+    after = steps.filter(steps["step"] >= max(budget["applied_step"], alloc["applied_step"]))
+    assert after.height >= 1
+    assert set(after["budget"]) == {24}
+    assert set(after["allocator"]) == {"multistage"}
+
+    # the page shows the outcomes in its command history
+    _open(page, server, "live")
+    assert page.get_by_text("paused").count() >= 1
+    _shot(page, "live-paused")
