@@ -223,6 +223,7 @@ def test_notebooks_command_passes_the_store(monkeypatch, tmp_path):
     argv, env = calls[0]
     assert env["WORKBENCH_STORE"] == str(tmp_path.resolve())
     assert "--no-browser" in argv and argv[-1].endswith("pass_at_k.ipynb")
+    assert ("--allow-root" in argv) == (os.geteuid() == 0)
     assert any(a.startswith("--ServerApp.root_dir=") and a.endswith("notebooks") for a in argv)
     bad = CliRunner().invoke(_app(), ["notebooks", "nope"])
     assert bad.exit_code != 0 and "entropy.ipynb" in str(bad.exception)

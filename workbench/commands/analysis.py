@@ -32,6 +32,8 @@ def jupyterlab_command(*, port: int, browser: bool, notebook: str | None = None)
     cmd = [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={NOTEBOOKS_DIR}", f"--port={port}"]
     if not browser:
         cmd.append("--no-browser")
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        cmd.append("--allow-root")  # containers often run as root; JupyterLab refuses without it
     if notebook:
         cmd.append(str(NOTEBOOKS_DIR / notebook))
     return cmd
