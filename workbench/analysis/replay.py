@@ -260,6 +260,7 @@ def replay(
     max_stages: int = 8,
     steps: list[int] | None = None,
     extrapolate: Literal["posterior", "empirical"] = "posterior",
+    tokens_per_rollout: float | None = None,
 ) -> ReplayResult:
     """Replay allocator `allocator` (with `params`) over the logged outcomes in the frames.
 
@@ -270,7 +271,9 @@ def replay(
     `extrapolate` says how rollouts beyond a prompt's observed ones are drawn: "posterior" (binary
     rewards: Bernoulli of a pass rate drawn once per step from Beta(1 + correct, 1 + wrong) of the
     observations, so an all-wrong logged group can still show a success when asked for more) or
-    "empirical" (resampled from the observations with replacement: never more signal than logged)."""
+    "empirical" (resampled from the observations with replacement: never more signal than logged).
+    `tokens_per_rollout` is the initial estimate token budgets convert with (the engine starts from
+    `sampling.max_new_tokens`, then follows a running mean); default: the mean logged length."""
     if stats not in ("replayed", "logged"):
         raise DataError(f"replay: stats must be 'replayed' or 'logged', got {stats!r}")
     plan = logged_steps(allocations, prompt_stats)
@@ -279,7 +282,7 @@ def replay(
         plan = [s for s in plan if s.step in wanted]
     outcomes = Outcomes(rollouts, seed, extrapolate)
     st = _State(make_allocator(allocator, params or {}, seed=seed), outcomes, {}, stats_decay, max_stages,
-                outcomes.mean_length or 8.0)
+                tokens_per_rollout or outcomes.mean_length or 8.0)
     history = logged_stats(prompt_stats) if stats == "logged" else {}
     logged_now: dict[str, PromptStats] = {}
     done = sorted(history)
@@ -458,6 +461,7 @@ class RunFrames:
     prompts_per_step: int | None
     stats_decay: float
     max_stages: int
+    tokens_per_rollout: float | None = None
 
 
 def load_run(store: Any, run_id: str) -> RunFrames:
@@ -472,7 +476,8 @@ def load_run(store: Any, run_id: str) -> RunFrames:
         prompt_stats=store.prompt_stats(run_id), allocator=a.get("name", "uniform"),
         params=dict(a.get("params") or {}), seed=int(run.get("seed") or cfg.get("seed") or 0),
         prompts_per_step=a.get("prompts_per_step"), stats_decay=float(a.get("stats_decay", 1.0)),
-        max_stages=int(a.get("max_stages", 8)))
+        max_stages=int(a.get("max_stages", 8)),
+        tokens_per_rollout=(cfg.get("sampling") or {}).get("max_new_tokens"))
 
 
 def replay_run(store: Any, run_id: str, allocator: str | None = None, params: dict[str, Any] | None = None,
@@ -486,6 +491,7 @@ def replay_run(store: Any, run_id: str, allocator: str | None = None, params: di
     kwargs.setdefault("prompts_per_step", f.prompts_per_step)
     kwargs.setdefault("stats_decay", f.stats_decay)
     kwargs.setdefault("max_stages", f.max_stages)
+    kwargs.setdefault("tokens_per_rollout", f.tokens_per_rollout)
     return replay(f.allocations, f.rollouts, f.prompt_stats, allocator=allocator or f.allocator,
                   params=params if params is not None else (f.params if own else {}),
                   seed=f.seed if seed is None else seed, **kwargs)
