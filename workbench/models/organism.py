@@ -19,8 +19,10 @@ Recipe (the defaults, `OrganismRecipe()`):
    answer is in its samples (pass@8 well above pass@1), sampling at T=1 often picks a near miss, and
    the reward is exactly what tells the two apart. GRPO sharpens the distribution towards the
    right answer and pass@1 climbs (measured: 0.38 -> 0.56 in 240 uniform GRPO steps).
-5. Levels run from trivially easy ("1+1") to beyond reach ("3*2": the organism almost never gets
-   it), so per-prompt pass rates spread over [0, 1] and allocators have something to decide.
+5. Levels run from trivially easy ("1+1") to beyond reach: "3*2" (multiplication) is in the task
+   but left out of the warm start (`untaught_levels`), so the organism never gets it and RL cannot
+   discover it from zero rewards. Pass rates spread over [0, 1], and an allocator that stops
+   spending rollouts on hopeless prompts visibly beats uniform allocation.
 
 Determinism: examples from string-seeded `random.Random`, weights from `torch.manual_seed`,
 `torch.use_deterministic_algorithms(True)` and a fixed thread count during the build: the same
@@ -84,6 +86,9 @@ class OrganismRecipe:
     """Share of warm-start answers with one digit moved by +-1 (the room left for RL)."""
     level_weights: tuple[float, ...] = ()
     """Relative frequency of each task level in the warm start; empty: uniform."""
+    untaught_levels: tuple[str, ...] = ("3*2",)
+    """Level specs left out of the warm start (when the task has them): beyond the organism's reach
+    by construction, they give zero-reward groups that RL cannot learn from and allocators can skip."""
     seed: int = 0
     """Seed of the weights and of the warm-start examples."""
     threads: int = 2
@@ -102,6 +107,11 @@ class OrganismRecipe:
             "organism.level_weights", f"needs one weight per task level ({len(self.task.levels)})",
         )
         require(all(w >= 0 for w in self.level_weights), "organism.level_weights", "must be >= 0")
+        taught = [
+            w for spec, w in zip(self.task.levels, self.level_weights or [1.0] * len(self.task.levels))
+            if spec not in self.untaught_levels
+        ]
+        require(sum(taught) > 0, "organism.untaught_levels", "leaves no task level to warm-start on")
         needed = set("".join(self.task.levels).replace("+", "").replace("-", "").replace("*", ""))
         used = set(self.task.template.replace("{expr}", "")) | set("0123456789") | {
             op for spec in self.task.levels for op in "+-*" if op in spec

@@ -37,12 +37,14 @@ def corrupt_answer(answer: str, rng: random.Random) -> str:
 def make_examples(recipe: "OrganismRecipe", exclude: frozenset[str]) -> tuple[torch.Tensor, torch.Tensor]:
     """All warm-start examples as right-padded `(input_ids [N, L], labels [N, L])`.
 
-    N = steps x batch_size. Levels are drawn with `recipe.level_weights` (uniform when empty);
-    problems in `exclude` (the task's eval split) are redrawn, so eval stays held out.
+    N = steps x batch_size. Levels are drawn with `recipe.level_weights` (uniform when empty),
+    leaving out `recipe.untaught_levels`; problems in `exclude` (the task's eval split) are redrawn,
+    so eval stays held out.
     """
     rng = random.Random(f"organism:{recipe.seed}:examples")
-    levels = recipe.task.levels
-    weights = list(recipe.level_weights) or [1.0] * len(levels)
+    weights = list(recipe.level_weights) or [1.0] * len(recipe.task.levels)
+    taught = [(spec, w) for spec, w in zip(recipe.task.levels, weights) if spec not in recipe.untaught_levels]
+    levels, weights = [spec for spec, _ in taught], [w for _, w in taught]
     table = char_ids(recipe.alphabet)
     n = recipe.steps * recipe.batch_size
     seqs: list[tuple[list[int], int]] = []
