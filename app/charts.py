@@ -336,20 +336,21 @@ def posterior_chart(history: pl.DataFrame, title: str = "posterior pass rate") -
 
 
 def grants_chart(grants: pl.DataFrame, title: str = "rollouts granted per step") -> go.Figure:
-    """Rollouts granted to one prompt per step, stacked by stage, reason on hover (columns step,
-    stage, granted, reason)."""
+    """Rollouts granted to one prompt per step (all stages), with the number of stages and the
+    allocator's reasons on hover (columns step, granted; optional stages, reasons)."""
     if grants.is_empty():
         return empty_figure(title, "never granted rollouts")
-    fig = go.Figure()
-    for i, stage in enumerate(sorted(grants["stage"].unique().to_list())):
-        sub = grants.filter(pl.col("stage") == stage).sort("step")
-        fig.add_trace(go.Bar(
-            x=sub["step"].to_list(), y=sub["granted"].to_list(), name=f"stage {stage}",
-            marker_color=PALETTE[i % len(PALETTE)], customdata=sub["reason"].fill_null("").to_list(),
-            hovertemplate="%{y} rollouts<br>%{customdata}<extra>stage " + str(stage) + "</extra>",
-        ))
-    fig.update_layout(barmode="stack", bargap=0.1, hovermode="closest")
-    return _layout(fig, title, y="rollouts")
+    g = grants.sort("step")
+    reasons = g["reasons"].fill_null("").to_list() if "reasons" in g.columns else [""] * g.height
+    stages = g["stages"].fill_null(1).to_list() if "stages" in g.columns else [1] * g.height
+    fig = go.Figure(go.Bar(
+        x=g["step"].to_list(), y=g["granted"].to_list(), name="granted",
+        marker_color=[PALETTE[min(int(s), len(PALETTE)) - 1] for s in stages],
+        customdata=[[r, s] for r, s in zip(reasons, stages)],
+        hovertemplate="%{y} rollouts in %{customdata[1]} stage(s)<br>%{customdata[0]}<extra></extra>",
+    ))
+    fig.update_layout(bargap=0.1, hovermode="closest")
+    return _layout(fig, title, y="rollouts (colour: stages)")
 
 
 def compare_chart(curves: pl.DataFrame, *, x: str, x_title: str, k: int, title: str) -> go.Figure:

@@ -55,9 +55,19 @@ def runs() -> pl.DataFrame:
     return store().list_runs()
 
 
-@st.cache_data(ttl=LIVE_TTL, show_spinner=False)
 def run(run_id: str) -> dict:
-    return store().run(run_id)
+    """One run's row (config decoded) from the cached `runs()` frame; {} when unknown."""
+    r = runs()
+    rows = r.filter(pl.col("run_id") == run_id).to_dicts() if not r.is_empty() else []
+    if not rows:
+        return {}
+    row = rows[0]
+    if isinstance(row.get("config"), str):
+        try:
+            row["config"] = json.loads(row["config"])
+        except json.JSONDecodeError:
+            row["config"] = {}
+    return row
 
 
 @st.cache_data(ttl=LIVE_TTL, show_spinner=False)
@@ -103,7 +113,7 @@ def run_table() -> pl.DataFrame:
     return derive.run_summary(r, steps(ids), best)
 
 
-ENTROPY_WINDOW_ROLLOUTS = 200_000
+ENTROPY_WINDOW_ROLLOUTS = 100_000
 """Most rollouts read to compute per-step entropy quantiles when the engine does not log them."""
 
 
@@ -125,8 +135,7 @@ def entropy_quantiles(run_id: str) -> tuple[pl.DataFrame, str]:
     if rows:
         return pl.DataFrame(rows, schema=schema), "token entropy quantiles logged by the engine"
     step_min = derive.window_start(s, ENTROPY_WINDOW_ROLLOUTS)
-    n = count_rollouts(run_id, (("step_min", step_min),))
-    frame = store().rollouts(run_id, step_min=step_min, limit=max(n, 1), columns=["step", "entropy_mean"])
+    frame = store().rollouts(run_id, step_min=step_min, limit=_limit(s, step_min), columns=["step", "entropy_mean"])
     return derive.step_quantiles(frame, "entropy_mean"), (
         f"quantiles of rollout mean entropy, steps {step_min}–{int(s['step'].max())}")
 
@@ -154,12 +163,43 @@ def count_rollouts(run_id: str, filters: tuple[tuple[str, Any], ...]) -> int:
     return int(store().count_rollouts(run_id, **dict(filters)))
 
 
+def _limit(steps_frame: pl.DataFrame, step_min: int, step_max: int | None = None) -> int:
+    """A row limit safely above the rollouts logged in a step range (the steps table counts them),
+    so a bulk read needs no count query first."""
+    sel = steps_frame.filter(pl.col("step") >= step_min)
+    if step_max is not None:
+        sel = sel.filter(pl.col("step") <= step_max)
+    return 2 * int(sel["rollouts"].fill_null(0).sum()) + 10_000
+
+
 @st.cache_data(ttl=BROWSE_TTL, show_spinner=False)
 def step_rewards(run_id: str, step_min: int, step_max: int) -> pl.DataFrame:
     """(step, prompt_id, reward) of every rollout in a step range (for observed pass rates)."""
-    n = count_rollouts(run_id, (("step_min", step_min), ("step_max", step_max)))
-    return store().rollouts(run_id, step_min=step_min, step_max=step_max, limit=max(n, 1), offset=0,
+    return store().rollouts(run_id, step_min=step_min, step_max=step_max,
+                            limit=_limit(steps((run_id,)), step_min, step_max), offset=0,
                             columns=["step", "prompt_id", "reward"])
+
+
+class _CachedReader:
+    """The reader methods `workbench.control.api.allocator_in_force` calls, served from the cached
+    frames (so the live page asks the store nothing extra)."""
+
+    def run(self, run_id: str) -> dict:
+        return run(run_id)
+
+    def run_steps(self, run_ids) -> pl.DataFrame:
+        return steps((run_ids,) if isinstance(run_ids, str) else tuple(run_ids))
+
+    def controls(self, run_id: str) -> pl.DataFrame:
+        return controls(run_id)
+
+
+def allocator_in_force(run_id: str) -> tuple[str | None, dict]:
+    """The allocator (name, params) the run uses once its pending commands apply (live control's own
+    rule, `workbench.control.allocator_in_force`, over the cached frames)."""
+    from workbench.control import allocator_in_force as in_force
+
+    return in_force(_CachedReader(), run_id)
 
 
 @st.cache_data(ttl=BROWSE_TTL, show_spinner=False)

@@ -137,6 +137,26 @@ def budget_used(allocs: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def budget_used_from_steps(steps: pl.DataFrame) -> pl.DataFrame:
+    """`budget_used` from the steps table alone (no allocation rows read): rollouts per step split
+    into the first stage and the later ones when the engine logs `alloc/stage2_rollouts`."""
+    schema = {"step": pl.Int64, "stage": pl.Int64, "granted": pl.Int64, "budget": pl.Int64}
+    if steps.is_empty():
+        return pl.DataFrame(schema=schema)
+    later = []
+    for metrics in steps["metrics"].to_list() if "metrics" in steps.columns else [None] * steps.height:
+        items = dict(metrics) if isinstance(metrics, dict) else {}
+        later.append(int(items.get("alloc/stage2_rollouts") or 0))
+    budget = (pl.when(pl.col("budget_kind") == "rollouts").then(pl.col("budget")).otherwise(None)
+              if "budget_kind" in steps.columns else pl.col("budget"))
+    base = steps.select("step", pl.col("rollouts").fill_null(0).alias("total"), budget.alias("budget")) \
+        .with_columns(pl.Series("later", later, dtype=pl.Int64))
+    first = base.select("step", pl.lit(0).alias("stage"), (pl.col("total") - pl.col("later")).alias("granted"), "budget")
+    second = base.filter(pl.col("later") > 0).select("step", pl.lit(1).alias("stage"), pl.col("later").alias("granted"),
+                                                     "budget")
+    return pl.concat([first.cast(schema), second.cast(schema)]).sort(["step", "stage"])
+
+
 def rollouts_per_prompt(allocs: pl.DataFrame) -> list[int]:
     """Rollouts granted to each prompt over all stages of the step(s) in `allocs`."""
     if allocs.is_empty():

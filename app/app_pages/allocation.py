@@ -9,6 +9,7 @@ from app import charts, components, data, derive
 
 PAGE = "allocation"
 CALIBRATION_STEPS = 10
+WINDOWS = ["this step", f"last {CALIBRATION_STEPS} steps"]
 
 st.title("Allocation")
 run_id = components.pick_run(PAGE)
@@ -21,15 +22,14 @@ if steps.is_empty():
 lo, hi = int(steps["step"].min()), int(steps["step"].max())
 step = st.slider("step", lo, hi, hi, key=f"{PAGE}_step") if lo < hi else hi
 
-allocs = data.allocations(run_id)
 left, right = st.columns(2)
-left.plotly_chart(charts.budget_chart(derive.budget_used(allocs)), key=f"{PAGE}_budget")
+left.plotly_chart(charts.budget_chart(derive.budget_used_from_steps(steps)), key=f"{PAGE}_budget")
 zero = derive.zero_signal_groups(steps)
 right.plotly_chart(charts.line_chart(zero, [("zero_signal_groups", "zero-signal groups")],
                                      "zero-signal groups per step", y="groups",
                                      changes=derive.regime_changes(steps)), key=f"{PAGE}_zero")
 
-this = allocs.filter(pl.col("step") == step) if not allocs.is_empty() else allocs
+this = data.allocations(run_id, step=step)
 per_prompt = derive.rollouts_per_prompt(this)
 stages = sorted(this["stage"].unique().to_list()) if not this.is_empty() else []
 st.subheader(f"Step {step}")
@@ -44,11 +44,14 @@ c[3].metric("zero-signal groups", int(zrow["zero_signal_groups"][0]) if not zrow
 left, right = st.columns(2)
 left.plotly_chart(charts.histogram_chart(per_prompt, f"rollouts per prompt, step {step}", x="rollouts"),
                   key=f"{PAGE}_hist")
-window = (max(lo, step - CALIBRATION_STEPS + 1), step)
-pairs = derive.calibration_pairs(allocs.filter(pl.col("step").is_between(*window)) if not allocs.is_empty() else allocs,
-                                 data.step_rewards(run_id, *window))
-right.plotly_chart(charts.calibration_chart(pairs, f"predicted vs observed pass rate, steps {window[0]}–{window[1]}"),
-                   key=f"{PAGE}_calibration")
+with right:
+    span = st.segmented_control("calibration over", [WINDOWS[0], WINDOWS[1]], default=WINDOWS[0],
+                                key=f"{PAGE}_window") or WINDOWS[0]
+    window = (step, step) if span == WINDOWS[0] else (max(lo, step - CALIBRATION_STEPS + 1), step)
+    allocs = this if window[0] == window[1] else data.allocations(run_id).filter(pl.col("step").is_between(*window))
+    pairs = derive.calibration_pairs(allocs, data.step_rewards(run_id, *window))
+    st.plotly_chart(charts.calibration_chart(pairs, f"predicted vs observed pass rate, steps {window[0]}–{window[1]}"),
+                    key=f"{PAGE}_calibration")
 
 if not this.is_empty():
     cols = [c for c in ["stage", "prompt_id", "allocator", "asked", "granted", "reason", "predicted_pass",

@@ -81,7 +81,7 @@ with budget_col:
 
 with alloc_col:
     try:
-        in_force, in_force_params = api.allocator_in_force(data.store(), run_id)
+        in_force, in_force_params = data.allocator_in_force(run_id)
     except WorkbenchError:
         in_force, in_force_params = last.get("allocator"), {}
     names = available_allocators()

@@ -37,8 +37,8 @@ if row:
 else:
     components.show_text("no prompt with id", prompt_id)
 
-history = data.prompt_history(run_id, prompt_id)
-grants = data.allocations(run_id, prompt_id=prompt_id)
+history = data.prompt_history(run_id, prompt_id)  # per step: its grants (all stages) and its posterior after
+grants = history.filter(pl.col("granted").is_not_null()) if "granted" in history.columns else history
 
 left, right = st.columns(2)
 left.plotly_chart(charts.posterior_chart(history), key=f"{PAGE}_posterior")
@@ -46,10 +46,10 @@ right.plotly_chart(charts.grants_chart(grants), key=f"{PAGE}_grants")
 
 if not grants.is_empty():
     st.subheader("Grants and reasons")
-    cols = [c for c in ["step", "stage", "allocator", "asked", "granted", "reason", "predicted_pass",
-                        "alpha_before", "beta_before", "budget_left", "used_in_update"] if c in grants.columns]
-    st.dataframe(grants.sort(["step", "stage"], descending=[True, False]).select(cols), hide_index=True,
-                 key=f"{PAGE}_grants_table")
+    cols = [c for c in ["step", "allocator", "stages", "asked", "granted", "reasons", "predicted_pass",
+                        "alpha", "beta", "last_pass"] if c in grants.columns]
+    st.dataframe(grants.sort("step", descending=True).select(cols), hide_index=True, key=f"{PAGE}_grants_table",
+                 column_config={"alpha": "alpha after", "beta": "beta after", "last_pass": "observed pass rate"})
 
 st.subheader("Its rollouts")
 key = (("prompt_id", prompt_id),)

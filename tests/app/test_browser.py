@@ -179,12 +179,12 @@ def test_browse_and_steer_a_live_run(live_run, server, browser):
     # the control panel on the live page
     _open(page, server, "live")
     slider = page.locator("[data-testid='stSlider']").filter(has_text="budget per step").get_by_role("slider")
-    start = int(slider.get_attribute("aria-valuenow"))
+    start = int(slider.get_attribute("aria-valuetext"))
     assert start == 32
     slider.focus()
     for _ in range(8):
         slider.press("ArrowLeft")
-    assert int(slider.get_attribute("aria-valuenow")) == 24
+    assert int(slider.get_attribute("aria-valuetext")) == 24
     page.get_by_role("button", name="Set budget").click()
     _idle(page)
 

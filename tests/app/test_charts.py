@@ -108,10 +108,10 @@ def test_posterior_band_and_visits():
 
 
 def test_grants_and_compare():
-    g = pl.DataFrame({"step": [3, 3, 5], "stage": [0, 1, 0], "granted": [8, 16, 8],
-                      "reason": ["base", "hard: 0/8", "base"]})
+    g = pl.DataFrame({"step": [5, 3], "stages": [1, 2], "granted": [8, 24], "reasons": ["base", "base | hard: 0/8"]})
     fig = charts.grants_chart(g)
-    assert list(_trace(fig, "stage 1").customdata) == ["hard: 0/8"]
+    assert list(fig.data[0].x) == [3, 5] and list(fig.data[0].y) == [24, 8]
+    assert [list(c) for c in fig.data[0].customdata] == [["base | hard: 0/8", 2], ["base", 1]]
     curves = pl.DataFrame({"run": ["a", "a", "b"], "tokens": [10, 20, 15], "wall_s": [1.0, 2.0, 1.5],
                            "k": [1, 1, 1], "pass_at_k": [0.2, 0.3, 0.25], "step": [0, 1, 0]})
     fig = charts.compare_chart(curves, x="tokens", x_title="t", k=1, title="c")

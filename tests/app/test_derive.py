@@ -115,3 +115,10 @@ def test_entropy_window_and_quantiles():
     got = {(r["step"], r["q"]): r["value"] for r in q.to_dicts()}
     assert got[(0, "p10")] == 1.0 and got[(0, "p50")] == 5.0 and got[(0, "p90")] == 9.0
     assert got[(1, "p50")] == 7.0
+
+
+def test_budget_used_from_steps_splits_later_stages():
+    steps = pl.DataFrame({"step": [1, 2], "rollouts": [32, 40], "budget": [64, 64], "budget_kind": ["rollouts"] * 2,
+                          "metrics": [{"alloc/stage2_rollouts": 0.0}, {"alloc/stage2_rollouts": 8.0}]})
+    used = derive.budget_used_from_steps(steps)
+    assert used.rows() == [(1, 0, 32, 64), (2, 0, 32, 64), (2, 1, 8, 64)]
