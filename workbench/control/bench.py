@@ -5,9 +5,9 @@ first step, then issues a script of commands one after another (valid ones throu
 invalid ones both through the API, which refuses them before insert, and as raw rows, which the
 engine must reject while the run goes on), waits for each outcome, and finally stops the run.
 
-Per command it measures, from the store's own timestamps, the apply latency (`resolved_at -
-created_at`) and the apply distance in steps: `applied_step - issue_step`, where `issue_step` is the
-step in progress when the control row was created (1 + the steps whose rows were written before it).
+Per command it measures the apply latency (`resolved_at - created_at` of its row in the store) and
+the apply distance in steps: `applied_step - issue_step`, where `issue_step` is the step in progress
+when the command was issued (its insert committed: 1 + the steps whose rows were written by then).
 Target: `max_apply_steps <= 1`, a command is applied no later than the step after the one it was
 issued in.
 """
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +24,12 @@ from workbench.errors import ControlError
 
 def bench_overrides() -> dict[str, Any]:
     """Small, fast settings: the small organism recipe and its task, 8 prompts x 4 rollouts per step,
-    no evaluation; far more steps than needed (the benchmark's last command stops the run)."""
+    no evaluation, steps committed synchronously; far more steps than needed (the benchmark's last
+    command stops the run)."""
     from workbench.models.organism import small_recipe
 
     recipe = small_recipe(steps=40).to_dict()
-    return {
+    out = {
         "model.organism": recipe,
         "model.threads": 1,
         "task": {"kind": "arithmetic", **recipe["task"]},
@@ -41,6 +43,21 @@ def bench_overrides() -> dict[str, Any]:
         "checkpoint.every": 100_000,
         "logging.heartbeat_s": 1.0,
     }
+    if config_has_field("logging", "background_writes"):
+        # steps committed before the next step starts, so the store tells the step in progress
+        # exactly (with background writes it lags the engine by up to one step)
+        out["logging.background_writes"] = False
+    return out
+
+
+def config_has_field(section: str, name: str) -> bool:
+    """Whether the run config's `section` table has field `name` (settings newer than this module)."""
+    import dataclasses
+
+    from workbench.config import RunConfig
+
+    sec = next(f for f in dataclasses.fields(RunConfig) if f.name == section)
+    return name in {f.name for f in dataclasses.fields(sec.default_factory())}
 
 
 def script() -> list[tuple[str, dict[str, Any], str]]:
@@ -73,6 +90,11 @@ def script() -> list[tuple[str, dict[str, Any], str]]:
         ("set_eval_interval", {"every": 0}, "api"),
         ("stop", {}, "api"),
     ]
+
+
+def _utc(t: datetime) -> datetime:
+    """Aware UTC (the store writes UTC; a naive value is read as UTC)."""
+    return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
 
 
 def _last_step(store: Any, run_id: str) -> int:
@@ -115,7 +137,8 @@ def _drive(store: Any, run_id: str, timeout_s: float) -> list[dict[str, Any]]:
         if status not in ("created", "running", "paused"):
             raise ControlError(f"bench control: run {run_id} is {status} before {command}; see its run.log")
         cid = _issue(store, run_id, command, args, how)
-        rec: dict[str, Any] = {"command": command, "how": how, "control_id": cid, "status": "refused"}
+        rec: dict[str, Any] = {"command": command, "how": how, "control_id": cid, "status": "refused",
+                               "issued_at": _utc(datetime.now(timezone.utc))}
         if cid is not None:
             row = api.wait(store, run_id, cid, timeout_s=timeout_s)
             if row["status"] == "pending":
@@ -128,17 +151,18 @@ def _drive(store: Any, run_id: str, timeout_s: float) -> list[dict[str, Any]]:
 def _measure(store: Any, run_id: str, records: list[dict[str, Any]]) -> None:
     """Add apply latency and distance in steps to each record, from the store's timestamps.
 
-    `issue_step`: the step in progress when the control row was created (1 + the steps whose row
-    was written before it); `apply_steps = applied_step - issue_step`."""
+    `issue_step`: the step in progress when the command was issued, i.e. when its insert committed
+    and returned (1 + the steps whose rows were written before then);
+    `apply_steps = applied_step - issue_step`."""
     steps = store.run_steps(run_id)
-    written = sorted(steps["created_at"].to_list()) if len(steps) else []
+    written = sorted(_utc(t) for t in steps["created_at"].to_list()) if len(steps) else []
     rows = {int(r["control_id"]): r for r in store.controls(run_id).to_dicts()}
     for rec in records:
         row = rows.get(rec["control_id"]) if rec["control_id"] is not None else None
         if row is None or row["resolved_at"] is None:
             continue
         rec["apply_s"] = (row["resolved_at"] - row["created_at"]).total_seconds()
-        rec["issue_step"] = 1 + sum(1 for t in written if t <= row["created_at"])
+        rec["issue_step"] = 1 + sum(1 for t in written if t <= rec["issued_at"])
         rec["applied_step"] = row["applied_step"]
         rec["apply_steps"] = row["applied_step"] - rec["issue_step"]
 
