@@ -73,6 +73,7 @@ def test_three_writers_and_a_control_inserter(tmp_path):
         assert ids == list(range(1, controls + 1))
 
 
+@pytest.mark.slow
 def test_kill_9_mid_transaction(tmp_path):
     path = tmp_path / "store"
     (run_id,) = _new_runs(path, 1)
