@@ -16,8 +16,12 @@ if not run_id:
     st.stop()
 
 status = data.run(run_id).get("status")
-refresh = st.sidebar.number_input("refresh every (s)", 1, 60, 3, key=f"{PAGE}_refresh")
-every = refresh if status in LIVE_STATUSES else None
+try:  # ?refresh=N sets the default (0: no automatic refresh)
+    default_refresh = max(0, min(300, int(st.query_params.get("refresh", 5))))
+except ValueError:
+    default_refresh = 5
+refresh = st.sidebar.number_input("refresh every (s, 0 = off)", 0, 300, default_refresh, key=f"{PAGE}_refresh")
+every = refresh if refresh and status in LIVE_STATUSES else None
 
 
 @st.fragment(run_every=every)

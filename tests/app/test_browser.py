@@ -136,7 +136,9 @@ def _idle(page):
 
 
 def _open(page, base, name):
-    page.goto(f"{base}/{'' if name == 'runs' else name}")
+    # the live page refreshes itself every few seconds; on a busy 2-core machine one refresh can take
+    # longer than that, so the test asks for a slow refresh to find the page idle between them
+    page.goto(f"{base}/{'' if name == 'runs' else name}" + ("?refresh=20" if name == "live" else ""))
     page.wait_for_selector("[data-testid='stApp']", timeout=120_000)
     _idle(page)
 

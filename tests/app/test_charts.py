@@ -64,6 +64,10 @@ def test_entropy_chart_adds_quantiles():
     fig = charts.entropy_chart(STEPS, q)
     assert list(_trace(fig, "p90").y) == [2.0, 1.8]
     assert list(_trace(fig, "mean").y) == [1.0, 0.9, 0.8, 0.7]
+    q3 = pl.concat([q, pl.DataFrame({"step": [0, 1], "q": ["p50", "p50"], "value": [1.0, 1.0]})])
+    fig = charts.entropy_chart(STEPS, q3)
+    assert [t.name for t in fig.data if t.name.startswith("p")] == ["p10", "p90", "p50"]
+    assert _trace(fig, "p90").fill == "tonexty" and _trace(fig, "p50").fill is None
 
 
 def test_time_and_throughput():

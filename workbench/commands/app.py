@@ -95,10 +95,12 @@ def ensure_bench_store(path: Path, rollouts: int, *, eval_every: int = 10, eval_
         return {"run_id": run_id, "steps": steps, "reused": False, "rollouts": store.count_rollouts(run_id)}
 
 
-def time_pages(store: Path, *, repeats: int = 5, cached: bool = False) -> dict[str, float]:
+def time_pages(store: Path, *, repeats: int = 5, cached: bool = False) -> tuple[dict[str, float], dict[str, float]]:
     """Median milliseconds of each page's full script run with its default selections (AppTest),
-    after one warm-up run. With `cached=False` the data cache is cleared before every timed run
-    (the store handle stays open), so each run reads the store afresh."""
+    after one warm-up run: wall time, and this process's CPU time (all threads: the script thread
+    and DuckDB's), the figure that stays comparable on a shared, busy machine. With `cached=False`
+    the data cache is cleared before every timed run (the store handle stays open), so each run
+    reads the store afresh."""
     import streamlit as st
     from streamlit.testing.v1 import AppTest
 
@@ -106,22 +108,25 @@ def time_pages(store: Path, *, repeats: int = 5, cached: bool = False) -> dict[s
     at = AppTest.from_file(str(MAIN), default_timeout=300)
     at.run()
     out: dict[str, float] = {}
+    cpu_out: dict[str, float] = {}
     for name, page in PAGES.items():
         at.switch_page(page)
         at.run()
         if at.exception:
             raise StoreError(f"page {name} failed on {store}: {at.exception[0].value}")
-        times = []
+        times, cpu = [], []
         for _ in range(repeats):
             if not cached:
                 st.cache_data.clear()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             at.run()
             times.append((time.perf_counter() - t0) * 1000.0)
+            cpu.append((time.process_time() - c0) * 1000.0)
             if at.exception:
                 raise StoreError(f"page {name} failed on {store}: {at.exception[0].value}")
         out[name] = round(statistics.median(times), 1)
-    return out
+        cpu_out[name] = round(statistics.median(cpu), 1)
+    return out, cpu_out
 
 
 def register(app: typer.Typer, bench: typer.Typer) -> None:
@@ -160,12 +165,16 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         t0 = time.perf_counter()
         info = ensure_bench_store(path, rollouts)
         build_s = time.perf_counter() - t0
-        cold = time_pages(path, repeats=repeats, cached=False)
-        warm = time_pages(path, repeats=repeats, cached=True)
+        cold, cold_cpu = time_pages(path, repeats=repeats, cached=False)
+        warm, warm_cpu = time_pages(path, repeats=repeats, cached=True)
         result = {
             "rollouts": rollouts,
             "page_ms": cold,
+            "page_cpu_ms": cold_cpu,
             "page_ms_cached": warm,
+            "page_cpu_ms_cached": warm_cpu,
+            "load_avg_1m": round(os.getloadavg()[0], 1),
+            "cpus": os.cpu_count(),
             "repeats": repeats,
             "store": str(path),
             "store_ready_s": round(build_s, 1),

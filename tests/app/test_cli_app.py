@@ -1,0 +1,52 @@
+"""`workbench app` (the Streamlit command line and the store it passes) and `workbench bench app`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from workbench.cli import app
+from workbench.commands import app as app_cmd
+
+runner = CliRunner()
+
+
+def test_app_command_starts_streamlit_on_the_store(monkeypatch, tmp_path):
+    seen = {}
+
+    def fake_call(argv, env):
+        seen["argv"], seen["env"] = argv, env
+        return 0
+
+    monkeypatch.setattr(app_cmd.subprocess, "call", fake_call)
+    result = runner.invoke(app, ["app", "--store", str(tmp_path), "--port", "8765", "--headless"])
+    assert result.exit_code == 0, result.output
+    argv = seen["argv"]
+    assert argv[1:4] == ["-m", "streamlit", "run"] and Path(argv[4]) == app_cmd.MAIN
+    assert argv[argv.index("--server.port") + 1] == "8765"
+    assert argv[argv.index("--server.address") + 1] == "127.0.0.1"  # this machine only, unless told
+    assert argv[argv.index("--server.headless") + 1] == "true"
+    assert argv[-3:] == ["--", "--store", str(tmp_path.resolve())]
+    assert seen["env"]["WORKBENCH_STORE"] == str(tmp_path.resolve())
+
+
+def test_every_page_is_timed():
+    pages = {p.stem for p in (app_cmd.APP_DIR / "app_pages").glob("*.py")}
+    assert {Path(p).stem for p in app_cmd.PAGES.values()} == pages
+
+
+@pytest.mark.slow
+def test_bench_app_builds_then_reuses_a_store(tmp_path):
+    store = tmp_path / "bench"
+    args = ["bench", "app", "--rollouts", "2048", "--repeats", "1", "--store", str(store), "--json"]
+    first = runner.invoke(app, args)
+    assert first.exit_code == 0, first.output
+    out = json.loads(first.stdout)
+    assert out["rollouts"] == 2048 and out["store_info"]["rollouts"] == 2048
+    assert out["store_info"]["reused"] is False
+    assert set(out["page_ms"]) == set(app_cmd.PAGES) and all(v > 0 for v in out["page_ms"].values())
+    again = runner.invoke(app, args)
+    assert json.loads(again.stdout)["store_info"]["reused"] is True
