@@ -148,6 +148,8 @@ class LoggingConfig:
     """Log each rollout's per-token entropy list."""
     token_ids: bool = True
     """Log each rollout's generated token ids."""
+    background_writes: bool = True
+    """Commit each step to the store on a writer thread while the next step runs (one step in flight)."""
     heartbeat_s: float = 2.0
     """Seconds between heartbeats of a running engine."""
 
@@ -158,7 +160,7 @@ class RunConfig:
     """Run name shown in the dashboard (several runs may share one)."""
     seed: int = 0
     """Seed of the run: sampler order, allocator decisions, rollouts; same seed on the CPU, same run."""
-    steps: int = 200
+    steps: int = 240
     """Training steps."""
     model: ModelConfig = field(default_factory=ModelConfig)
     """The policy."""

@@ -8,11 +8,16 @@ from workbench.config import RunConfig
 
 
 @pytest.fixture(scope="session")
-def organism_store(tmp_path_factory):
-    """A store directory holding the small test organism (the engine finds it there by recipe hash)."""
+def organism_store():
+    """A directory holding the small test organism (the engine finds it there by recipe hash). It is
+    kept in the system's temporary directory between sessions: the build is deterministic and the
+    recipe hash names it, so a stale copy cannot be picked up."""
+    import tempfile
+    from pathlib import Path
+
     from workbench.models.organism import ensure_organism, small_recipe
 
-    root = tmp_path_factory.mktemp("organism-store")
+    root = Path(tempfile.gettempdir()) / "workbench-test-organisms"
     ensure_organism(root, small_recipe())
     return root
 

@@ -164,12 +164,16 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
                    f"into {root}; the organism is built first if missing.")
         rid = _run_foreground(cfg, root, None)
         _summary(root, rid)
-        if not no_app and importlib.util.find_spec("workbench.commands.app") is not None:
-            from workbench.commands import app as app_cmds
+        if not no_app and importlib.util.find_spec("streamlit") is not None:
+            import os
+            import subprocess
 
-            if hasattr(app_cmds, "start_app"):
-                app_cmds.start_app(root)
-                return
+            from workbench.commands.app import streamlit_command
+
+            typer.echo("Starting the dashboard on it (Ctrl-C stops it): http://127.0.0.1:8501")
+            env = {**os.environ, "WORKBENCH_STORE": str(root.resolve())}
+            cmd = streamlit_command(root.resolve(), port=8501, address="127.0.0.1", headless=False)
+            raise typer.Exit(subprocess.call(cmd, env=env))
         typer.echo(f"Query it: `workbench runs --store {root}`, or in Python: "
                    f"`from workbench.store import open_store; open_store('{root}').run_steps('{rid}')`.")
 

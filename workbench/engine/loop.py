@@ -220,16 +220,22 @@ def train(cfg: RunConfig, *, store: Any, store_dir: str, run_id: str, resume: bo
 
     `stop_after` stops cleanly (checkpoint, status `stopped`) after that step: tests use it to
     interrupt a run exactly where a control command would."""
-    s = build_setup(cfg, store_dir=store_dir, run_id=run_id, writer=StepWriter(store, run_id))
-    start = 1
-    if resume:
-        start = _restore(s, store, run_id) + 1
-    elif cfg.eval.at_start:
+    s = build_setup(cfg, store_dir=store_dir, run_id=run_id,
+                    writer=StepWriter(store, run_id, background=cfg.logging.background_writes))
+    try:
+        return _loop(s, cfg, store, run_id, resume, on_step, stop_after)
+    finally:
+        s.writer.close()
+
+
+def _loop(s: Setup, cfg: RunConfig, store: Any, run_id: str, resume: bool,
+          on_step: Callable[[int, dict[str, float]], None] | None, stop_after: int | None) -> str:
+    start = _restore(s, store, run_id) + 1 if resume else 1
+    if start == 1 and cfg.eval.at_start:
         rows, metrics = _evaluate(s, 0)
         store.write_evals(run_id, 0, rows)
         if on_step:
             on_step(0, metrics)
-    first = True
     for step in range(start, cfg.steps + 1):
         apply_controls(s, store, run_id, step=step, boundary="step")
         if s.live.stop_requested:
@@ -350,8 +356,7 @@ def train(cfg: RunConfig, *, store: Any, store_dir: str, run_id: str, resume: bo
             prompt_rows = [dict(prompt_id=pid, **_stats_row(s.stats[pid])) for pid in
                            dict.fromkeys([c.prompt_id for c in candidates] + list(results))]
             s.writer.write(step, metrics, table, alloc_rows, prompt_rows, eval_rows,
-                           s.prompt_rows if first and not resume else [])
-        first = False
+                           s.prompt_rows if step == start else [])  # the store skips known prompts
         if on_step:
             on_step(step, metrics)
         if live.checkpoint_requested or (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) \

@@ -150,8 +150,6 @@ def build_setup(cfg: RunConfig, *, store_dir: str | Path, run_id: str, store: An
 
 def apply_controls(s: Setup, store: Any, run_id: str, *, step: int, boundary: str) -> list[dict[str, Any]]:
     """Apply pending live-control commands at a step or stage boundary."""
-    try:
-        from workbench.control.apply import apply_pending
-    except ImportError:  # live control not installed yet
-        return []
+    from workbench.control.apply import apply_pending
+
     return apply_pending(store, run_id, s.live, step=step, boundary=boundary)

@@ -135,20 +135,71 @@ def rollouts_table(
 
 
 class StepWriter:
-    """Hands each step to the store as ONE `write_step` call (one transaction)."""
+    """Hands each step to the store as ONE `write_step` call (one transaction).
 
-    def __init__(self, store, run_id: str) -> None:
+    With `background=True` the commit runs on a writer thread while the loop goes on with the next
+    step (at most one step in flight; DuckDB releases the GIL while it ingests). `flush()` waits for
+    it and re-raises its error; the loop flushes before every checkpoint and at the end, so a
+    checkpoint never covers a step the store has not committed.
+    """
+
+    def __init__(self, store, run_id: str, *, background: bool = False) -> None:
+        import queue
+        import threading
+
         self.store, self.run_id = store, run_id
+        self._error: BaseException | None = None
+        self._queue: queue.Queue | None = None
+        if background:
+            self._queue = queue.Queue(maxsize=1)
+            self._thread = threading.Thread(target=self._work, name=f"writer-{run_id}", daemon=True)
+            self._thread.start()
+
+    def _work(self) -> None:
+        assert self._queue is not None
+        while True:
+            record = self._queue.get()
+            try:
+                if record is not None and self._error is None:
+                    self.store.write_step(record)
+            except BaseException as exc:  # noqa: BLE001 - handed to the loop at the next write/flush
+                self._error = exc
+            finally:
+                self._queue.task_done()
+            if record is None:
+                return
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise err
 
     def write(self, step: int, metrics: dict, rollouts: pa.Table | None, allocations: list[dict],
               prompt_stats: list[dict], evals: list[dict], prompts: list[dict]) -> None:
         from workbench.store import StepRecord
 
-        self.store.write_step(StepRecord(
+        record = StepRecord(
             run_id=self.run_id, step=step, metrics=metrics,
             rollouts=rollouts if rollouts is not None else [], allocations=allocations,
             prompt_stats=prompt_stats, evals=evals, prompts=prompts,
-        ))
+        )
+        self._raise()
+        if self._queue is None:
+            self.store.write_step(record)
+        else:
+            self._queue.put(record)
 
     def flush(self) -> None:
-        """Wait for pending writes (writes are synchronous: nothing to wait for)."""
+        """Wait until every step handed over is committed; re-raise a failed commit."""
+        if self._queue is not None:
+            self._queue.join()
+        self._raise()
+
+    def close(self) -> None:
+        """Flush and stop the writer thread."""
+        if self._queue is not None:
+            self._queue.join()
+            self._queue.put(None)
+            self._thread.join(timeout=30)
+            self._queue = None
+        self._raise()
