@@ -50,12 +50,14 @@ def entropy() -> list:
             "Set the store and the runs in the next cell (tagged `parameters`)."),
         new_code_cell(PARAMETERS + "\ntop_frac = 0.2  # share of highest-entropy tokens counted as forking"
                       "\ncollapse_fraction = 0.5  # collapsed: below this share of the initial entropy"
-                      "\ncollapse_patience = 5  # ... for this many consecutive steps",
+                      "\ncollapse_patience = 5  # ... for this many consecutive steps"
+                      "\nstep_range = (None, None)  # (first, last) step to read; None: unbounded (token arrays are big)",
                       metadata={"tags": ["parameters"]}),
         new_code_cell(SETUP),
         new_code_cell(
             "cols = [\"step\", \"stage\", \"prompt_id\", \"idx\", \"reward\", \"length\", \"token_ids\", \"token_entropy\"]\n"
-            "rollouts = stack(store, runs, lambda s, r: run_rollouts(s, r, columns=cols))\n"
+            "rollouts = stack(store, runs, lambda s, r: run_rollouts(s, r, columns=cols, step_min=step_range[0],\n"
+            "                                                     step_max=step_range[1]))\n"
             "print(f\"{rollouts.height:,} rollouts from {runs.height} run(s)\")"),
         new_markdown_cell("## Entropy over training\nToken-weighted mean per step, with the 10%–90% band of "
                           "token entropies."),

@@ -135,12 +135,15 @@ def test_notebook_runs_on_a_synthetic_store(synthetic_store, name):
                for c in nb.cells if c.cell_type == "code" for o in c.outputs)
 
 
+TASK = 'levels=["1+1", "2+1"], train_size=400, eval_per_level=12'
 ORGANISM_RUN = [
     "--steps", "4", "--quiet",
-    "--set", "model.organism={hidden_size=32, layers=1, heads=2, ffn_size=64, steps=150, batch_size=64}",
+    # A small organism on the two easiest levels: some rewards vary (a smaller one got none right).
+    "--set", f'task={{kind="arithmetic", {TASK}}}',
+    "--set", f"model.organism={{hidden_size=48, layers=2, heads=2, ffn_size=96, steps=200, batch_size=64, "
+             f"task={{{TASK}}}}}",
     "--set", "allocator.prompts_per_step=8", "--set", "allocator.budget=64",
-    "--set", "eval.every=2", "--set", "eval.max_prompts=24", "--set", "eval.samples=8",
-    "--set", "checkpoint.every=0",
+    "--set", "eval.every=2", "--set", "eval.samples=8", "--set", "checkpoint.every=0",
 ]
 
 
@@ -158,6 +161,7 @@ def organism_store(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2400)  # two organism runs (one builds the organism) plus three notebooks
 def test_notebooks_run_on_an_organism_run(organism_store):
     from workbench.store import open_store
 
@@ -174,6 +178,7 @@ def test_notebooks_run_on_an_organism_run(organism_store):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2400)
 def test_replay_reproduces_an_organism_runs_grants(organism_store):
     """The issue's test on a real run: its own allocator, replayed, makes the logged decisions."""
     from workbench.analysis.replay import load_run, replay_run
