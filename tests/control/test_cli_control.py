@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from typer.testing import CliRunner
 
 from workbench.cli import app
@@ -17,6 +18,7 @@ def _store_dir(store):
     return str(store.location.root)
 
 
+@pytest.mark.slow  # ten CLI invocations, each opening the store
 def test_ctl_commands_queue_rows(store, run_id):
     s = _store_dir(store)
     cases = [

@@ -177,10 +177,13 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         if not rows:
             typer.echo("no runs")
         for r in rows:
-            typer.echo(
-                f"{r['run_id']}  {r.get('status', ''):<9} {str(r.get('name') or ''):<24} "
-                f"step {r.get('last_step')}  heartbeat {r.get('heartbeat_age_s')} s ago"
-            )
+            name = str(r.get("name") or "")
+            line = f"{r['run_id']}  {r['status']:<9} {name:<24} step {r.get('last_step') or 0}"
+            if r["status"] in ("created", "running", "paused", "stopping"):
+                line += f"  heartbeat {r.get('heartbeat_age_s')} s ago"
+            elif r.get("error"):
+                line += f"  {r['error']}"
+            typer.echo(line)
 
     @bench.command("control")
     def bench_control(
