@@ -117,3 +117,31 @@ def test_warm_start_spreads(built):
     assert report["pass8"] - report["pass1"] >= 0.1
     levels = report["pass1_by_level"]
     assert levels["1"] > levels[str(len(RECIPE.task.levels))]  # easier levels pass more often
+
+
+def _cli(args):
+    from typer.testing import CliRunner
+
+    from workbench.cli import app
+
+    return CliRunner().invoke(app, args)
+
+
+@pytest.mark.slow
+def test_cli_build_uses_the_cache(built, tmp_path):
+    store, path = built
+    recipe_file = tmp_path / "recipe.json"
+    recipe_file.write_text(json.dumps(RECIPE.to_dict()))
+    result = _cli(["organism", "build", "--store", str(store), "--recipe", str(recipe_file), "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert out["path"] == str(path) and out["hash"] == RECIPE.hash()
+
+
+def test_cli_bad_recipe_is_one_clear_error(tmp_path):
+    from workbench.errors import ConfigError
+
+    recipe_file = tmp_path / "recipe.json"
+    recipe_file.write_text(json.dumps({"corrupt_frac": 2}))
+    result = _cli(["organism", "build", "--store", str(tmp_path), "--recipe", str(recipe_file)])
+    assert isinstance(result.exception, ConfigError) and "organism.corrupt_frac" in str(result.exception)
