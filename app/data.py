@@ -113,7 +113,7 @@ def run_table() -> pl.DataFrame:
     return derive.run_summary(r, steps(ids), best)
 
 
-ENTROPY_WINDOW_ROLLOUTS = 100_000
+ENTROPY_WINDOW_ROLLOUTS = 50_000
 """Most rollouts read to compute per-step entropy quantiles when the engine does not log them."""
 
 

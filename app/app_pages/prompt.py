@@ -52,10 +52,13 @@ if not grants.is_empty():
                  column_config={"alpha": "alpha after", "beta": "beta after", "last_pass": "observed pass rate"})
 
 st.subheader("Its rollouts")
-key = (("prompt_id", prompt_id),)
-total = data.count_rollouts(run_id, key)
-size = 50
-pages = max(1, -(-total // size))
-page = st.number_input("page", 1, pages, pages, key=f"{PAGE}_page_{abs(hash((run_id, prompt_id))) % 10**9}")
-st.text(f"{total} rollouts · page {page} of {pages} (the last page holds the latest steps)")
-components.rollout_groups(PAGE, run_id, data.rollouts(run_id, key, size, (page - 1) * size), link_prompt=False)
+visited = sorted(grants["step"].to_list(), reverse=True) if not grants.is_empty() else []
+if not visited:
+    st.info("No rollouts of this prompt in this run.")
+    st.stop()
+step = st.selectbox("in step", visited, key=f"{PAGE}_step_{abs(hash((run_id, prompt_id))) % 10**9}",
+                    help="the steps in which this prompt was granted rollouts, latest first")
+key = (("prompt_id", prompt_id), ("step_min", int(step)), ("step_max", int(step)))
+frame = data.rollouts(run_id, key, 1000, 0)
+st.text(f"{frame.height} rollouts in step {step} · visited in {len(visited)} steps")
+components.rollout_groups(PAGE, run_id, frame, link_prompt=False)

@@ -138,7 +138,12 @@ def test_prompt_page_tells_one_prompts_story(app, lake):
     assert int(grants["granted"].sum()) == int(allocs["granted"].sum())
     joined = " | ".join(grants["reasons"])
     assert all(r in joined for r in allocs["reason"].to_list())
-    assert any(t.value.startswith(f"{n} rollouts") for t in at.text)
+    last_visit = int(allocs["step"].max())
+    with open_store(path) as store:
+        in_last = store.count_rollouts(run_id, prompt_id=prompt_id, step_min=last_visit, step_max=last_visit)
+    assert at.selectbox(key=next(s.key for s in at.selectbox if s.key.startswith("prompt_step_"))).value == last_visit
+    assert any(t.value.startswith(f"{in_last} rollouts in step {last_visit}") for t in at.text)
+    assert in_last <= n
     # a hostile prompt id is shown as text and finds nothing
     at.selectbox(key="prompt_prompt").set_value(prompt_id)  # the box accepts typed ids in the browser
     assert not at.exception
