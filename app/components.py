@@ -38,7 +38,7 @@ def as_dict(value: Any) -> dict:
     return dict(value) if isinstance(value, dict) else {}
 
 
-def issue(page: str, action, *args, **kwargs) -> int | None:
+def send(page: str, action, *args, **kwargs) -> int | None:
     """Run one live-control call (it validates and writes a `controls` row; the engine applies it).
     Shows the control id, or the error as text; returns the id or None."""
     from workbench.errors import WorkbenchError
@@ -62,12 +62,12 @@ def lifecycle_buttons(page: str, run_id: str, status: str | None) -> None:
     c1, c2, c3 = st.columns(3)
     if c1.button("Pause", key=f"{page}_pause", disabled=status != "running", icon=":material/pause:",
                  use_container_width=True):
-        issue(page, api.pause, run_id)
+        send(page, api.pause, run_id)
     if c2.button("Resume", key=f"{page}_resume", disabled=status != "paused", icon=":material/play_arrow:",
                  use_container_width=True):
-        issue(page, api.resume, run_id)
+        send(page, api.resume, run_id)
     if c3.button("Stop", key=f"{page}_stop", disabled=not live, icon=":material/stop:", use_container_width=True):
-        issue(page, api.stop, run_id)
+        send(page, api.stop, run_id)
 
 
 def _literal_choices(type_name: str) -> list[str] | None:

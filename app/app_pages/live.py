@@ -81,7 +81,7 @@ with budget_col:
     with st.form(f"{PAGE}_budget_form"):
         amount = st.slider(f"budget per step ({kind})", 1, top, current_budget, key=f"{PAGE}_budget")
         if st.form_submit_button("Set budget", icon=":material/tune:"):
-            components.issue(PAGE, api.set_budget, run_id, int(amount), kind)
+            components.send(PAGE, api.set_budget, run_id, int(amount), kind)
 
 with alloc_col:
     try:
@@ -105,9 +105,9 @@ with alloc_col:
             else:
                 if chosen == in_force:
                     changed = {k: v for k, v in params.items() if in_force_params.get(k) != v}
-                    components.issue(PAGE, api.set_allocator_params, run_id, changed or params)
+                    components.send(PAGE, api.set_allocator_params, run_id, changed or params)
                 else:
-                    components.issue(PAGE, api.set_allocator, run_id, chosen, params)
+                    components.send(PAGE, api.set_allocator, run_id, chosen, params)
 
 
 @st.fragment(run_every=every)
