@@ -180,7 +180,7 @@ def test_notebooks_run_on_an_organism_run(organism_store):
 @pytest.mark.slow
 @pytest.mark.timeout(2400)
 def test_replay_reproduces_an_organism_runs_grants(organism_store):
-    """The issue's test on a real run: its own allocator, replayed, makes the logged decisions."""
+    """On a real run: its own allocator, replayed with its logged config and seed, makes the logged decisions."""
     from workbench.analysis.replay import load_run, replay_run
     from workbench.store import open_store
 
