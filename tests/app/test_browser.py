@@ -108,11 +108,11 @@ def server(live_run):
 
     _wait_until("the app's health check", healthy, timeout=120)
     yield f"http://127.0.0.1:{port}"
-    proc.terminate()
+    os.killpg(proc.pid, signal.SIGTERM)  # the app's own process group (start_new_session)
     try:
         proc.wait(timeout=20)
     except subprocess.TimeoutExpired:
-        proc.kill()
+        os.killpg(proc.pid, signal.SIGKILL)
     log.close()
 
 

@@ -17,11 +17,11 @@ runner = CliRunner()
 def test_app_command_starts_streamlit_on_the_store(monkeypatch, tmp_path):
     seen = {}
 
-    def fake_call(argv, env):
+    def fake_exec(path, argv, env):
         seen["argv"], seen["env"] = argv, env
-        return 0
+        assert path == argv[0]
 
-    monkeypatch.setattr(app_cmd.subprocess, "call", fake_call)
+    monkeypatch.setattr(app_cmd.os, "execve", fake_exec)
     result = runner.invoke(app, ["app", "--store", str(tmp_path), "--port", "8765", "--headless"])
     assert result.exit_code == 0, result.output
     argv = seen["argv"]

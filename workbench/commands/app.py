@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -148,8 +147,9 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             typer.echo(f"note: {path} does not exist yet; it is created when the first run starts", err=True)
         env = {**os.environ, "WORKBENCH_STORE": str(path)}
         typer.echo(f"dashboard on http://{address}:{port} (store {path})", err=True)
-        rc = subprocess.call(streamlit_command(path, port=port, address=address, headless=headless), env=env)
-        raise typer.Exit(rc)
+        argv = streamlit_command(path, port=port, address=address, headless=headless)
+        # become the Streamlit server (no child left behind when this process is signalled)
+        os.execve(argv[0], argv, env)
 
     @bench.command("app")
     def bench_app(
