@@ -182,11 +182,12 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         json_: JsonOpt = False,
         steps: Annotated[int, typer.Option("--steps", help="Timed steps per side.")] = 12,
         trl: Annotated[bool, typer.Option("--trl/--no-trl", help="Measure TRL's GRPOTrainer too.")] = True,
+        set_: SetOpt = None,
     ) -> None:
         """Engine speed: steps/s, rollouts/s, phase shares, logging overhead, rollout vs bare, ratio vs TRL."""
         from workbench.engine.bench import bench_engine as run_bench
 
-        out = run_bench(steps=steps, with_trl=trl)
+        out = run_bench(steps=steps, with_trl=trl, overrides=list(set_ or []))
         if json_:
             print_json(out)
         else:
@@ -198,11 +199,12 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         json_: JsonOpt = False,
         seeds: Annotated[int, typer.Option("--seeds", help="Runs with seeds 0..N-1.")] = 3,
         store: StoreOpt = None,
+        set_: SetOpt = None,
     ) -> None:
         """Does the default experiment learn? Held-out pass@1 (T=1) gain over the warm start, per seed."""
         from workbench.engine.bench import bench_learn as run_bench
 
-        out = run_bench(seeds=seeds, store=store)
+        out = run_bench(seeds=seeds, store=store, overrides=list(set_ or []))
         if json_:
             print_json(out)
         else:

@@ -8,6 +8,8 @@ organism comes from the default store's cache (built there on first use).
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import shutil
 import statistics
@@ -129,18 +131,20 @@ def trl_rollouts_per_s(cfg, store: Path, steps: int) -> dict[str, float]:
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data,
                           processing_class=tokenizer, callbacks=[Timer()])
     t0 = time.perf_counter()
-    trainer.train()
+    with contextlib.redirect_stdout(io.StringIO()):  # the Trainer prints its logs; our stdout is JSON
+        trainer.train()
     walls = [b - a for a, b in zip([t0] + marks[:-1], marks)][WARMUP_STEPS:]
     step_s = _median(walls)
     return {"steps_per_s": 1 / step_s, "rollouts_per_s": cfg.allocator.prompts_per_step * n / step_s}
 
 
-def bench_engine(*, steps: int = 12, with_trl: bool = True, rounds: int = 2,
+def bench_engine(*, steps: int = 12, with_trl: bool = True, rounds: int = 2, overrides: list[str] | None = None,
                  cache: str | os.PathLike | None = None) -> dict[str, Any]:
     """The engine's speed figures on the default workload (see docs/engine.md)."""
     from workbench.commands.common import store_path
 
     base = ["eval.at_start=false", "eval.every=0", "checkpoint.every=0", f"steps={steps + WARMUP_STEPS + 1}"]
+    base += list(overrides or [])
     on_cfg = _base_config(base)
     off_cfg = _base_config(base + ["logging.rollouts=false"])
     cache_dir = Path(cache) if cache else store_path(None)

@@ -343,20 +343,20 @@ def _loop(s: Setup, cfg: RunConfig, store: Any, run_id: str, resume: bool,
         with timer("log"):
             metrics = _step_metrics(s, r, results, group_used, group_signal, adv_metrics, train_metrics,
                                     eval_metrics, ctx, stage, tokens, n_onp)
-            metrics.update(timer.metrics())
-            metrics["timing_s/step"] = time.perf_counter() - t_step
-            metrics["perf/rollouts_per_s"] = n_onp / max(metrics["timing_s/step"], 1e-9)
-            metrics["perf/gen_tokens_per_s"] = tokens / max(metrics["timing_s/generate"], 1e-9)
             metrics.update({f"alloc/{k}": v for k, v in ctx.info.items() if isinstance(v, (int, float))})
             table = None
             if cfg.logging.rollouts:
-                table = rollouts_table(run_id, step, r, prompt_ids=[p.id for p in s.train], idx=_idx(gidx),
+                table = rollouts_table(run_id, step, r, prompt_ids=s.train_ids, idx=_idx(gidx),
                                        advantage=adv, used=used, token_ids=cfg.logging.token_ids,
                                        token_entropy=cfg.logging.token_entropy)
             prompt_rows = [dict(prompt_id=pid, **_stats_row(s.stats[pid])) for pid in
                            dict.fromkeys([c.prompt_id for c in candidates] + list(results))]
-            s.writer.write(step, metrics, table, alloc_rows, prompt_rows, eval_rows,
-                           s.prompt_rows if step == start else [])  # the store skips known prompts
+        metrics.update(timer.metrics())  # timing_s/log: building the rows (the commit overlaps the next step)
+        metrics["timing_s/step"] = time.perf_counter() - t_step
+        metrics["perf/rollouts_per_s"] = n_onp / max(metrics["timing_s/step"], 1e-9)
+        metrics["perf/gen_tokens_per_s"] = tokens / max(metrics["timing_s/generate"], 1e-9)
+        s.writer.write(step, metrics, table, alloc_rows, prompt_rows, eval_rows,
+                       s.prompt_rows if step == start else [])  # the store skips known prompts
         if on_step:
             on_step(step, metrics)
         if live.checkpoint_requested or (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) \

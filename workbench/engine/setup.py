@@ -31,6 +31,7 @@ class Setup:
     task: Any
     train: list[Prompt]
     train_tok: list[list[int]]
+    train_ids: list[str]
     index: dict[str, int]
     eval: list[Prompt]
     eval_tok: list[list[int]]
@@ -140,6 +141,7 @@ def build_setup(cfg: RunConfig, *, store_dir: str | Path, run_id: str, store: An
     return Setup(
         cfg=cfg, device=device, model=model, tokenizer=tokenizer, backend=HFBackend(model, tokenizer, device),
         task=task, train=train, train_tok=encode_prompts(tokenizer, train, cfg.model.chat_template),
+        train_ids=[p.id for p in train],
         index={p.id: i for i, p in enumerate(train)}, eval=evals,
         eval_tok=encode_prompts(tokenizer, evals, cfg.model.chat_template), pad_id=int(pad_id),
         optimizer=optimizer, scheduler=scheduler, sampler=PromptSampler(len(train), cfg.seed), live=live,
