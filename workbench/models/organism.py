@@ -11,7 +11,7 @@ Recipe (the defaults, `OrganismRecipe()`):
 2. Model: `LlamaForCausalLM` (or Qwen2) from a config: hidden 128, 4 layers, 4 heads, FFN 512, tied
    embeddings, 64 positions (about 1.05M parameters).
 3. Warm start (`warmstart.py`): next-token training on `expr=answer<eos>` with the loss on the
-   answer, over the task's levels (eval problems excluded), AdamW, warm-up then cosine decay.
+   answer, over the task's levels (eval problems excluded), AdamW 2e-3, warm-up then cosine decay.
 4. **Corrupted answers**: a share `corrupt_frac` of the warm-start answers has one digit moved by
    +-1. Why: a warm start on clean answers is nearly greedy-sharp where it is right, so RL has
    little to add (measured: +2-4 points of pass@1 in 3 minutes of GRPO). Trained on 60% right and
@@ -76,7 +76,7 @@ class OrganismRecipe:
     """Warm-start optimiser steps."""
     batch_size: int = 128
     """Warm-start examples per step."""
-    lr: float = 1e-3
+    lr: float = 2e-3
     """Peak learning rate (AdamW)."""
     warmup_steps: int = 50
     """Linear warm-up steps before the cosine decay."""

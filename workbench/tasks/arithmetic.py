@@ -3,7 +3,7 @@
 A level is a *spec* such as "2+1" (a two-digit number plus a one-digit number), "4+4", "2+2+2"
 (three terms: a multi-step problem) or "2*2" (multiplication). The prompt text is the expression the
 organism is conditioned on ("37+5="), the answer its value in digits ("42"), verified by exact match.
-The default levels are additions from trivially easy ("1+1") to "4+4" (carries over four digits),
+The default levels are additions from trivially easy ("1+1") to "3+2" (carries over three digits),
 then "3*2", multiplication, which the organism is never taught (beyond its reach), so per-prompt
 pass rates spread over [0, 1]. Multi-step levels ("2+2+2") and other operations ("2*1", "3-2") are
 available through `levels`.
@@ -26,7 +26,7 @@ from workbench.tasks.common import config_from_dict, require
 from workbench.tasks.verifiers import BUILTIN_METHODS, Verifier
 
 LEVEL_SPEC = re.compile(r"^[1-6](?:[+\-*][1-6]){1,3}$")
-DEFAULT_LEVELS = ("1+1", "2+1", "2+2", "3+2", "3+3", "4+3", "4+4", "3*2")
+DEFAULT_LEVELS = ("1+1", "2+1", "2+2", "3+2", "3*2")
 
 
 @dataclass(frozen=True)
