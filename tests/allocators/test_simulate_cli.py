@@ -81,6 +81,11 @@ def test_docs_cover_every_allocator():
     from pathlib import Path
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "allocators.md").read_text()
-    for name in available_allocators():
+    from workbench.allocators import get_allocator
+
+    # Other test modules may register throw-away allocators; the docs cover the shipped ones.
+    shipped = [n for n in available_allocators() if get_allocator(n).__module__.startswith("workbench.")]
+    assert len(shipped) >= 10
+    for name in shipped:
         assert f"`{name}`" in text
     assert "TemperatureController" in text
