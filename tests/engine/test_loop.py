@@ -40,6 +40,16 @@ class TwoStage(Allocator):
         return [Grant(pid, self.config.extra, "wrong in stage 0") for pid, g in results.items() if g.correct < g.n]
 
 
+@register_allocator("test-grants-nothing-on-even-steps")
+class EvenStepsIdle(Allocator):
+    """Test-only: one rollout each on odd steps, nothing on even steps (as a skipping allocator might)."""
+
+    Config = TwoStageConfig
+
+    def begin_step(self, ctx):
+        return [] if ctx.step % 2 == 0 else [Grant(c.prompt_id, 1, "odd step") for c in ctx.candidates]
+
+
 def _count(st, table, run_id):
     return int(st.sql(f"select count(*) as n from {table} where run_id = ?", [run_id])["n"][0])
 
@@ -100,6 +110,22 @@ def test_multistage_grants_inside_a_step(store_dir, tiny_config):
     s1 = alloc.filter(alloc["stage"] == 1)
     assert (s1["granted"] <= s1["asked"]).all()
     assert (alloc["budget_left"] >= 0).all()
+
+
+def test_a_step_granted_nothing_is_logged_and_the_run_goes_on(store_dir, tiny_config):
+    cfg = tiny_config(allocator__name="test-grants-nothing-on-even-steps", allocator__params={}, steps=3,
+                      eval__every=0, eval__at_start=False)
+    rid = run(cfg, store=str(store_dir))
+    with open_store(str(store_dir)) as st:
+        assert st.run(rid)["status"] == "finished"
+        steps = st.run_steps(rid)
+        r = st.rollouts(rid, limit=1000)
+        events = st.events(rid)
+    assert steps["step"].to_list() == [1, 2, 3]
+    assert sorted(r["step"].unique().to_list()) == [1, 3]
+    empty = events.filter(events["kind"] == "empty_step")
+    assert empty["step"].to_list() == [2] and empty["level"].to_list() == ["warning"]
+    assert "granted no rollouts" in empty["message"][0]
 
 
 def _rollouts(store_dir, rid):

@@ -296,16 +296,17 @@ def _loop(s: Setup, cfg: RunConfig, store: Any, run_id: str, resume: bool,
                     part = reused_row(s, s.index[pid], stage - 1)
                     parts.append(part)
                     _pool(results, part, s, stage - 1)
-        if not parts:
-            raise RuntimeError(f"step {step}: the allocator {alloc.name!r} granted no rollouts")
-        r = Rollouts.concat(parts, s.pad_id)
+        events = [] if parts else [dict(level="warning", kind="empty_step", message=(
+            f"step {step}: the allocator {alloc.name!r} granted no rollouts (budget {budget.amount} "
+            f"{budget.kind}); nothing to learn from, the run goes on"))]
+        r = Rollouts.concat(parts, s.pad_id) if parts else Rollouts.empty()
 
         # 2. groups, advantages, the update --------------------------------------------------------
         pids = [s.train[int(i)].id for i in r.prompt]
         group_of = {pid: k for k, pid in enumerate(results)}
-        gidx = np.asarray([group_of[p] for p in pids])
-        group_used = np.asarray([bool(alloc.use_in_update(g)) for g in results.values()])
-        group_signal = np.asarray([g.has_signal for g in results.values()])
+        gidx = np.asarray([group_of[p] for p in pids], dtype=np.int64)
+        group_used = np.asarray([bool(alloc.use_in_update(g)) for g in results.values()], dtype=bool)
+        group_signal = np.asarray([g.has_signal for g in results.values()], dtype=bool)
         used, signal = group_used[gidx], group_signal[gidx]
         adv = np.zeros(r.n)
         adv_metrics: dict[str, float] = {}
@@ -345,7 +346,7 @@ def _loop(s: Setup, cfg: RunConfig, store: Any, run_id: str, resume: bool,
                                     eval_metrics, ctx, stage, tokens, n_onp)
             metrics.update({f"alloc/{k}": v for k, v in ctx.info.items() if isinstance(v, (int, float))})
             table = None
-            if cfg.logging.rollouts:
+            if cfg.logging.rollouts and r.n:
                 table = rollouts_table(run_id, step, r, prompt_ids=s.train_ids, idx=_idx(gidx),
                                        advantage=adv, used=used, token_ids=cfg.logging.token_ids,
                                        token_entropy=cfg.logging.token_entropy)
@@ -354,9 +355,9 @@ def _loop(s: Setup, cfg: RunConfig, store: Any, run_id: str, resume: bool,
         metrics.update(timer.metrics())  # timing_s/log: building the rows (the commit overlaps the next step)
         metrics["timing_s/step"] = time.perf_counter() - t_step
         metrics["perf/rollouts_per_s"] = n_onp / max(metrics["timing_s/step"], 1e-9)
-        metrics["perf/gen_tokens_per_s"] = tokens / max(metrics["timing_s/generate"], 1e-9)
+        metrics["perf/gen_tokens_per_s"] = tokens / max(metrics.get("timing_s/generate", 0.0), 1e-9)
         s.writer.write(step, metrics, table, alloc_rows, prompt_rows, eval_rows,
-                       s.prompt_rows if step == start else [])  # the store skips known prompts
+                       s.prompt_rows if step == start else [], events)  # the store skips known prompts
         if on_step:
             on_step(step, metrics)
         if live.checkpoint_requested or (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) \

@@ -54,6 +54,15 @@ class Rollouts:
         return int(self.tokens.shape[0])
 
     @staticmethod
+    def empty() -> "Rollouts":
+        """No rows: a step whose allocator granted nothing (a zero budget, say)."""
+        z = torch.zeros((0, 0))
+        i = np.zeros(0, dtype=np.int64)
+        return Rollouts(tokens=z.long(), logprobs=z, entropy=z, lengths=torch.zeros(0, dtype=torch.long),
+                        finished=torch.zeros(0, dtype=torch.bool), prompt=i, stage=i, policy_version=i,
+                        temperature=np.zeros(0), off_policy=np.zeros(0, dtype=bool), rewards=np.zeros(0))
+
+    @staticmethod
     def concat(parts: list["Rollouts"], pad_token_id: int) -> "Rollouts":
         width = max((p.tokens.shape[1] for p in parts), default=0)
         cat = lambda name, value=0: torch.cat([_pad_to(getattr(p, name), width, value) for p in parts])  # noqa: E731
@@ -175,13 +184,14 @@ class StepWriter:
             raise err
 
     def write(self, step: int, metrics: dict, rollouts: pa.Table | None, allocations: list[dict],
-              prompt_stats: list[dict], evals: list[dict], prompts: list[dict]) -> None:
+              prompt_stats: list[dict], evals: list[dict], prompts: list[dict],
+              events: list[dict] | None = None) -> None:
         from workbench.store import StepRecord
 
         record = StepRecord(
             run_id=self.run_id, step=step, metrics=metrics,
             rollouts=rollouts if rollouts is not None else [], allocations=allocations,
-            prompt_stats=prompt_stats, evals=evals, prompts=prompts,
+            prompt_stats=prompt_stats, evals=evals, prompts=prompts, events=events or [],
         )
         self._raise()
         if self._queue is None:
