@@ -1,27 +1,292 @@
-"""The real allocator comparison (`workbench bench allocators` without `--simulate`): the default
-organism experiment once per allocator and seed at the same generated-token budget, reporting held-out
-pass@1 / pass@8 against generated tokens, the zero-signal fraction, `tokens_to_uniform_final` and
-`best_token_saving_vs_uniform`, written to `docs/bench/allocators.json` (+ plot and table).
+"""The real allocator comparison (`workbench bench allocators` without `--simulate`).
 
-It needs the training engine; until the engine provides a run entry point this hook refuses with a
-clear error, after validating its arguments (so a typo is reported first)."""
+The default organism experiment (`configs/organism.toml`) runs once per allocator and seed, at the
+same generated-token budget, and the held-out evaluations are compared against generated tokens.
+
+How "the same budget" is set: `uniform` runs the experiment as configured (B prompts x n rollouts);
+the median number of tokens its first seed generated per step becomes every other allocator's
+per-step budget, in tokens (`allocator.budget_kind = "tokens"`). An allocator may spend less than
+that (selective skipping does); it never spends more. `--tokens-per-step` sets the budget for every
+allocator, `uniform` included.
+
+What is reported, per allocator (means over seeds, at each evaluation step):
+- `curve`: held-out pass@1 and pass@8 (temperature-1 samples, the unbiased estimator) against the
+  cumulative generated tokens;
+- `zero_signal_frac`: the share of groups whose rewards did not vary, over every step;
+- `tokens_to_uniform_final`: the generated tokens it needed to reach uniform's final pass@1 — the
+  first evaluation at or above it, interpolated linearly from the previous evaluation; null when it
+  never got there;
+- `token_saving_vs_uniform`: uniform's own `tokens_to_uniform_final` divided by the allocator's;
+and `best_token_saving_vs_uniform`, the largest of those (null when no other allocator got there).
+
+`write_report` puts the JSON in `docs/bench/allocators.json`, the curves in `allocators.png` and
+`allocators.html`, and a markdown table in `allocators.md`.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import json
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
 
 from workbench.allocators._config import check_int
 from workbench.allocators.registry import available_allocators, get_allocator
-from workbench.errors import WorkbenchError
+from workbench.errors import ConfigError
+
+REFERENCE = "uniform"
+PASS_K = (1, 8)
+DOCS_BENCH = Path(__file__).resolve().parents[2] / "docs" / "bench"
 
 
-def compare(allocators: list[str] | None = None, seeds: int = 3, **options: Any) -> dict[str, Any]:
-    """Run the real comparison; returns the JSON object `workbench bench allocators --json` prints."""
-    names = allocators or available_allocators()
+def shipped_allocators() -> list[str]:
+    """The allocators that come with the workbench (not ones registered by user code or tests)."""
+    return [n for n in available_allocators() if get_allocator(n).__module__.startswith("workbench.")]
+
+
+def compare(allocators: list[str] | None = None, seeds: int = 3, *, base: Any = None,
+            overrides: list[str] | None = None, tokens_per_step: int | None = None,
+            store: str | Path | None = None, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run the comparison; returns the JSON object `workbench bench allocators --json` prints.
+
+    `base` is the experiment (a RunConfig; default `configs/organism.toml` with `overrides`). Runs go
+    to `store` when given (they stay there, to browse in the dashboard), else to a temporary store
+    that shares the default store's organism cache."""
+    names = list(dict.fromkeys(allocators or shipped_allocators()))
     for name in names:
-        get_allocator(name)
+        get_allocator(name)  # an unknown name lists the valid ones
     check_int("bench allocators", "seeds", seeds, 1, 100)
-    raise WorkbenchError(
-        "the real comparison needs the engine (not wired yet); run `workbench bench allocators --simulate` "
-        "for the offline simulator"
-    )
+    if tokens_per_step is not None:
+        check_int("bench allocators", "tokens_per_step", tokens_per_step, 1, 10**9)
+    if REFERENCE not in names:
+        names.insert(0, REFERENCE)
+    names.sort(key=lambda n: n != REFERENCE)
+    if base is None:
+        from workbench.engine.bench import _base_config
+
+        base = _base_config(list(overrides or []))
+    elif overrides:
+        raise ConfigError("bench allocators: pass either a base config or overrides, not both")
+    if base.eval.every <= 0:
+        raise ConfigError("eval.every: the comparison needs evaluations during the run (an integer >= 1)")
+    if base.eval.samples < max(PASS_K):
+        raise ConfigError(f"eval.samples: the comparison reports pass@{max(PASS_K)}, so it needs >= {max(PASS_K)} "
+                          f"samples per eval prompt (got {base.eval.samples})")
+    say = progress or (lambda _msg: None)
+
+    t0 = time.perf_counter()
+    runs: dict[str, list[dict[str, Any]]] = {}
+    with _store(store, base) as root:
+        for name in names:
+            for seed in range(seeds):
+                cfg = _config(base, name, seed, tokens_per_step)
+                say(f"{name} seed {seed}: {cfg.steps} steps, budget {cfg.allocator.budget} {cfg.allocator.budget_kind}")
+                runs.setdefault(name, []).append(_one_run(cfg, root))
+            if name == REFERENCE and tokens_per_step is None:
+                tokens_per_step = max(1, int(round(statistics.median(runs[name][0]["tokens_per_step"]))))
+    return summarise(runs, tokens_per_step=tokens_per_step, seeds=seeds, steps=base.steps,
+                     minutes=(time.perf_counter() - t0) / 60, kept_in=str(store) if store else None)
+
+
+def _config(base: Any, name: str, seed: int, tokens_per_step: int | None) -> Any:
+    from workbench.config import RunConfig
+
+    data = base.to_dict()
+    data["seed"], data["name"] = seed, f"compare-{name}"
+    if name != REFERENCE or tokens_per_step is not None:
+        alloc = data["allocator"]
+        alloc["name"] = name
+        if name != base.allocator.name:
+            alloc["params"] = {}
+        if tokens_per_step is not None:
+            alloc["budget_kind"], alloc["budget"] = "tokens", int(tokens_per_step)
+    return RunConfig.from_dict(data)
+
+
+class _store:
+    """The runs' store: the given directory, or a temporary one linked to the organism cache."""
+
+    def __init__(self, store: str | Path | None, base: Any):
+        self.store, self.base, self.tmp = store, base, None
+
+    def __enter__(self) -> Path:
+        if self.store is not None:
+            Path(self.store).mkdir(parents=True, exist_ok=True)
+            return Path(self.store)
+        from workbench.commands.common import store_path
+        from workbench.engine.setup import model_path
+
+        cache = Path(store_path(None))
+        model_path(self.base, cache)  # build the organism once, in the default store's cache
+        self.tmp = Path(tempfile.mkdtemp(prefix="workbench-compare-"))
+        if (cache / "models").is_dir():
+            (self.tmp / "models").symlink_to((cache / "models").resolve())
+        return self.tmp
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def _one_run(cfg: Any, root: Path) -> dict[str, Any]:
+    """One run; its evaluation curve against cumulative generated tokens, and its step figures."""
+    from workbench.analysis.passk import with_pass_at_k
+    from workbench.engine import run
+    from workbench.store import open_store
+
+    t0 = time.perf_counter()
+    run_id = run(cfg, store=str(root), store_dir=root)
+    minutes = (time.perf_counter() - t0) / 60
+    with open_store(str(root)) as st:
+        steps = st.run_steps(run_id)
+        evals = st.evals(run_id)
+    steps = steps.sort("step")
+    cum = dict(zip([0] + steps["step"].to_list(), np.cumsum([0] + steps["tokens_generated"].to_list()).tolist()))
+    scored = with_pass_at_k(evals, PASS_K)
+    curve = []
+    for step in sorted(scored["step"].unique().to_list()):
+        at = scored.filter(scored["step"] == step)
+        curve.append({"step": int(step), "tokens": int(cum.get(step, cum[max(cum)])),
+                      **{f"pass{k}": float(at[f"pass@{k}"].mean()) for k in PASS_K}})
+    return {"run_id": run_id, "seed": cfg.seed, "minutes": minutes, "curve": curve,
+            "tokens_per_step": steps["tokens_generated"].to_list(),
+            "zero_signal_frac": float(steps["zero_signal_frac"].mean()) if steps.height else None}
+
+
+def _mean_curve(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The seeds' curves averaged point by point (every run evaluates at the same steps)."""
+    common = set.intersection(*({p["step"] for p in r["curve"]} for r in runs))
+    out = []
+    for step in sorted(common):
+        pts = [next(p for p in r["curve"] if p["step"] == step) for r in runs]
+        out.append({"step": step, **{key: float(np.mean([p[key] for p in pts]))
+                                     for key in ("tokens", *(f"pass{k}" for k in PASS_K))}})
+    return out
+
+
+def tokens_to_reach(curve: list[dict[str, Any]], target: float) -> float | None:
+    """Generated tokens at which `curve` first reaches pass@1 `target` (linear between evaluations)."""
+    prev = None
+    for p in curve:
+        if p["pass1"] >= target:
+            if prev is None or p["pass1"] == prev["pass1"]:
+                return float(p["tokens"])
+            frac = (target - prev["pass1"]) / (p["pass1"] - prev["pass1"])
+            return float(prev["tokens"] + frac * (p["tokens"] - prev["tokens"]))
+        prev = p
+    return None
+
+
+def summarise(runs: dict[str, list[dict[str, Any]]], **info: Any) -> dict[str, Any]:
+    """The comparison's JSON object from each allocator's runs (the reference, uniform, included)."""
+    curves = {name: _mean_curve(rs) for name, rs in runs.items()}
+    target = curves[REFERENCE][-1]["pass1"]
+    ref_tokens = tokens_to_reach(curves[REFERENCE], target)
+    rows = []
+    for name, rs in runs.items():
+        reach = tokens_to_reach(curves[name], target)
+        final = [r["curve"][-1] for r in rs]
+        zs = [r["zero_signal_frac"] for r in rs if r["zero_signal_frac"] is not None]
+        rows.append({
+            "allocator": name,
+            "final_pass1": float(np.mean([p["pass1"] for p in final])),
+            "final_pass1_by_seed": [p["pass1"] for p in final],
+            "final_pass8": float(np.mean([p["pass8"] for p in final])),
+            "final_tokens": float(np.mean([p["tokens"] for p in final])),
+            "zero_signal_frac": float(np.mean(zs)) if zs else None,
+            "tokens_to_uniform_final": reach,
+            "token_saving_vs_uniform": (ref_tokens / reach) if reach and ref_tokens else None,
+            "minutes": float(np.mean([r["minutes"] for r in rs])),
+            "curve": curves[name],
+            "run_ids": [r["run_id"] for r in rs] if info.get("kept_in") else [],
+        })
+    savings = [r["token_saving_vs_uniform"] for r in rows
+               if r["allocator"] != REFERENCE and r["token_saving_vs_uniform"] is not None]
+    return {"uniform_final_pass1": target, "best_token_saving_vs_uniform": max(savings) if savings else None,
+            "best_allocator": next((r["allocator"] for r in rows if savings
+                                    and r["token_saving_vs_uniform"] == max(savings)
+                                    and r["allocator"] != REFERENCE), None),
+            **info, "allocators": rows}
+
+
+def write_report(result: dict[str, Any], out_dir: str | Path = DOCS_BENCH) -> list[Path]:
+    """allocators.json, .md, .html and .png under `out_dir`; returns the paths written."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "allocators.json", out / "allocators.md", out / "allocators.html", out / "allocators.png"]
+    paths[0].write_text(json.dumps(result, indent=2) + "\n")
+    paths[1].write_text(markdown_table(result))
+    _plotly_figure(result).write_html(paths[2], include_plotlyjs="cdn")
+    _png(result, paths[3])
+    return paths
+
+
+def markdown_table(result: dict[str, Any]) -> str:
+    def f(v: Any, fmt: str) -> str:
+        return "—" if v is None else format(v, fmt)
+
+    lines = [
+        "# Allocators on the model organism",
+        "",
+        f"{result['seeds']} seed(s) x {result['steps']} steps per allocator, {result['tokens_per_step']} generated "
+        f"tokens per step at most ({result['minutes']:.1f} minutes in all). Uniform's final held-out pass@1: "
+        f"{result['uniform_final_pass1']:.3f}. Best token saving vs uniform: "
+        f"{f(result['best_token_saving_vs_uniform'], '.2f')} ({result['best_allocator'] or 'none reached it'}).",
+        "Reproduce: `workbench bench allocators --json` (see `docs/allocators.md`).",
+        "",
+        "| allocator | final pass@1 | final pass@8 | generated tokens | zero-signal frac | tokens to uniform's final | saving |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in result["allocators"]:
+        lines.append(f"| `{r['allocator']}` | {r['final_pass1']:.3f} | {r['final_pass8']:.3f} | {r['final_tokens']:.0f} | "
+                     f"{f(r['zero_signal_frac'], '.3f')} | {f(r['tokens_to_uniform_final'], '.0f')} | "
+                     f"{f(r['token_saving_vs_uniform'], '.2f')} |")
+    return "\n".join(lines) + "\n"
+
+
+def _plotly_figure(result: dict[str, Any]) -> Any:
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("held-out pass@1", "held-out pass@8"))
+    for i, r in enumerate(result["allocators"]):
+        xs = [p["tokens"] for p in r["curve"]]
+        for col, key in ((1, "pass1"), (2, "pass8")):
+            fig.add_trace(go.Scatter(x=xs, y=[p[key] for p in r["curve"]], mode="lines+markers",
+                                     name=r["allocator"], legendgroup=r["allocator"], showlegend=col == 1,
+                                     line=dict(color=_COLOURS[i % len(_COLOURS)])), row=1, col=col)
+    fig.update_xaxes(title_text="generated tokens")
+    fig.update_layout(title="Allocators on the model organism (mean over seeds)", height=450, width=1100)
+    return fig
+
+
+def _png(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for i, r in enumerate(result["allocators"]):
+        xs = [p["tokens"] for p in r["curve"]]
+        for ax, key in zip(axes, ("pass1", "pass8")):
+            ax.plot(xs, [p[key] for p in r["curve"]], marker="o", ms=3, label=r["allocator"],
+                    color=_COLOURS[i % len(_COLOURS)])
+    for ax, title in zip(axes, ("held-out pass@1", "held-out pass@8")):
+        ax.set_title(title)
+        ax.set_xlabel("generated tokens")
+        ax.grid(alpha=0.3)
+    axes[1].legend(fontsize=8, loc="lower right")
+    fig.suptitle("Allocators on the model organism (mean over seeds)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+            "#bcbd22", "#17becf", "#000000"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -54,19 +55,31 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         simulate: Annotated[bool, typer.Option("--simulate", help="Offline simulator: synthetic prompts, no model (seconds).")] = False,
         allocators: Annotated[Optional[str], typer.Option("--allocators", help="Comma-separated names (default: all).")] = None,
         seeds: Annotated[int, typer.Option("--seeds", help="Seeds per allocator (metrics are means).")] = 3,
-        steps: Annotated[int, typer.Option("--steps", help="Simulated steps per run.")] = 60,
-        budget_factor: Annotated[float, typer.Option("--budget-factor", help="Budget per step as a multiple of uniform's B x n.")] = 1.5,
-        budget_kind: Annotated[str, typer.Option("--budget-kind", help="rollouts or tokens.")] = "rollouts",
+        steps: Annotated[Optional[int], typer.Option("--steps", help="Steps per run (simulator default 60; real default: the config's).")] = None,
+        budget_factor: Annotated[float, typer.Option("--budget-factor", help="Simulator: budget per step as a multiple of uniform's B x n.")] = 1.5,
+        budget_kind: Annotated[str, typer.Option("--budget-kind", help="Simulator: rollouts or tokens.")] = "rollouts",
+        tokens_per_step: Annotated[Optional[int], typer.Option("--tokens-per-step", help="Real: every allocator's per-step budget in generated tokens (default: what uniform's configured run generates).")] = None,
+        overrides: Annotated[Optional[list[str]], typer.Option("--set", help="Real: override a field of configs/organism.toml, e.g. --set eval.every=20 (repeatable).")] = None,
+        keep_in: Annotated[Optional[Path], typer.Option("--keep-in", help="Real: keep the runs in this store (default: a temporary one).")] = None,
+        out: Annotated[Optional[Path], typer.Option("--out", help="Real: where the JSON, table and plots go (default docs/bench).")] = None,
         json_out: JsonOpt = False,
     ) -> None:
-        """Compare allocators: zero-signal fraction, informative groups per 1k rollouts, budget used."""
+        """Compare allocators: on the organism (held-out pass@k against generated tokens), or --simulate."""
         names = _names(allocators)
         if not simulate:
-            from workbench.allocators.compare import compare
+            from workbench.allocators.compare import DOCS_BENCH, compare, write_report
 
-            result = compare(names, seeds=seeds)
-            print_json(result)
+            sets = list(overrides or []) + ([f"steps={steps}"] if steps is not None else [])
+            result = compare(names, seeds=seeds, overrides=sets, tokens_per_step=tokens_per_step, store=keep_in,
+                             progress=lambda msg: typer.echo(msg, err=True))
+            paths = write_report(result, out or DOCS_BENCH)
+            if json_out:
+                print_json(result)
+                return
+            typer.echo((paths[1]).read_text())
+            typer.echo("written: " + ", ".join(str(p) for p in paths))
             return
+        steps = 60 if steps is None else steps
         from workbench.allocators.simulate import SimConfig, simulate as run_sim
 
         rows = run_sim(names, SimConfig(steps=steps, budget_factor=budget_factor, budget_kind=budget_kind), seeds=seeds)

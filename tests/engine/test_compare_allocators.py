@@ -1,0 +1,85 @@
+"""The real allocator comparison: runs on the small organism at one token budget, its summary
+arithmetic, and the report files."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from workbench.allocators.compare import compare, summarise, tokens_to_reach, write_report
+from workbench.errors import ConfigError, WorkbenchError
+from workbench.store import open_store
+
+
+def _run(name, curve, zs=0.5):
+    return {"run_id": name, "seed": 0, "minutes": 1.0, "curve": curve, "tokens_per_step": [10], "zero_signal_frac": zs}
+
+
+def _curve(*points):
+    return [{"step": 10 * i, "tokens": t, "pass1": p1, "pass8": min(1.0, p1 + 0.2)} for i, (t, p1) in enumerate(points)]
+
+
+def test_tokens_to_reach_interpolates_between_evaluations():
+    c = _curve((0, 0.2), (100, 0.3), (200, 0.5))
+    assert tokens_to_reach(c, 0.2) == 0.0
+    assert tokens_to_reach(c, 0.4) == pytest.approx(150.0)
+    assert tokens_to_reach(c, 0.5) == pytest.approx(200.0)
+    assert tokens_to_reach(c, 0.51) is None
+
+
+def test_summary_saving_is_uniforms_tokens_over_the_allocators():
+    runs = {
+        "uniform": [_run("u0", _curve((0, 0.2), (1000, 0.3), (2000, 0.4)))],
+        "fast": [_run("f0", _curve((0, 0.2), (400, 0.4), (800, 0.5)), zs=0.1)],
+        "slow": [_run("s0", _curve((0, 0.2), (1000, 0.25), (2000, 0.3)))],
+    }
+    out = summarise(runs, tokens_per_step=10, seeds=1, steps=20, minutes=3.0, kept_in=None)
+    rows = {r["allocator"]: r for r in out["allocators"]}
+    assert out["uniform_final_pass1"] == pytest.approx(0.4)
+    assert rows["uniform"]["tokens_to_uniform_final"] == pytest.approx(2000)
+    assert rows["fast"]["tokens_to_uniform_final"] == pytest.approx(400)
+    assert rows["fast"]["token_saving_vs_uniform"] == pytest.approx(5.0)
+    assert rows["slow"]["tokens_to_uniform_final"] is None and rows["slow"]["token_saving_vs_uniform"] is None
+    assert out["best_token_saving_vs_uniform"] == pytest.approx(5.0) and out["best_allocator"] == "fast"
+
+
+def test_bad_arguments_are_named(tiny_config):
+    def cfg(**kw):
+        return tiny_config(**{"eval__samples": 8, **kw})
+
+    with pytest.raises(WorkbenchError, match="no-such"):
+        compare(["no-such"], seeds=1, base=cfg())
+    with pytest.raises(WorkbenchError, match="seeds"):
+        compare(["uniform"], seeds=0, base=cfg())
+    with pytest.raises(ConfigError, match="eval.every"):
+        compare(["uniform"], seeds=1, base=cfg(eval__every=0))
+    with pytest.raises(ConfigError, match="eval.samples"):
+        compare(["uniform"], seeds=1, base=tiny_config(eval__samples=4))
+
+
+def test_compare_runs_each_allocator_at_uniforms_token_budget(store_dir, tiny_config, tmp_path):
+    base = tiny_config(steps=2, eval__every=1, eval__at_start=True, eval__samples=8)
+    out = compare(["selective", "uniform"], seeds=1, base=base, store=store_dir)
+    names = [r["allocator"] for r in out["allocators"]]
+    assert names == ["uniform", "selective"], "uniform is the reference and runs first"
+    assert out["tokens_per_step"] >= 1 and out["seeds"] == 1 and out["steps"] == 2
+    for r in out["allocators"]:
+        assert [p["step"] for p in r["curve"]] == [0, 1, 2]
+        assert r["curve"][0]["tokens"] == 0 and r["curve"][-1]["tokens"] == r["final_tokens"] > 0
+        assert 0 <= r["final_pass1"] <= r["final_pass8"] <= 1
+        assert len(r["run_ids"]) == 1
+    sel = out["allocators"][1]["run_ids"][0]
+    with open_store(str(store_dir)) as st:
+        steps = st.run_steps(sel)
+        config = st.run(sel)["config"]
+    config = json.loads(config) if isinstance(config, str) else config
+    assert config["allocator"]["name"] == "selective"
+    assert config["allocator"]["budget_kind"] == "tokens" and config["allocator"]["budget"] == out["tokens_per_step"]
+    assert (steps["tokens_generated"] <= out["tokens_per_step"]).all(), "an allocator overspent the token budget"
+
+    paths = write_report(out, tmp_path / "bench")
+    assert [p.name for p in paths] == ["allocators.json", "allocators.md", "allocators.html", "allocators.png"]
+    assert json.loads(paths[0].read_text())["allocators"][0]["allocator"] == "uniform"
+    assert "| `selective` |" in paths[1].read_text()
+    assert paths[3].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
