@@ -47,6 +47,8 @@ class Setup:
     stats: dict[str, PromptStats] = field(default_factory=dict)
     reuse: dict[str, dict[str, Any]] = field(default_factory=dict)
     tokens_per_rollout: float = 8.0
+    control_token: str | None = None
+    """The store's control signal at the last step-boundary poll (see `apply_controls`)."""
 
 
 def resolve_device(name: str) -> torch.device:
@@ -151,7 +153,17 @@ def build_setup(cfg: RunConfig, *, store_dir: str | Path, run_id: str, store: An
 
 
 def apply_controls(s: Setup, store: Any, run_id: str, *, step: int, boundary: str) -> list[dict[str, Any]]:
-    """Apply pending live-control commands at a step or stage boundary."""
+    """Apply pending live-control commands at a step or stage boundary.
+
+    The store's control signal (a token rewritten whenever a command is queued) is read first, and
+    `controls` is queried only when it changed since the last step-boundary poll — a query per
+    boundary cost ~90 ms, 15% of a default organism step. Stage boundaries leave the token unseen,
+    so step-boundary commands they skip are still picked up at the next step."""
     from workbench.control.apply import apply_pending
 
+    token = store.control_signal(run_id)
+    if token is not None and token == s.control_token:
+        return []
+    if boundary == "step":
+        s.control_token = token
     return apply_pending(store, run_id, s.live, step=step, boundary=boundary)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import secrets
 import socket
 import uuid
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -17,6 +19,8 @@ from workbench.errors import DataError, StoreError
 from workbench.store.connection import Lake
 from workbench.store.records import StepRecord, now_utc, rollouts_to_arrow, rows_to_arrow, step_row
 from workbench.store.schema import STEP_TABLES, TABLES
+
+log = logging.getLogger(__name__)
 
 RUN_STATUSES = ("created", "running", "paused", "stopping", "stopped", "finished", "failed", "crashed")
 CONTROL_OUTCOMES = ("applied", "rejected")
@@ -178,7 +182,39 @@ class WriterMixin:
             holder["id"] = control_id
 
         self._lake.write(tx, f"add control {command!r} for run {run_id}")
+        self._signal_controls(run_id)
         return holder["id"]
+
+    def _signal_file(self, run_id: str) -> Path | None:
+        root = self._lake.location.root
+        return None if root is None else root / "signals" / re.sub(r"[^A-Za-z0-9_.-]", "_", run_id)
+
+    def _signal_controls(self, run_id: str) -> None:
+        """After a command commits, put a fresh token in the run's signal file: a running engine
+        reads that small file at every boundary and queries `controls` only when it changed."""
+        path = self._signal_file(run_id)
+        if path is None:
+            return
+        try:
+            path.parent.mkdir(exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
+            tmp.write_text(secrets.token_hex(8))
+            os.replace(tmp, path)
+        except OSError as exc:  # the engine then polls on its own schedule; the command is stored
+            log.warning("could not signal controls of run %s at %s: %s", run_id, path, exc)
+
+    def control_signal(self, run_id: str) -> str | None:
+        """The token of the run's last queued command ("" when none was queued yet), or None when the
+        store has no local directory to signal through (then pending commands must be polled)."""
+        path = self._signal_file(run_id)
+        if path is None:
+            return None
+        try:
+            return path.read_text()
+        except FileNotFoundError:
+            return ""
+        except OSError:
+            return None
 
     def resolve_control(self, control_id: int, status: str, *, step: int | None = None,
                         reason: str | None = None) -> None:
