@@ -148,10 +148,10 @@ class LoggingConfig:
     """Log each rollout's per-token entropy list."""
     token_ids: bool = True
     """Log each rollout's generated token ids."""
-    background_writes: bool = False
-    """Commit each step to the store on a writer thread while the next step runs (one step in flight).
-    Off by default: on 2 CPU cores DuckDB's ingest threads then compete with torch's during generation
-    (measured: steps 35-50% slower), while a synchronous commit of 512 rollouts costs ~25 ms."""
+    background_writes: bool = True
+    """Commit each step to the store on a writer thread while the next step runs (one step in flight;
+    the store then lags the engine by at most one step, and every checkpoint waits for it). With the
+    engine's store on one DuckDB thread, a default organism step took 0.78 s with it vs 0.86 s without."""
     heartbeat_s: float = 2.0
     """Seconds between heartbeats of a running engine."""
 

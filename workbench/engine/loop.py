@@ -318,6 +318,7 @@ def _loop(s: Setup, cfg: RunConfig, store: Any, run_id: str, resume: bool,
             adv[rows_u] = a_t.double().numpy()
         train_metrics: dict[str, float] = {}
         if used.any() and (signal[used].any() or cfg.algorithm.kl_coef > 0):
+            s.writer.release()  # the previous step's commit overlaps the update, not generation
             with timer("train"):
                 train_metrics = policy_update(s, r, adv, used, signal, rng)
                 s.backend.update_weights(s.model)

@@ -38,7 +38,7 @@ def _open(store: Any):
     if isinstance(store, (str, Path)):
         from workbench.store import open_store
 
-        return open_store(str(store)), True
+        return open_store(str(store), threads=1), True  # see open_store: DuckDB's threads vs torch's
     return store, False
 
 

@@ -150,6 +150,11 @@ class StepWriter:
     step (at most one step in flight; DuckDB releases the GIL while it ingests). `flush()` waits for
     it and re-raises its error; the loop flushes before every checkpoint and at the end, so a
     checkpoint never covers a step the store has not committed.
+
+    A step handed over is held until `release()`, which the loop calls when the next step's policy
+    update starts: generation is a Python loop of small torch calls that the writer thread's Python
+    work (GIL) slowed ~2x, while the update's large kernels run without the GIL. The next `write`,
+    `flush` or `close` releases it too, so a step never waits longer than one step.
     """
 
     def __init__(self, store, run_id: str, *, background: bool = False) -> None:
@@ -159,6 +164,7 @@ class StepWriter:
         self.store, self.run_id = store, run_id
         self._error: BaseException | None = None
         self._queue: queue.Queue | None = None
+        self._held = None
         if background:
             self._queue = queue.Queue(maxsize=1)
             self._thread = threading.Thread(target=self._work, name=f"writer-{run_id}", daemon=True)
@@ -197,17 +203,26 @@ class StepWriter:
         if self._queue is None:
             self.store.write_step(record)
         else:
+            self.release()
+            self._held = record
+
+    def release(self) -> None:
+        """Start committing the step handed over last (background mode; no-op otherwise)."""
+        if self._queue is not None and self._held is not None:
+            record, self._held = self._held, None
             self._queue.put(record)
 
     def flush(self) -> None:
         """Wait until every step handed over is committed; re-raise a failed commit."""
         if self._queue is not None:
+            self.release()
             self._queue.join()
         self._raise()
 
     def close(self) -> None:
         """Flush and stop the writer thread."""
         if self._queue is not None:
+            self.release()
             self._queue.join()
             self._queue.put(None)
             self._thread.join(timeout=30)

@@ -107,9 +107,10 @@ def _prepare_sqlite(catalog_file: Path) -> None:
 class Lake:
     """A DuckDB connection with the store's DuckLake attached as `lake` (and made the default schema)."""
 
-    def __init__(self, location: Location, *, read_only: bool = False) -> None:
+    def __init__(self, location: Location, *, read_only: bool = False, threads: int | None = None) -> None:
         self.location = location
         self.read_only = read_only
+        self.threads = threads
         self._thread_lock = threading.RLock()
         self._local = threading.local()
         self._closed = False
@@ -134,6 +135,8 @@ class Lake:
             con.execute(f"ATTACH 'ducklake:{_quote(self.location.catalog)}' AS {ALIAS} ({', '.join(options)})")
             con.execute(f"USE {ALIAS}")
             con.execute("SET ducklake_max_retry_count = 100")
+            if self.threads is not None:
+                con.execute(f"SET threads = {int(self.threads)}")
         except duckdb.Error as exc:
             con.close()
             raise StoreError(f"cannot open store {self.location.describe()}: {_first_line(exc)}") from exc
