@@ -193,3 +193,13 @@ def test_reopen_keeps_data(tmp_path):
         s.write_step(SyntheticRun(run_id, SMALL).step(0))
     with open_store(path) as s:
         assert s.count_rollouts(run_id) == 16
+
+
+def test_threads_option_caps_duckdb_threads(tmp_path):
+    with open_store(str(tmp_path / "s"), threads=1) as st:
+        assert st.sql("SELECT current_setting('threads') AS t")["t"][0] == 1
+        run_id = st.create_run("t", {}, seed=0)
+        assert st.run(run_id)["name"] == "t"
+    for bad in (0, -2, 1.5, True):
+        with pytest.raises(StoreError, match="threads"):
+            open_store(str(tmp_path / "s"), threads=bad)
