@@ -62,8 +62,11 @@ def test_bench_allocators_subset_and_errors():
     assert [r["allocator"] for r in json.loads(result.output)] == ["uniform", "knapsack"]
     result = runner.invoke(app, ["bench", "allocators", "--simulate", "--allocators", "nope"])
     assert result.exit_code != 0 and "valid: adaptive_stop" in str(result.exception)
-    result = runner.invoke(app, ["bench", "allocators", "--json"])
-    assert result.exit_code != 0 and "needs the engine" in str(result.exception)
+    # the real comparison checks its arguments before it builds or runs anything
+    result = runner.invoke(app, ["bench", "allocators", "--json", "--allocators", "uniform,nope"])
+    assert result.exit_code != 0 and "nope" in str(result.exception)
+    result = runner.invoke(app, ["bench", "allocators", "--json", "--seeds", "0"])
+    assert result.exit_code != 0 and "seeds" in str(result.exception)
 
 
 def test_allocators_list_and_show():
