@@ -74,3 +74,41 @@ def test_store_without_a_local_directory_polls_every_boundary(engine):
     for step in range(1, 4):
         apply_controls(s, store, run_id, step=step, boundary="step")
     assert store.queries == 3
+
+
+def test_a_paused_run_has_committed_its_last_step(store_dir, tiny_config):
+    """Background commits hold a step until the next update; a pause must not hold it back."""
+    import threading
+    import time
+
+    from workbench import control
+    from workbench.engine import run
+
+    cfg = tiny_config(steps=4, eval__every=0, eval__at_start=False, logging__background_writes=True)
+    with open_store(str(store_dir)) as st:
+        rid = st.create_run("pause", cfg.to_dict(), cfg.seed, status="created")
+    seen: dict[str, int] = {}
+
+    def on_step(step, _metrics):
+        if step == 2:
+            with open_store(str(store_dir)) as st:
+                st.add_control(rid, "pause", {}, who="test")
+
+    def watcher():
+        with open_store(str(store_dir)) as st:
+            deadline = time.monotonic() + 120
+            while st.run(rid)["status"] != "paused" and time.monotonic() < deadline:
+                time.sleep(0.1)
+            time.sleep(1.0)  # the writer thread had time to commit whatever was released
+            seen["status"] = st.run(rid)["status"]
+            seen["last"] = int(st.run_steps(rid)["step"].max())
+            control.resume(st, rid, who="test")
+
+    t = threading.Thread(target=watcher)
+    t.start()
+    run(cfg, store=str(store_dir), run_id=rid, on_step=on_step)
+    t.join(timeout=60)
+    assert seen == {"status": "paused", "last": 2}
+    with open_store(str(store_dir)) as st:
+        assert st.run(rid)["status"] == "finished"
+        assert st.run_steps(rid)["step"].to_list() == [1, 2, 3, 4]

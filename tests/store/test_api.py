@@ -203,3 +203,31 @@ def test_threads_option_caps_duckdb_threads(tmp_path):
     for bad in (0, -2, 1.5, True):
         with pytest.raises(StoreError, match="threads"):
             open_store(str(tmp_path / "s"), threads=bad)
+
+
+def test_second_store_in_one_process_keeps_the_first_working(tmp_path):
+    """Opening and closing another Store on the same directory while the first commits on a thread
+    (the engine's background writer vs its control hooks, a dashboard, a test) must not drop the
+    first one's SQLite locks ("disk I/O error")."""
+    import threading
+
+    errors: list[BaseException] = []
+    with open_store(str(tmp_path / "s")) as first:
+        run_id = first.create_run("a", {}, seed=0)
+        run = SyntheticRun(run_id, SMALL, seed=3)
+
+        def write() -> None:
+            try:
+                for step in range(1, 13):
+                    first.write_step(run.step(step))
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        t = threading.Thread(target=write)
+        t.start()
+        while t.is_alive():
+            with open_store(str(tmp_path / "s")) as other:
+                other.add_control(run_id, "pause", {})
+        t.join()
+        assert not errors, errors[0]
+        assert first.run_steps(run_id)["step"].to_list() == list(range(1, 13))

@@ -166,4 +166,7 @@ def apply_controls(s: Setup, store: Any, run_id: str, *, step: int, boundary: st
         return []
     if boundary == "step":
         s.control_token = token
+    writer = getattr(s, "writer", None)
+    if writer is not None:
+        writer.release()  # a pause may block here: the last step reaches the store first
     return apply_pending(store, run_id, s.live, step=step, boundary=boundary)

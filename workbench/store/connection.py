@@ -91,8 +91,20 @@ def _check_writable(root: Path) -> None:
             raise StoreError(f"store directory {folder} is not writable: {exc.strerror}") from exc
 
 
+_OPEN_CATALOGS: dict[str, int] = {}
+"""SQLite catalog files this process has open through a Lake, with how many Lakes hold each."""
+_OPEN_LOCK = threading.Lock()
+
+
 def _prepare_sqlite(catalog_file: Path) -> None:
-    """Put the SQLite catalog in WAL mode (persistent in the file), so readers never block a commit."""
+    """Put the SQLite catalog in WAL mode (persistent in the file), so readers never block a commit.
+
+    Only when no Lake of this process has the file open: closing any descriptor of a file drops every
+    POSIX lock the process holds on it, and DuckDB's bundled SQLite (a different copy from Python's)
+    would lose its catalog locks — seen as "disk I/O error" on that store's next read or commit."""
+    with _OPEN_LOCK:
+        if _OPEN_CATALOGS.get(str(catalog_file.absolute()), 0):
+            return
     try:
         con = sqlite3.connect(catalog_file, timeout=30)
         try:
@@ -122,7 +134,13 @@ class Lake:
                 raise StoreError(f"store catalog {catalog_file} does not exist")
             if not read_only:
                 _prepare_sqlite(catalog_file)
+            self._catalog_key: str | None = str(catalog_file.absolute())
+        else:
+            self._catalog_key = None
         self.con = self._connect()
+        if self._catalog_key is not None:
+            with _OPEN_LOCK:
+                _OPEN_CATALOGS[self._catalog_key] = _OPEN_CATALOGS.get(self._catalog_key, 0) + 1
 
     def _connect(self) -> duckdb.DuckDBPyConnection:
         con = duckdb.connect(":memory:")
@@ -146,6 +164,13 @@ class Lake:
         if not self._closed:
             self._closed = True
             self.con.close()
+            if self._catalog_key is not None:
+                with _OPEN_LOCK:
+                    left = _OPEN_CATALOGS.get(self._catalog_key, 1) - 1
+                    if left > 0:
+                        _OPEN_CATALOGS[self._catalog_key] = left
+                    else:
+                        _OPEN_CATALOGS.pop(self._catalog_key, None)
 
     # -- reads -------------------------------------------------------------------------------
     @contextmanager
