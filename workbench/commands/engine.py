@@ -50,9 +50,23 @@ def _run_foreground(cfg, store: Path, run_id: Optional[str], quiet: bool = False
 
     if quiet:
         return run(cfg, store=str(store), run_id=run_id, store_dir=store)
+    _announce_organism_build(cfg, store)
     progress, on_step = _progress(cfg.steps, cfg.name)
     with progress:
         return run(cfg, store=str(store), run_id=run_id, on_step=on_step, store_dir=store)
+
+
+def _announce_organism_build(cfg, store: Path) -> None:
+    """Say so before the organism is built: minutes with no progress bar otherwise."""
+    if cfg.model.path != "organism":
+        return
+    from workbench.models.organism import META_FILE, OrganismRecipe, organism_dir
+
+    recipe = OrganismRecipe.from_dict(dict(cfg.model.organism)) if cfg.model.organism else OrganismRecipe()
+    target = organism_dir(store, recipe)
+    if not (target / META_FILE).is_file():
+        typer.echo(f"Building the model organism into {target} first (about 3 minutes on 2 CPU cores; "
+                   f"cached for later runs).", err=True)
 
 
 def _summary(store: Path, run_id: str) -> None:
