@@ -37,6 +37,7 @@ def streamlit_command(store: Path, *, port: int, address: str, headless: bool) -
         "--server.address", address,
         "--server.headless", "true" if headless else "false",
         "--browser.gatherUsageStats", "false",
+        "--server.showEmailPrompt", "false",  # its first-run prompt blocks (or kills) a non-interactive start
         "--", "--store", str(store),
     ]
 
