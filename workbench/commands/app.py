@@ -38,6 +38,7 @@ def streamlit_command(store: Path, *, port: int, address: str, headless: bool) -
         "--server.headless", "true" if headless else "false",
         "--browser.gatherUsageStats", "false",
         "--server.showEmailPrompt", "false",  # its first-run prompt blocks (or kills) a non-interactive start
+        "--logger.hideWelcomeMessage", "true",  # we print the URL ourselves; this also drops Streamlit's ads
         "--", "--store", str(store),
     ]
 
