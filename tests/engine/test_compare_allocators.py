@@ -34,7 +34,7 @@ def test_summary_saving_is_uniforms_tokens_over_the_allocators():
         "fast": [_run("f0", _curve((0, 0.2), (400, 0.4), (800, 0.5)), zs=0.1)],
         "slow": [_run("s0", _curve((0, 0.2), (1000, 0.25), (2000, 0.3)))],
     }
-    out = summarise(runs, tokens_per_step=10, seeds=1, steps=20, minutes=3.0, kept_in=None)
+    out = summarise(runs, tokens_per_step=10, seeds=1, steps=20, minutes=3.0, runs_kept=False)
     rows = {r["allocator"]: r for r in out["allocators"]}
     assert out["uniform_final_pass1"] == pytest.approx(0.4)
     assert rows["uniform"]["tokens_to_uniform_final"] == pytest.approx(2000)

@@ -90,7 +90,7 @@ def compare(allocators: list[str] | None = None, seeds: int = 3, *, base: Any = 
             if name == REFERENCE and tokens_per_step is None:
                 tokens_per_step = max(1, int(round(statistics.median(runs[name][0]["tokens_per_step"]))))
     return summarise(runs, tokens_per_step=tokens_per_step, seeds=seeds, steps=base.steps,
-                     minutes=(time.perf_counter() - t0) / 60, kept_in=str(store) if store else None)
+                     minutes=(time.perf_counter() - t0) / 60, runs_kept=store is not None)
 
 
 def _config(base: Any, name: str, seed: int, tokens_per_step: int | None) -> Any:
@@ -203,7 +203,7 @@ def summarise(runs: dict[str, list[dict[str, Any]]], **info: Any) -> dict[str, A
             "token_saving_vs_uniform": (ref_tokens / reach) if reach and ref_tokens else None,
             "minutes": float(np.mean([r["minutes"] for r in rs])),
             "curve": curves[name],
-            "run_ids": [r["run_id"] for r in rs] if info.get("kept_in") else [],
+            "run_ids": [r["run_id"] for r in rs] if info.get("runs_kept") else [],
         })
     savings = [r["token_saving_vs_uniform"] for r in rows
                if r["allocator"] != REFERENCE and r["token_saving_vs_uniform"] is not None]
@@ -237,7 +237,8 @@ def markdown_table(result: dict[str, Any]) -> str:
         f"tokens per step at most ({result['minutes']:.1f} minutes in all). Uniform's final held-out pass@1: "
         f"{result['uniform_final_pass1']:.3f}. Best token saving vs uniform: "
         f"{f(result['best_token_saving_vs_uniform'], '.2f')} ({result['best_allocator'] or 'none reached it'}).",
-        "Reproduce: `workbench bench allocators --json` (see `docs/allocators.md`).",
+        f"Reproduce: `workbench bench allocators --json --seeds {result['seeds']} --steps {result['steps']} "
+        f"--allocators {','.join(r['allocator'] for r in result['allocators'])}` (see `docs/allocators.md`).",
         "",
         "| allocator | final pass@1 | final pass@8 | generated tokens | zero-signal frac | tokens to uniform's final | saving |",
         "|---|---|---|---|---|---|---|",
