@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -120,6 +120,7 @@ def bench_store_cmd(
     path: Annotated[Path | None, typer.Option("--path", help="Build the store here (default: a temp dir, removed).")] = None,
     repeats: Annotated[int, typer.Option("--repeats", help="Timed calls per query (after one warm-up).")] = 20,
     compact: Annotated[bool, typer.Option("--compact", help="Also time the queries after `store compact`.")] = False,
+    threads: Annotated[Optional[int], typer.Option("--threads", help="DuckDB threads of the store's connections (default: one per core; the engine uses 1).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Ingest N synthetic rollouts through the writer API, then time the reader queries (p95 ms)."""
@@ -129,7 +130,7 @@ def bench_store_cmd(
         if done % 100 == 0 or done == total:
             typer.echo(f"  step {done}/{total}", err=True)
 
-    out = bench_store(rollouts, path=path, repeats=repeats, progress=progress, compact=compact)
+    out = bench_store(rollouts, path=path, repeats=repeats, progress=progress, compact=compact, threads=threads)
     if as_json:
         print_json(out)
     else:
