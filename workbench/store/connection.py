@@ -101,10 +101,10 @@ def _prepare_sqlite(catalog_file: Path) -> None:
 
     Only when no Lake of this process has the file open: closing any descriptor of a file drops every
     POSIX lock the process holds on it, and DuckDB's bundled SQLite (a different copy from Python's)
-    would lose its catalog locks — seen as "disk I/O error" on that store's next read or commit."""
-    with _OPEN_LOCK:
-        if _OPEN_CATALOGS.get(str(catalog_file.absolute()), 0):
-            return
+    would lose its catalog locks — seen as "disk I/O error" on that store's next read or commit.
+    The caller holds `_OPEN_LOCK` until its own Lake is connected and counted."""
+    if _OPEN_CATALOGS.get(str(catalog_file.absolute()), 0):
+        return
     try:
         con = sqlite3.connect(catalog_file, timeout=30)
         try:
@@ -132,15 +132,15 @@ class Lake:
             catalog_file = Path(location.catalog.split(":", 1)[1])
             if read_only and not catalog_file.exists():
                 raise StoreError(f"store catalog {catalog_file} does not exist")
-            if not read_only:
-                _prepare_sqlite(catalog_file)
             self._catalog_key: str | None = str(catalog_file.absolute())
+            with _OPEN_LOCK:  # no other Lake of this process opens the file between check and count
+                if not read_only:
+                    _prepare_sqlite(catalog_file)
+                self.con = self._connect()
+                _OPEN_CATALOGS[self._catalog_key] = _OPEN_CATALOGS.get(self._catalog_key, 0) + 1
         else:
             self._catalog_key = None
-        self.con = self._connect()
-        if self._catalog_key is not None:
-            with _OPEN_LOCK:
-                _OPEN_CATALOGS[self._catalog_key] = _OPEN_CATALOGS.get(self._catalog_key, 0) + 1
+            self.con = self._connect()
 
     def _connect(self) -> duckdb.DuckDBPyConnection:
         con = duckdb.connect(":memory:")
