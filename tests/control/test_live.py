@@ -182,7 +182,8 @@ def test_stop_then_resume(live, live_store_dir):
 def test_kill9_crashed_then_resume_completes_once(live_store_dir):
     from workbench.store import open_store
 
-    run_id = control.launch(None, store=live_store_dir, overrides=tiny_overrides(steps=8), name="crash")
+    # long enough that it cannot finish between "three steps seen" and the kill (tiny steps take ~0.1 s)
+    run_id = control.launch(None, store=live_store_dir, overrides=tiny_overrides(steps=40), name="crash")
     with open_store(live_store_dir) as st:
         wait_until(lambda: last_step(st, run_id) >= 3, "three steps")
         os.killpg(st.run(run_id)["pid"], signal.SIGKILL)
@@ -194,7 +195,7 @@ def test_kill9_crashed_then_resume_completes_once(live_store_dir):
         wait_until(lambda: status(st, run_id) in ("finished", "failed"), "the resumed run to finish")
         assert status(st, run_id) == "finished", log_of(live_store_dir, run_id)
         steps = st.run_steps(run_id)["step"].to_list()
-        assert sorted(steps) == list(range(1, 9))
+        assert sorted(steps) == list(range(1, 41))
         alloc = st.allocations(run_id)
         keys = alloc.select("step", "stage", "prompt_id")
         assert keys.n_unique() == len(keys), "allocation rows duplicated by the resume"
