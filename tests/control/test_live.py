@@ -74,7 +74,7 @@ def live(live_store_dir):
     from workbench.store import open_store
 
     t0 = time.monotonic()
-    overrides = tiny_overrides(steps=200)
+    overrides = tiny_overrides(steps=2000)  # steps take ~0.1 s: it must outlive every test of the module
     from workbench.control.bench import config_has_field
 
     if config_has_field("logging", "background_writes"):
