@@ -75,11 +75,8 @@ def live(live_store_dir):
 
     t0 = time.monotonic()
     overrides = tiny_overrides(steps=2000)  # steps take ~0.1 s: it must outlive every test of the module
-    from workbench.control.bench import config_has_field
-
-    if config_has_field("logging", "background_writes"):
-        # each step committed before the next starts: the store tells the step in progress exactly
-        overrides["logging.background_writes"] = False
+    # each step committed before the next starts: the store tells the step in progress exactly
+    overrides["logging.background_writes"] = False
     run_id = control.launch(None, store=live_store_dir, overrides=overrides, name="live")
     assert time.monotonic() - t0 < 60, "launch must return at once"
     with open_store(live_store_dir) as st:

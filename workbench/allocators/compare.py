@@ -26,12 +26,11 @@ and `best_token_saving_vs_uniform`, the largest of those (null when no other all
 from __future__ import annotations
 
 import json
-import shutil
 import statistics
-import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -108,29 +107,18 @@ def _config(base: Any, name: str, seed: int, tokens_per_step: int | None) -> Any
     return RunConfig.from_dict(data)
 
 
-class _store:
-    """The runs' store: the given directory, or a temporary one linked to the organism cache."""
+@contextmanager
+def _store(store: str | Path | None, base: Any) -> Iterator[Path]:
+    """The runs' store: the given directory, or a temporary one sharing the default store's organism."""
+    if store is not None:
+        Path(store).mkdir(parents=True, exist_ok=True)
+        yield Path(store)
+        return
+    from workbench.commands.common import store_path
+    from workbench.engine.bench import _temp_store
 
-    def __init__(self, store: str | Path | None, base: Any):
-        self.store, self.base, self.tmp = store, base, None
-
-    def __enter__(self) -> Path:
-        if self.store is not None:
-            Path(self.store).mkdir(parents=True, exist_ok=True)
-            return Path(self.store)
-        from workbench.commands.common import store_path
-        from workbench.engine.setup import model_path
-
-        cache = Path(store_path(None))
-        model_path(self.base, cache)  # build the organism once, in the default store's cache
-        self.tmp = Path(tempfile.mkdtemp(prefix="workbench-compare-"))
-        if (cache / "models").is_dir():
-            (self.tmp / "models").symlink_to((cache / "models").resolve())
-        return self.tmp
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.tmp is not None:
-            shutil.rmtree(self.tmp, ignore_errors=True)
+    with _temp_store(Path(store_path(None)), base) as root:
+        yield root
 
 
 def _one_run(cfg: Any, root: Path) -> dict[str, Any]:

@@ -43,6 +43,14 @@ def streamlit_command(store: Path, *, port: int, address: str, headless: bool) -
     ]
 
 
+def exec_app(store: Path, *, port: int = 8501, address: str = "127.0.0.1", headless: bool = False) -> None:
+    """Become the Streamlit server of the dashboard on `store` (no child left behind when this
+    process is signalled); does not return."""
+    env = {**os.environ, "WORKBENCH_STORE": str(store)}
+    argv = streamlit_command(store, port=port, address=address, headless=headless)
+    os.execve(argv[0], argv, env)
+
+
 def _check_app() -> None:
     if not MAIN.is_file():
         raise StoreError(f"the dashboard's entry point {MAIN} is missing (is this a source checkout?)")
@@ -147,11 +155,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         path = store_path(store).resolve()
         if not path.exists():
             typer.echo(f"note: {path} does not exist yet; it is created when the first run starts", err=True)
-        env = {**os.environ, "WORKBENCH_STORE": str(path)}
         typer.echo(f"dashboard on http://{address}:{port} (store {path})", err=True)
-        argv = streamlit_command(path, port=port, address=address, headless=headless)
-        # become the Streamlit server (no child left behind when this process is signalled)
-        os.execve(argv[0], argv, env)
+        exec_app(path, port=port, address=address, headless=headless)
 
     @bench.command("app")
     def bench_app(

@@ -60,10 +60,10 @@ def _announce_organism_build(cfg, store: Path) -> None:
     """Say so before the organism is built: minutes with no progress bar otherwise."""
     if cfg.model.path != "organism":
         return
-    from workbench.models.organism import META_FILE, OrganismRecipe, organism_dir
+    from workbench.engine.setup import organism_recipe
+    from workbench.models.organism import META_FILE, organism_dir
 
-    recipe = OrganismRecipe.from_dict(dict(cfg.model.organism)) if cfg.model.organism else OrganismRecipe()
-    target = organism_dir(store, recipe)
+    target = organism_dir(store, organism_recipe(cfg))
     if not (target / META_FILE).is_file():
         typer.echo(f"Building the model organism into {target} first (about 3 minutes on 2 CPU cores; "
                    f"cached for later runs).", err=True)
@@ -179,15 +179,10 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         rid = _run_foreground(cfg, root, None)
         _summary(root, rid)
         if not no_app and importlib.util.find_spec("streamlit") is not None:
-            import os
-            import subprocess
-
-            from workbench.commands.app import streamlit_command
+            from workbench.commands.app import exec_app
 
             typer.echo("Starting the dashboard on it (Ctrl-C stops it): http://127.0.0.1:8501")
-            env = {**os.environ, "WORKBENCH_STORE": str(root.resolve())}
-            cmd = streamlit_command(root.resolve(), port=8501, address="127.0.0.1", headless=False)
-            raise typer.Exit(subprocess.call(cmd, env=env))
+            exec_app(root.resolve())
         typer.echo(f"Query it: `workbench runs --store {root}`, or in Python: "
                    f"`from workbench.store import open_store; open_store('{root}').run_steps('{rid}')`.")
 

@@ -29,7 +29,7 @@ def bench_overrides() -> dict[str, Any]:
     from workbench.models.organism import small_recipe
 
     recipe = small_recipe(steps=40).to_dict()
-    out = {
+    return {
         "model.organism": recipe,
         "model.threads": 1,
         "task": {"kind": "arithmetic", **recipe["task"]},
@@ -42,22 +42,10 @@ def bench_overrides() -> dict[str, Any]:
         "eval.at_start": False,
         "checkpoint.every": 100_000,
         "logging.heartbeat_s": 1.0,
-    }
-    if config_has_field("logging", "background_writes"):
         # steps committed before the next step starts, so the store tells the step in progress
         # exactly (with background writes it lags the engine by up to one step)
-        out["logging.background_writes"] = False
-    return out
-
-
-def config_has_field(section: str, name: str) -> bool:
-    """Whether the run config's `section` table has field `name` (settings newer than this module)."""
-    import dataclasses
-
-    from workbench.config import RunConfig
-
-    sec = next(f for f in dataclasses.fields(RunConfig) if f.name == section)
-    return name in {f.name for f in dataclasses.fields(sec.default_factory())}
+        "logging.background_writes": False,
+    }
 
 
 def script() -> list[tuple[str, dict[str, Any], str]]:

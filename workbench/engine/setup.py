@@ -61,13 +61,19 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def organism_recipe(cfg: RunConfig) -> Any:
+    """The OrganismRecipe a config asks for (`model.organism`, else the default)."""
+    from workbench.models.organism import OrganismRecipe
+
+    return OrganismRecipe.from_dict(dict(cfg.model.organism)) if cfg.model.organism else OrganismRecipe()
+
+
 def model_path(cfg: RunConfig, store_dir: str | Path) -> Path:
     """The model directory in force: the organism (built under the store when missing) or a path."""
     if cfg.model.path == "organism":
-        from workbench.models.organism import OrganismRecipe, ensure_organism
+        from workbench.models.organism import ensure_organism
 
-        recipe = OrganismRecipe.from_dict(dict(cfg.model.organism)) if cfg.model.organism else None
-        return Path(ensure_organism(store_dir, recipe))
+        return Path(ensure_organism(store_dir, organism_recipe(cfg)))
     return Path(cfg.model.path)
 
 
