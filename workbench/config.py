@@ -11,10 +11,8 @@ Every field carries an attribute docstring; that text is what `workbench config 
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import json
-import inspect
 import textwrap
 import tomllib
 import typing
@@ -22,6 +20,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from workbench.docstrings import field_docs
 from workbench.errors import ConfigError
 
 
@@ -453,99 +452,8 @@ def _toml_value(v: Any) -> str:
     return repr(v)
 
 
-# -- attribute docstrings ---------------------------------------------------------------------------
-
-
-def field_docs(cls: type) -> dict[str, str]:
-    """{field name: its attribute docstring}, read from the class source."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    body = tree.body[0].body  # type: ignore[attr-defined]
-    docs: dict[str, str] = {}
-    for prev, node in zip(body, body[1:]):
-        if (
-            isinstance(prev, ast.AnnAssign)
-            and isinstance(prev.target, ast.Name)
-            and isinstance(node, ast.Expr)
-            and isinstance(node.value, ast.Constant)
-            and isinstance(node.value.value, str)
-        ):
-            docs[prev.target.id] = " ".join(node.value.value.split())
-    return docs
-
-
-def config_markdown() -> str:
-    """Every field of a run config, documented from the dataclass docstrings (docs/configs.md)."""
-    out = [
-        "# Run configuration",
-        "",
-        "A run is configured by a TOML file whose tables mirror the dataclasses in `workbench/config.py`.",
-        "Every field is optional (the default is shown); unknown keys and bad values are rejected before the",
-        "run starts, with a message naming the field. Override any field on the command line with",
-        "`--set table.field=value` (the value is read as TOML). `workbench config show [CONFIG]` prints the",
-        "config in force. This page is generated: `workbench config show --markdown > docs/configs.md`.",
-        "",
-    ]
-    top = field_docs(RunConfig)
-    default = RunConfig()
-    out += ["## Top level", "", "| field | default | meaning |", "|---|---|---|"]
-    nested = []
-    for f in fields(RunConfig):
-        v = getattr(default, f.name)
-        if is_dataclass(v) or isinstance(v, dict):
-            nested.append(f)
-            continue
-        out.append(f"| `{f.name}` | `{_toml_value(v)}` | {_md(top.get(f.name, ''))} |")
-    for f in nested:
-        sub = getattr(default, f.name)
-        if isinstance(sub, dict):
-            out += _foreign_tables(f.name, top.get(f.name, ""))
-            continue
-        docs = field_docs(type(sub))
-        out += ["", f"## `[{f.name}]` — {top.get(f.name, '')}", "", "| field | default | meaning |", "|---|---|---|"]
-        hints = typing.get_type_hints(type(sub))
-        for g in fields(sub):
-            v = getattr(sub, g.name)
-            allowed = _type_name(hints[g.name])
-            allowed = f" ({allowed})" if allowed.startswith("one of") else ""
-            out.append(f"| `{g.name}` | `{_toml_value(v)}` | {_md(docs.get(g.name, ''))}{_md(allowed)} |")
-    return "\n".join(out) + "\n"
-
-
-def _foreign_tables(name: str, doc: str) -> list[str]:
-    """Tables whose fields another part owns: the task kinds and the organism recipe."""
-    from workbench.models.organism import OrganismRecipe
-    from workbench.tasks import TASK_KINDS
-
-    out = ["", f"## `[{name}]` — {doc}", ""]
-    tables = [(f"kind = \"{kind}\"", cls) for kind, (cls, _) in TASK_KINDS.items()]
-    for title, cls in tables:
-        out += _dataclass_table(f"### `[task]` with {title}", cls)
-    out += _dataclass_table("## `[model.organism]` — the organism's recipe (when model.path = \"organism\")",
-                            OrganismRecipe)
-    return out
-
-
-def _dataclass_table(title: str, cls: type) -> list[str]:
-    docs = field_docs(cls)
-    out = ["", title, "", "| field | default | meaning |", "|---|---|---|"]
-    for f in fields(cls):
-        if f.default is not dataclasses.MISSING:
-            default = f"`{_toml_value(f.default) if not is_dataclass(f.default) else '(table)'}`"
-        elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-            v = f.default_factory()  # type: ignore[misc]
-            default = "(table)" if is_dataclass(v) else f"`{_toml_value(v)}`"
-        else:
-            default = "(required)"
-        out.append(f"| `{f.name}` | {_md(default)} | {_md(docs.get(f.name, ''))} |")
-    return out
-
-
-def _md(text: str) -> str:
-    return text.replace("|", "\\|")
-
-
 __all__ = [
     "RunConfig", "ModelConfig", "TaskConfig", "SamplingConfig", "AllocatorConfig", "AlgorithmConfig",
     "OptimConfig", "EvalConfig", "CheckpointConfig", "LoggingConfig", "load_config", "apply_overrides",
-    "validate", "to_toml", "field_docs", "config_markdown",
+    "validate", "to_toml", "field_docs",
 ]

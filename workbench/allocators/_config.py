@@ -5,14 +5,12 @@ fields rejected by name, and reading each field's attribute docstring (for `work
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import inspect
 import math
-import textwrap
 import typing
 from typing import Any, Literal, get_args, get_origin
 
+from workbench.docstrings import field_docs
 from workbench.errors import ConfigError
 
 
@@ -100,26 +98,6 @@ def config_from_dict(cls: type, params: dict[str, Any], *, base: Any | None = No
     if base is not None:
         return dataclasses.replace(base, **values)
     return cls(**values)
-
-
-def field_docs(cls: type) -> dict[str, str]:
-    """Each field's attribute docstring (the string literal right after its annotation)."""
-    try:
-        source = textwrap.dedent(inspect.getsource(cls))
-    except (OSError, TypeError):
-        return {}
-    body = ast.parse(source).body[0].body  # type: ignore[attr-defined]
-    docs: dict[str, str] = {}
-    for node, nxt in zip(body, body[1:]):
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and isinstance(nxt, ast.Expr)
-            and isinstance(nxt.value, ast.Constant)
-            and isinstance(nxt.value.value, str)
-        ):
-            docs[node.target.id] = " ".join(nxt.value.value.split())
-    return docs
 
 
 def describe_config(cls: type) -> list[dict[str, Any]]:
