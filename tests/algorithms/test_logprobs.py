@@ -57,3 +57,65 @@ def test_bad_response_start(tiny_model):
     b = _batch()
     with pytest.raises(ValueError, match="response_start"):
         sequence_logprobs(tiny_model, b.input_ids, b.attention_mask, b.input_ids.shape[1])
+
+
+# -- grouped_logprobs: each distinct prompt scored once, its key/value cache shared by its responses --
+
+G_PROMPTS = [[1, 5, 6, 7], [1, 8], [1, 5, 6, 7], [1, 9, 10], [1, 8], [1, 5, 6, 7]]
+G_RESPONSES = [[11, 12, 2], [13, 14, 15, 16], [17], [3, 4], [13, 2], [12, 12, 12, 12]]
+
+
+def _grouped():
+    from workbench.algorithms import group_sequences
+
+    t = max(map(len, G_RESPONSES))
+    tokens = torch.full((len(G_RESPONSES), t), 7, dtype=torch.long)  # junk past each end: must be ignored
+    for i, r in enumerate(G_RESPONSES):
+        tokens[i, : len(r)] = torch.tensor(r)
+    lengths = torch.tensor([len(r) for r in G_RESPONSES])
+    return group_sequences(G_PROMPTS, tokens, lengths, pad_token_id=0), pack_sequences(
+        G_PROMPTS, tokens, lengths, pad_token_id=0)
+
+
+def test_group_layout():
+    g, _ = _grouped()
+    assert g.prompt_ids.shape == (3, 4) and g.shared
+    assert g.index.tolist() == [0, 1, 0, 2, 1, 0]
+    assert g.prompt_ids[1].tolist() == [0, 0, 1, 8] and g.prompt_mask[2].tolist() == [0, 1, 1, 1]
+    assert g.tokens[2].tolist() == [17, 0, 0, 0]
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_grouped_equals_packed(tiny_model, temperature):
+    """Same log-probabilities, entropies and gradients as the packed pass (float rounding apart)."""
+    from workbench.algorithms import grouped_logprobs
+    from workbench.algorithms.logprobs import _accepts_cache
+
+    assert _accepts_cache(tiny_model)  # the shared-cache path, not the fallback, is under test
+    g, b = _grouped()
+    want, want_ent = sequence_logprobs(tiny_model, b.input_ids, b.attention_mask, b.response_start,
+                                       response_mask=b.response_mask, temperature=temperature, with_entropy=True)
+    (want * torch.arange(1.0, 5.0)).sum().backward()
+    want_grads = [p.grad.clone() for p in tiny_model.parameters()]
+    tiny_model.zero_grad(set_to_none=True)
+    got, got_ent = grouped_logprobs(tiny_model, g, pad_token_id=0, temperature=temperature, with_entropy=True)
+    (got * torch.arange(1.0, 5.0)).sum().backward()
+    assert torch.allclose(got, want, atol=1e-5) and torch.allclose(got_ent, want_ent, atol=1e-5)
+    for p, w in zip(tiny_model.parameters(), want_grads):
+        assert torch.allclose(p.grad, w, atol=1e-5, rtol=1e-4)
+    tiny_model.zero_grad(set_to_none=True)
+
+
+def test_grouped_without_repeats_is_the_packed_pass(tiny_model):
+    from workbench.algorithms import group_sequences, grouped_logprobs
+
+    tokens = torch.tensor([[11, 12, 2, 0], [13, 14, 15, 16], [17, 0, 0, 0]])
+    lengths = torch.tensor([3, 4, 1])
+    g = group_sequences(PROMPTS, tokens, lengths, pad_token_id=0)
+    assert not g.shared
+    b = g.packed(0)
+    with torch.no_grad():
+        want, _ = sequence_logprobs(tiny_model, b.input_ids, b.attention_mask, b.response_start,
+                                    response_mask=b.response_mask)
+        got, _ = grouped_logprobs(tiny_model, g, pad_token_id=0)
+    assert torch.equal(got, want)

@@ -7,9 +7,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from workbench.allocators import Budget, Candidate, PromptStats, available_allocators, make_allocator
+from workbench.allocators import Budget, Candidate, PromptStats, make_allocator
 from workbench.allocators._stats import beta_cdf, t_cdf, t_quantile
 from workbench.allocators.base import Grant, fit_to_budget
+from workbench.allocators.compare import shipped_allocators
 from workbench.allocators.knapsack import solve_knapsack
 from workbench.allocators.simulate import drive_step
 
@@ -29,7 +30,7 @@ budget_st = st.one_of(
 )
 
 
-@pytest.mark.parametrize("name", available_allocators())
+@pytest.mark.parametrize("name", shipped_allocators())
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     pool=st.lists(stats_st, min_size=0, max_size=40),

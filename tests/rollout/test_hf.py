@@ -80,6 +80,21 @@ def test_left_padding_equals_generating_alone(model, tokenizer, prompts):
         assert torch.allclose(batch.logprobs[i, :n], alone.logprobs[0, :n], atol=1e-5)
 
 
+def test_repeated_prompts_prefilled_once_equal_generating_alone(model, tokenizer, prompts):
+    """A GRPO batch (each prompt several times, interleaved) is prefilled once per distinct prompt;
+    every copy still generates what the prompt generates alone."""
+    backend = HFBackend(model, tokenizer)
+    order = [0, 1, 0, 2, 1, 0, 2, 2] if len(prompts) >= 3 else [0, 1, 0, 1]
+    batch = _gen(backend, [prompts[i] for i in order], GREEDY)
+    for row, i in enumerate(order):
+        alone = _gen(backend, [prompts[i]], GREEDY)
+        n = int(alone.lengths[0])
+        assert int(batch.lengths[row]) == n
+        assert batch.tokens[row, :n].tolist() == alone.tokens[0, :n].tolist()
+        assert torch.allclose(batch.logprobs[row, :n], alone.logprobs[0, :n], atol=1e-5)
+        assert torch.allclose(batch.entropy[row, :n], alone.entropy[0, :n], atol=1e-5)
+
+
 def test_eos_stop_and_finish_reasons(model, tokenizer, prompts):
     out = _gen(HFBackend(model, tokenizer), prompts * 8, SamplingParams(max_new_tokens=6), seed=3)
     reasons = out.finish_reasons()

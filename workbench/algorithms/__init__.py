@@ -16,7 +16,15 @@ from workbench.algorithms.advantages import (
     group_stats,
     register_advantage,
 )
-from workbench.algorithms.logprobs import PackedBatch, pack_sequences, position_ids_from_mask, sequence_logprobs
+from workbench.algorithms.logprobs import (
+    GroupedBatch,
+    PackedBatch,
+    group_sequences,
+    grouped_logprobs,
+    pack_sequences,
+    position_ids_from_mask,
+    sequence_logprobs,
+)
 from workbench.algorithms.losses import (
     AGGREGATIONS,
     aggregate,
@@ -28,6 +36,7 @@ from workbench.algorithms.losses import (
 
 __all__ = [
     "AGGREGATIONS",
+    "GroupedBatch",
     "PackedBatch",
     "aggregate",
     "available_advantages",
@@ -35,7 +44,9 @@ __all__ = [
     "get_advantage",
     "get_policy_loss",
     "group_has_signal",
+    "group_sequences",
     "group_stats",
+    "grouped_logprobs",
     "kl_k3",
     "pack_sequences",
     "position_ids_from_mask",

@@ -30,7 +30,11 @@ loss, symmetric clip, KL to a reference):
    its prompt appended, flagged `off_policy`, with its behaviour log-probabilities as the ratio's old.
 6. Per-prompt Beta posteriors of the pass rate (`PromptStats`) are updated every step from on-policy
    rewards and persisted, so allocators can decide from history.
-7. Seeds: the sampler order, the allocator's rng, and each stage's sampling generator are derived
+7. A group's prompt is computed once, not once per response: generation prefills each distinct
+   prompt once and the update runs it once per micro-batch, its key/value cache (with gradients)
+   shared by the group's responses (`grouped_logprobs`); the numbers are those of per-row copies up
+   to float rounding, and a step of the default experiment takes ~40% less time.
+8. Seeds: the sampler order, the allocator's rng, and each stage's sampling generator are derived
    from (seed, step, stage), so a resumed run reproduces an uninterrupted one on the CPU.
 """
 
@@ -43,7 +47,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from workbench.algorithms import get_advantage, get_policy_loss, pack_sequences, sequence_logprobs
+from workbench.algorithms import GroupedBatch, get_advantage, get_policy_loss, group_sequences, grouped_logprobs
 from workbench.algorithms.losses import canonical_aggregation
 from workbench.allocators.base import Budget, Candidate, GroupResult, PromptStats, StepContext, fit_to_budget
 from workbench.config import RunConfig
@@ -137,10 +141,9 @@ def policy_update(s: Setup, r: Rollouts, adv: np.ndarray, used: np.ndarray, sign
         rows_in = [int(i) for i in chunk if int(i) in train_set]
         loss_total = 0.0
         for micro in _micro_batches(rows_in, r.temperature, a.micro_batch_size):
-            packed, t = _pack(s, r, micro)
-            logp, _ = sequence_logprobs(s.model, packed.input_ids.to(dev), packed.attention_mask.to(dev),
-                                        packed.response_start, response_mask=packed.response_mask.to(dev),
-                                        temperature=t)
+            batch, t = _pack(s, r, micro)
+            batch = batch.to(dev)
+            logp, _ = grouped_logprobs(s.model, batch, pad_token_id=s.pad_id, temperature=t)
             width = logp.shape[1]
             onp = torch.as_tensor(~r.off_policy[micro], device=dev).unsqueeze(1)
             old_m = old[micro, :width].to(dev)
@@ -149,16 +152,14 @@ def policy_update(s: Setup, r: Rollouts, adv: np.ndarray, used: np.ndarray, sign
             ref = None
             if s.ref_model is not None:
                 with torch.no_grad():
-                    ref, _ = sequence_logprobs(s.ref_model, packed.input_ids.to(dev), packed.attention_mask.to(dev),
-                                               packed.response_start, response_mask=packed.response_mask.to(dev),
-                                               temperature=t)
+                    ref, _ = grouped_logprobs(s.ref_model, batch, pad_token_id=s.pad_id, temperature=t)
             loss, m = loss_fn(logp, old_m, torch.as_tensor(adv[micro], dtype=torch.float32, device=dev),
-                              packed.response_mask.to(dev), clip_low=a.clip_low, clip_high=a.clip_high,
+                              batch.response_mask, clip_low=a.clip_low, clip_high=a.clip_high,
                               aggregation=a.aggregation, ref_logprobs=ref, kl_coef=a.kl_coef,
                               max_tokens=s.cfg.sampling.max_new_tokens, normalizer=norm)
             loss.backward()
             loss_total += float(loss.detach())
-            w = float(packed.response_mask.sum())
+            w = float(batch.response_mask.sum())
             weights += w
             for k, v in m.items():
                 totals[k] = totals.get(k, 0.0) + v * w
@@ -188,12 +189,13 @@ def _micro_batches(rows: list[int], temps: np.ndarray, size: int) -> list[list[i
     return out
 
 
-def _pack(s: Setup, r: Rollouts, rows: list[int]) -> tuple[Any, float]:
+def _pack(s: Setup, r: Rollouts, rows: list[int]) -> tuple[GroupedBatch, float]:
+    """The rows' prompts (each distinct one once) and responses, and their sampling temperature."""
     lengths = r.lengths[rows]
     width = int(lengths.max()) if len(rows) else 0
-    packed = pack_sequences([s.train_tok[int(r.prompt[i])] for i in rows], r.tokens[rows, :width], lengths,
-                            s.pad_id)
-    return packed, float(r.temperature[rows[0]])
+    batch = group_sequences([s.train_tok[int(r.prompt[i])] for i in rows], r.tokens[rows, :width],
+                            lengths, s.pad_id)
+    return batch, float(r.temperature[rows[0]])
 
 
 def _logprobs(s: Setup, r: Rollouts, rows: np.ndarray, grad: bool) -> torch.Tensor:
@@ -201,11 +203,9 @@ def _logprobs(s: Setup, r: Rollouts, rows: np.ndarray, grad: bool) -> torch.Tens
     out = torch.zeros((len(rows), r.tokens.shape[1]))
     order = {int(row): i for i, row in enumerate(rows)}
     for micro in _micro_batches([int(i) for i in rows], r.temperature, s.cfg.algorithm.micro_batch_size):
-        packed, t = _pack(s, r, micro)
+        batch, t = _pack(s, r, micro)
         with torch.set_grad_enabled(grad):
-            logp, _ = sequence_logprobs(s.model, packed.input_ids.to(s.device), packed.attention_mask.to(s.device),
-                                        packed.response_start, response_mask=packed.response_mask.to(s.device),
-                                        temperature=t)
+            logp, _ = grouped_logprobs(s.model, batch.to(s.device), pad_token_id=s.pad_id, temperature=t)
         for j, row in enumerate(micro):
             out[order[row], :logp.shape[1]] = logp[j].detach().cpu()
     return out

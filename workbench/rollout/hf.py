@@ -11,6 +11,8 @@ How it works:
    padded prompt sees exactly the positions it would see alone.
 2. One prefill forward fills a `DynamicCache` and gives the first next-token logits; then one forward
    per new token (input [N, 1]) until `max_new_tokens` or until every sequence has produced EOS.
+   A prompt asked for several times (a GRPO group) is prefilled once; its cache rows and first
+   logits are then copied out to each of its samples.
 3. Each step: logits / temperature, keep the top-k, keep the top-p nucleus, renormalise, sample with
    the caller's `torch.Generator` (top_k == 1 takes the argmax: greedy, no randomness consumed).
 4. After a sequence's EOS its remaining positions hold the pad id and 0 logprob/entropy. Once at
@@ -179,10 +181,16 @@ class HFBackend:
 
         dev = self.device
         generator = generator_for(dev, generator)
-        ids, mask = left_pad(prompts, self.pad_token_id, dev)
+        slot: dict[tuple[int, ...], int] = {}
+        where = [slot.setdefault(tuple(int(x) for x in p), len(slot)) for p in prompts]
+        ids, mask = left_pad(list(slot) if len(slot) < len(prompts) else prompts, self.pad_token_id, dev)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache(config=getattr(self.model, "config", None))
         logits = self._forward(ids, mask, pos, cache)
+        if len(slot) < len(prompts):  # each distinct prompt was prefilled once: copy it out per sample
+            index = torch.tensor(where, dtype=torch.long, device=dev)
+            cache.batch_select_indices(index)
+            logits, mask, pos = logits[index], mask[index], pos[index]
         next_pos = pos[:, -1] + 1
         n, t_max = len(prompts), sampling.max_new_tokens
         tokens = torch.full((n, t_max), self.pad_token_id, dtype=torch.long, device=dev)
