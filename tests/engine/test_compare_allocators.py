@@ -83,3 +83,24 @@ def test_compare_runs_each_allocator_at_uniforms_token_budget(store_dir, tiny_co
     assert json.loads(paths[0].read_text())["allocators"][0]["allocator"] == "uniform"
     assert "| `selective` |" in paths[1].read_text()
     assert paths[3].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_finished_run_with_the_same_config_is_reused(tmp_path):
+    """`--keep-in`: a run finished in the store with exactly the comparison's config is found (an
+    interrupted comparison picks up there); one with another config or not finished is not."""
+    from workbench.allocators.compare import _config, finished_run
+    from workbench.engine.bench import _base_config
+
+    base = _base_config(["steps=4", "eval.every=2"])
+    want = _config(base, "selective", 1, 500)
+    assert finished_run(want, tmp_path / "none") is None
+    with open_store(tmp_path) as st:
+        other = st.create_run("compare-selective", _config(base, "selective", 2, 500).to_dict(), seed=2)
+        crashed = st.create_run("compare-selective", want.to_dict(), seed=1)
+        st.set_run_status(crashed, "crashed")
+        assert finished_run(want, tmp_path) is None
+        done = st.create_run("compare-selective", want.to_dict(), seed=1)
+        for run_id in (other, done):
+            st.set_run_status(run_id, "finished")
+    found = finished_run(want, tmp_path)
+    assert found is not None and found[0] == done and found[1] >= 0

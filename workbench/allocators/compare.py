@@ -19,6 +19,10 @@ What is reported, per allocator (means over seeds, at each evaluation step):
 - `token_saving_vs_uniform`: uniform's own `tokens_to_uniform_final` divided by the allocator's;
 and `best_token_saving_vs_uniform`, the largest of those (null when no other allocator got there).
 
+With `store` (`--keep-in`), a run already finished there with exactly the same config is reused
+instead of run again, so an interrupted comparison picks up where it stopped, and one with more
+allocators or seeds only runs what is new.
+
 `write_report` puts the JSON in `docs/bench/allocators.json`, the curves in `allocators.png` and
 `allocators.html`, and a markdown table in `allocators.md`.
 """
@@ -85,7 +89,7 @@ def compare(allocators: list[str] | None = None, seeds: int = 3, *, base: Any = 
             for seed in range(seeds):
                 cfg = _config(base, name, seed, tokens_per_step)
                 say(f"{name} seed {seed}: {cfg.steps} steps, budget {cfg.allocator.budget} {cfg.allocator.budget_kind}")
-                runs.setdefault(name, []).append(_one_run(cfg, root))
+                runs.setdefault(name, []).append(_one_run(cfg, root, say))
             if name == REFERENCE and tokens_per_step is None:
                 tokens_per_step = max(1, int(round(statistics.median(runs[name][0]["tokens_per_step"]))))
     return summarise(runs, tokens_per_step=tokens_per_step, seeds=seeds, steps=base.steps,
@@ -121,15 +125,38 @@ def _store(store: str | Path | None, base: Any) -> Iterator[Path]:
         yield root
 
 
-def _one_run(cfg: Any, root: Path) -> dict[str, Any]:
-    """One run; its evaluation curve against cumulative generated tokens, and its step figures."""
+def finished_run(cfg: Any, root: Path) -> tuple[str, float] | None:
+    """A finished run in the store at `root` with exactly this config (an earlier, interrupted
+    comparison kept there with `--keep-in`), and its minutes; None when there is none."""
+    from workbench.store import open_store
+
+    if not (root / "catalog.sqlite").is_file():
+        return None
+    want = json.dumps(cfg.to_dict(), sort_keys=True, default=str)
+    with open_store(str(root), read_only=True) as st:
+        runs = st.list_runs()
+    for row in runs.filter(runs["status"] == "finished").sort("created_at").to_dicts():
+        config = row["config"] if isinstance(row["config"], dict) else json.loads(row["config"] or "{}")
+        if json.dumps(config, sort_keys=True, default=str) == want:
+            return row["run_id"], (row["updated_at"] - row["created_at"]).total_seconds() / 60
+    return None
+
+
+def _one_run(cfg: Any, root: Path, say: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
+    """One run (or the finished run of an interrupted comparison with this exact config); its
+    evaluation curve against cumulative generated tokens, and its step figures."""
     from workbench.analysis.passk import with_pass_at_k
     from workbench.engine import run
     from workbench.store import open_store
 
-    t0 = time.perf_counter()
-    run_id = run(cfg, store=str(root), store_dir=root)
-    minutes = (time.perf_counter() - t0) / 60
+    done = finished_run(cfg, root)
+    if done is not None:
+        run_id, minutes = done
+        say(f"  reusing finished run {run_id} (same config)")
+    else:
+        t0 = time.perf_counter()
+        run_id = run(cfg, store=str(root), store_dir=root)
+        minutes = (time.perf_counter() - t0) / 60
     with open_store(str(root)) as st:
         steps = st.run_steps(run_id)
         evals = st.evals(run_id)

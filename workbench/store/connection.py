@@ -148,6 +148,8 @@ class Lake:
             load_extension(con, "sqlite" if self.location.kind == "sqlite" else self.location.kind)
             load_extension(con, "ducklake")
             options = [f"DATA_PATH '{_quote(self.location.data_path)}'"]
+            if self.location.root is not None:  # a store directory may have been moved or copied:
+                options.append("OVERRIDE_DATA_PATH true")  # its data is always <root>/data
             if self.read_only:
                 options.append("READ_ONLY")
             con.execute(f"ATTACH 'ducklake:{_quote(self.location.catalog)}' AS {ALIAS} ({', '.join(options)})")

@@ -54,6 +54,8 @@ class WriterMixin:
 
     _lake: Lake
     _last_step: dict[str, int]
+    _steps_written: int
+    upkeep_every: int
 
     # -- runs ------------------------------------------------------------------------------
     def create_run(self, name: str, config: dict[str, Any], seed: int, *, parent_run_id: str | None = None,
@@ -121,6 +123,20 @@ class WriterMixin:
 
         self._lake.write(tx, f"write step {step} of run {run_id}")
         self._last_step[run_id] = max(step, self._last_step.get(run_id, step))
+        self._steps_written += 1
+        if self.upkeep_every and self._steps_written % self.upkeep_every == 0:
+            self._upkeep()
+
+    def _upkeep(self) -> None:
+        """Merge small files (see `maintenance.upkeep`); a failure is logged, never raised: the step
+        is already committed and the next upkeep tries again."""
+        from workbench.store.maintenance import upkeep
+
+        try:
+            seconds = upkeep(self)  # type: ignore[arg-type]
+            log.debug("store upkeep after %d steps took %.2f s", self._steps_written, seconds)
+        except StoreError as exc:
+            log.warning("store upkeep failed (steps are safe; it runs again later): %s", exc)
 
     def _check_new_step(self, run_id: str, step: int) -> None:
         """Refuse a step the run already has. The run's last step is read from the store once per
