@@ -52,6 +52,24 @@ def test_rollout_filters_paging_and_order(filled):
         store.rollouts(run_id, columns=["nope"])
 
 
+@pytest.mark.parametrize("filters", [{}, {"verdict": "correct", "step_min": 1}])
+def test_every_page_is_the_plain_order_by_limit_offset(filled, filters):
+    """The step-window paging returns exactly what ORDER BY ... LIMIT ... OFFSET over the run does,
+    at every offset and limit, pages crossing step boundaries and past the end included."""
+    store, run_id, _ = filled
+    keys = ["step", "stage", "prompt_id", "idx"]
+    where = " AND ".join(["run_id = ?"] + [{"verdict": "verdict = ?", "step_min": "step >= ?",
+                                             "step_max": "step <= ?"}[k] for k in filters])
+    total = store.count_rollouts(run_id, **filters)
+    for limit in (0, 7, 17):
+        for offset in sorted({0, 15, 17, max(total - 2, 0), total + 5}):
+            want = store.sql(f"SELECT step, stage, prompt_id, idx FROM rollouts WHERE {where} "
+                             "ORDER BY step, stage, prompt_id, idx LIMIT ? OFFSET ?",
+                             [run_id, *filters.values(), limit, offset])
+            got = store.rollouts(run_id, limit=limit, offset=offset, **filters)
+            assert got.select(keys).rows() == want.rows(), (limit, offset)
+
+
 def test_filter_values_are_bound_not_spliced(filled):
     store, run_id, _ = filled
     assert store.rollouts(run_id, prompt_id="x' OR '1'='1").height == 0
