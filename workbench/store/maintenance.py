@@ -68,7 +68,7 @@ def _upkeep(store: Store, older_than_s: float, what: str) -> None:
 def upkeep(store: Store, *, older_than_s: float = 3600.0) -> float:
     """`compact` without its before/after inventory: what the writer runs every `upkeep_every`
     steps, so a long run's store stays a few files per table (readers' scans open every file of a
-    table: at 1M rollouts in one file per step, a filtered page took ~5x longer). Returns seconds."""
+    table: at 1M rollouts in one file per step, filtered queries took 5-8x longer). Returns seconds."""
     t = time.perf_counter()
     _upkeep(store, older_than_s, "merge the store's small files")
     return time.perf_counter() - t

@@ -19,14 +19,14 @@ from workbench.store.writer import WriterMixin
 # Statement types `Store.sql` runs; anything else (INSERT, COPY, ATTACH, SET, CALL, ...) is refused.
 READ_STATEMENTS = {"SELECT", "EXPLAIN"}
 
+# Steps written through one Store between two rounds of file merging (`open_store(upkeep_every=...)`).
+UPKEEP_EVERY = 100
+
 # Parquet settings of the store's data files (see docs/store.md and dev/LOG.md for the measurements).
 # Small row groups and files of ~32 MB after compaction keep a filtered page of rollouts cheap: the
 # catalog prunes files by step, Parquet statistics prune row groups, so a page decompresses a few
 # thousand rows instead of a 122,880-row group (6-9 s per page on a 1M-rollout store compacted with
 # DuckDB's defaults, see dev/LOG.md).
-# Steps written through one Store between two rounds of file merging (`open_store(upkeep_every=...)`).
-UPKEEP_EVERY = 100
-
 PARQUET_OPTIONS = {"parquet_compression": "zstd", "parquet_compression_level": "1",
                    "parquet_row_group_size": "2048", "target_file_size": "32MB"}
 
@@ -103,7 +103,7 @@ def open_store(path: str | os.PathLike[str] | None = None, *, catalog: str | Non
     `upkeep_every`: after every this many steps written through this Store, merge small files (flush
     inlined rows, merge adjacent files, drop what no snapshot of the last hour needs; see
     `maintenance.upkeep`). Each step adds one file per table; left alone, a 1M-rollout store took
-    ~4x longer per filtered query. 0 turns it off.
+    5-8x longer per filtered query (dev/LOG.md). 0 turns it off.
 
     `threads` caps DuckDB's worker threads for this store's connections (default: one per core). The
     engine opens its store with `threads=1`: on a small machine DuckDB's ingest threads fight torch's
