@@ -93,7 +93,8 @@ def compare(allocators: list[str] | None = None, seeds: int = 3, *, base: Any = 
             if name == REFERENCE and tokens_per_step is None:
                 tokens_per_step = max(1, int(round(statistics.median(runs[name][0]["tokens_per_step"]))))
     return summarise(runs, tokens_per_step=tokens_per_step, seeds=seeds, steps=base.steps,
-                     minutes=(time.perf_counter() - t0) / 60, runs_kept=store is not None)
+                     minutes=(time.perf_counter() - t0) / 60, runs_kept=store is not None,
+                     overrides=list(overrides or []))
 
 
 def _config(base: Any, name: str, seed: int, tokens_per_step: int | None) -> Any:
@@ -253,7 +254,8 @@ def markdown_table(result: dict[str, Any]) -> str:
         f"{result['uniform_final_pass1']:.3f}. Best token saving vs uniform: "
         f"{f(result['best_token_saving_vs_uniform'], '.2f')} ({result['best_allocator'] or 'none reached it'}).",
         f"Reproduce: `workbench bench allocators --json --seeds {result['seeds']} --steps {result['steps']} "
-        f"--allocators {','.join(r['allocator'] for r in result['allocators'])}` (see `docs/allocators.md`).",
+        f"--allocators {','.join(r['allocator'] for r in result['allocators'])}"
+        f"{''.join(f' --set {o}' for o in result.get('overrides', []))}` (see `docs/allocators.md`).",
         "",
         "| allocator | final pass@1 | final pass@8 | generated tokens | zero-signal frac | tokens to uniform's final | saving |",
         "|---|---|---|---|---|---|---|",
