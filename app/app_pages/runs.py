@@ -25,7 +25,10 @@ else:
             "best_pass1": st.column_config.NumberColumn("best held-out pass@1", format="%.3f"),
             "tokens": st.column_config.NumberColumn("generated tokens", format="%d"),
             "wall_time_s": st.column_config.NumberColumn("wall time (s)", format="%.1f"),
-            "train_time_s": st.column_config.NumberColumn("step time (s)", format="%.1f"),
+            "train_time_s": st.column_config.NumberColumn(
+                "time in steps (s)", format="%.1f",
+                help="The steps' own time summed, evaluations included; the wall time also counts set-up "
+                     "and pauses"),
         },
     )
 
