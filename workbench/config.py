@@ -401,18 +401,23 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     return RunConfig.from_dict(data)
 
 
+def split_fields(cfg: RunConfig) -> tuple[list[Any], list[Any]]:
+    """The run config's top-level fields, and its tables (dataclass or dict values), in field order."""
+    scalars, tables = [], []
+    for f in fields(RunConfig):
+        value = getattr(cfg, f.name)
+        (tables if is_dataclass(value) or isinstance(value, dict) else scalars).append(f)
+    return scalars, tables
+
+
 def to_toml(cfg: RunConfig) -> str:
     """The config as TOML (what `workbench config show` prints), comments from the docstrings.
     `load_config` of the output gives the same config back."""
     docs = field_docs(RunConfig)
     lines: list[str] = []
-    sections = []
-    for f in fields(RunConfig):
-        value = getattr(cfg, f.name)
-        if is_dataclass(value) or isinstance(value, dict):
-            sections.append(f)
-            continue
-        lines += _toml_field(f.name, value, docs.get(f.name, ""))
+    scalars, sections = split_fields(cfg)
+    for f in scalars:
+        lines += _toml_field(f.name, getattr(cfg, f.name), docs.get(f.name, ""))
     for f in sections:
         sub = getattr(cfg, f.name)
         lines += [""] + [f"# {line}" for line in textwrap.wrap(docs.get(f.name, ""), 96)] + [f"[{f.name}]"]

@@ -7,7 +7,7 @@ import dataclasses
 import typing
 from dataclasses import fields, is_dataclass
 
-from workbench.config import RunConfig, _toml_value, _type_name
+from workbench.config import RunConfig, _toml_value, _type_name, split_fields
 from workbench.docstrings import field_docs
 
 
@@ -26,13 +26,9 @@ def config_markdown() -> str:
     top = field_docs(RunConfig)
     default = RunConfig()
     out += ["## Top level", "", "| field | default | meaning |", "|---|---|---|"]
-    nested = []
-    for f in fields(RunConfig):
-        v = getattr(default, f.name)
-        if is_dataclass(v) or isinstance(v, dict):
-            nested.append(f)
-            continue
-        out.append(f"| `{f.name}` | `{_toml_value(v)}` | {_md(top.get(f.name, ''))} |")
+    scalars, nested = split_fields(default)
+    for f in scalars:
+        out.append(f"| `{f.name}` | `{_toml_value(getattr(default, f.name))}` | {_md(top.get(f.name, ''))} |")
     for f in nested:
         sub = getattr(default, f.name)
         if isinstance(sub, dict):

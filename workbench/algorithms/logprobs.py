@@ -43,24 +43,61 @@ def pack_sequences(
     pad_token_id: int,
 ) -> PackedBatch:
     """Left-pad `prompts` to their longest length and append the [N, T] `tokens` (valid up to `lengths`)."""
-    n, t = tokens.shape
-    if len(prompts) != n:
-        raise ValueError(f"{len(prompts)} prompts for {n} responses")
-    p = max((len(x) for x in prompts), default=0)
-    prompt_ids = torch.full((n, p), pad_token_id, dtype=torch.long)
-    prompt_mask = torch.zeros((n, p), dtype=torch.long)
-    for i, ids in enumerate(prompts):
-        if len(ids):
-            prompt_ids[i, p - len(ids):] = torch.as_tensor(list(ids), dtype=torch.long)
-            prompt_mask[i, p - len(ids):] = 1
-    resp_mask = (torch.arange(t).unsqueeze(0) < lengths.cpu().unsqueeze(1)).long()
-    resp = torch.where(resp_mask.bool(), tokens.cpu().long(), torch.full_like(tokens.cpu().long(), pad_token_id))
+    if len(prompts) != tokens.shape[0]:
+        raise ValueError(f"{len(prompts)} prompts for {tokens.shape[0]} responses")
+    prompt_ids, prompt_mask = _left_pad(prompts, pad_token_id)
+    resp, resp_mask = _responses(tokens, lengths, pad_token_id)
     return PackedBatch(
         input_ids=torch.cat([prompt_ids, resp], dim=1),
-        attention_mask=torch.cat([prompt_mask, resp_mask], dim=1),
+        attention_mask=torch.cat([prompt_mask, resp_mask.long()], dim=1),
         response_mask=resp_mask.float(),
-        response_start=p,
+        response_start=prompt_ids.shape[1],
     )
+
+
+def _left_pad(prompts: Sequence[Sequence[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """[N, P] prompt ids right-aligned to the longest prompt, and their mask (1 on real tokens)."""
+    p = max((len(x) for x in prompts), default=0)
+    ids = torch.full((len(prompts), p), pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), p), dtype=torch.long)
+    for i, row in enumerate(prompts):
+        if len(row):
+            ids[i, p - len(row):] = torch.as_tensor(list(row), dtype=torch.long)
+            mask[i, p - len(row):] = 1
+    return ids, mask
+
+
+def _responses(tokens: torch.Tensor, lengths: torch.Tensor, pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """[N, T] response ids with `pad_token_id` past each length, and the bool mask of real tokens."""
+    mask = torch.arange(tokens.shape[1]).unsqueeze(0) < lengths.cpu().unsqueeze(1)
+    toks = tokens.cpu().long()
+    return torch.where(mask, toks, torch.full_like(toks, pad_token_id)), mask
+
+
+def distinct_prompts(prompts: Sequence[Sequence[int]]) -> tuple[list[tuple[int, ...]], list[int]]:
+    """The distinct prompts (by token ids) in first-seen order, and each prompt's place among them."""
+    slot: dict[tuple[int, ...], int] = {}
+    index = [slot.setdefault(tuple(int(x) for x in ids), len(slot)) for ids in prompts]
+    return list(slot), index
+
+
+def _token_scores(logits: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool,
+                  mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probabilities of `targets` under `logits` / temperature (and the entropies), 0 where `mask` is 0."""
+    logits = logits.float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    lse = torch.logsumexp(logits, dim=-1)
+    logprobs = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse
+    entropy = None
+    if with_entropy:
+        probs = torch.softmax(logits, dim=-1)
+        entropy = lse - (probs * logits).sum(dim=-1)
+    if mask is not None:
+        keep = mask.to(logprobs.dtype)
+        logprobs = logprobs * keep
+        entropy = entropy * keep if entropy is not None else None
+    return logprobs, entropy
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -101,21 +138,7 @@ def sequence_logprobs(
         logits = model(**kwargs, logits_to_keep=t + 1).logits[:, :-1]
     else:
         logits = model(**kwargs).logits[:, response_start - 1:-1]
-    logits = logits.float()
-    if temperature != 1.0:
-        logits = logits / temperature
-    targets = input_ids[:, response_start:]
-    lse = torch.logsumexp(logits, dim=-1)
-    logprobs = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse
-    entropy = None
-    if with_entropy:
-        probs = torch.softmax(logits, dim=-1)
-        entropy = lse - (probs * logits).sum(dim=-1)
-    if response_mask is not None:
-        keep = response_mask.to(logprobs.dtype)
-        logprobs = logprobs * keep
-        entropy = entropy * keep if entropy is not None else None
-    return logprobs, entropy
+    return _token_scores(logits, input_ids[:, response_start:], temperature, with_entropy, response_mask)
 
 
 @dataclass
@@ -153,22 +176,12 @@ class GroupedBatch:
 def group_sequences(prompts: Sequence[Sequence[int]], tokens: torch.Tensor, lengths: torch.Tensor,
                     pad_token_id: int) -> GroupedBatch:
     """Like `pack_sequences`, but each distinct prompt (by its token ids) is stored once."""
-    n, t = tokens.shape
-    if len(prompts) != n:
-        raise ValueError(f"{len(prompts)} prompts for {n} responses")
-    slot: dict[tuple[int, ...], int] = {}
-    index = torch.tensor([slot.setdefault(tuple(int(x) for x in ids), len(slot)) for ids in prompts],
-                         dtype=torch.long)
-    p = max((len(k) for k in slot), default=0)
-    prompt_ids = torch.full((len(slot), p), pad_token_id, dtype=torch.long)
-    prompt_mask = torch.zeros((len(slot), p), dtype=torch.long)
-    for ids, k in slot.items():
-        if ids:
-            prompt_ids[k, p - len(ids):] = torch.tensor(ids, dtype=torch.long)
-            prompt_mask[k, p - len(ids):] = 1
-    resp_mask = torch.arange(t).unsqueeze(0) < lengths.cpu().unsqueeze(1)
-    resp = torch.where(resp_mask, tokens.cpu().long(), torch.full_like(tokens.cpu().long(), pad_token_id))
-    return GroupedBatch(prompt_ids, prompt_mask, index, resp, resp_mask.float())
+    if len(prompts) != tokens.shape[0]:
+        raise ValueError(f"{len(prompts)} prompts for {tokens.shape[0]} responses")
+    uniques, index = distinct_prompts(prompts)
+    prompt_ids, prompt_mask = _left_pad(uniques, pad_token_id)
+    resp, resp_mask = _responses(tokens, lengths, pad_token_id)
+    return GroupedBatch(prompt_ids, prompt_mask, torch.tensor(index, dtype=torch.long), resp, resp_mask.float())
 
 
 def grouped_logprobs(
@@ -203,15 +216,8 @@ def grouped_logprobs(
                  attention_mask=torch.cat([batch.prompt_mask[batch.index], batch.response_mask.long()], 1),
                  position_ids=prompt_len.unsqueeze(1) + torch.arange(t, device=batch.tokens.device).unsqueeze(0),
                  cache=cache, use_cache=True, logits_to_keep=t).logits[:, :-1]
-    logits = torch.cat([first[batch.index].unsqueeze(1), rest], 1).float()
-    if temperature != 1.0:
-        logits = logits / temperature
-    lse = torch.logsumexp(logits, dim=-1)
-    logprobs = (logits.gather(-1, batch.tokens.unsqueeze(-1)).squeeze(-1) - lse) * batch.response_mask
-    entropy = None
-    if with_entropy:
-        entropy = (lse - (torch.softmax(logits, dim=-1) * logits).sum(dim=-1)) * batch.response_mask
-    return logprobs, entropy
+    logits = torch.cat([first[batch.index].unsqueeze(1), rest], 1)
+    return _token_scores(logits, batch.tokens, temperature, with_entropy, batch.response_mask)
 
 
 def _accepts_cache(model: torch.nn.Module) -> bool:

@@ -38,6 +38,7 @@ from typing import Sequence
 
 import torch
 
+from workbench.algorithms.logprobs import distinct_prompts
 from workbench.errors import WorkbenchError
 from workbench.rollout.base import GenerationBatch, SamplingParams
 
@@ -181,13 +182,13 @@ class HFBackend:
 
         dev = self.device
         generator = generator_for(dev, generator)
-        slot: dict[tuple[int, ...], int] = {}
-        where = [slot.setdefault(tuple(int(x) for x in p), len(slot)) for p in prompts]
-        ids, mask = left_pad(list(slot) if len(slot) < len(prompts) else prompts, self.pad_token_id, dev)
+        uniques, where = distinct_prompts(prompts)
+        shared = len(uniques) < len(prompts)
+        ids, mask = left_pad(uniques if shared else prompts, self.pad_token_id, dev)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache(config=getattr(self.model, "config", None))
         logits = self._forward(ids, mask, pos, cache)
-        if len(slot) < len(prompts):  # each distinct prompt was prefilled once: copy it out per sample
+        if shared:  # each distinct prompt was prefilled once: copy it out per sample
             index = torch.tensor(where, dtype=torch.long, device=dev)
             cache.batch_select_indices(index)
             logits, mask, pos = logits[index], mask[index], pos[index]
