@@ -121,6 +121,7 @@ def bench_store_cmd(
     repeats: Annotated[int, typer.Option("--repeats", help="Timed calls per query (after one warm-up).")] = 20,
     compact: Annotated[bool, typer.Option("--compact", help="Also time the queries after `store compact`.")] = False,
     threads: Annotated[Optional[int], typer.Option("--threads", help="DuckDB threads of the store's connections (default: one per core; the engine uses 1).")] = None,
+    upkeep_every: Annotated[Optional[int], typer.Option("--upkeep-every", help="Steps between the writer's file merges (default: the store's, 100; 0 turns them off).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Ingest N synthetic rollouts through the writer API, then time the reader queries (p95 ms)."""
@@ -130,7 +131,8 @@ def bench_store_cmd(
         if done % 100 == 0 or done == total:
             typer.echo(f"  step {done}/{total}", err=True)
 
-    out = bench_store(rollouts, path=path, repeats=repeats, progress=progress, compact=compact, threads=threads)
+    out = bench_store(rollouts, path=path, repeats=repeats, progress=progress, compact=compact, threads=threads,
+                      upkeep_every=upkeep_every)
     if as_json:
         print_json(out)
     else:

@@ -41,18 +41,21 @@ def _p95(fn: Callable[[], Any], repeats: int) -> tuple[float, float, float]:
 
 def bench_store(rollouts: int, *, path: str | os.PathLike[str] | None = None, repeats: int = 20,
                 seed: int = 0, keep: bool = False, progress: Callable[[int, int], None] | None = None,
-                compact: bool = False, threads: int | None = None) -> dict[str, Any]:
+                compact: bool = False, threads: int | None = None,
+                upkeep_every: int | None = None) -> dict[str, Any]:
     """Build a store of `rollouts` synthetic rollouts (512 per step transaction) and time the readers.
 
     `path`: where to build it (default: a temp dir, removed afterwards unless `keep`). `compact`: run
     `compact` before timing the readers (reported separately as `compacted`). `threads`: DuckDB
-    threads of the store's connections (as `open_store`; the engine uses 1)."""
+    threads of the store's connections (as `open_store`; the engine uses 1). `upkeep_every`: steps
+    between the writer's file merges (default `open_store`'s; 0 turns them off)."""
     shape = Shape()
     steps = max(1, math.ceil(rollouts / shape.rollouts_per_step))
     root = Path(path) if path else Path(tempfile.mkdtemp(prefix="workbench-bench-store-"))
     rng = np.random.default_rng(seed + 1)
     try:
-        with open_store(root, threads=threads) as store:
+        upkeep = {} if upkeep_every is None else {"upkeep_every": upkeep_every}
+        with open_store(root, threads=threads, **upkeep) as store:
             run_id = store.create_run("bench-store", {"bench": "store", "rollouts": rollouts}, seed=seed)
             syn = SyntheticRun(run_id, shape, seed=seed)
             ingest_s, cpu_s, t_all = 0.0, 0.0, time.perf_counter()
