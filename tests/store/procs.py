@@ -26,10 +26,11 @@ FULL JOIN p ON coalesce(s.step, r.step, a.step) = p.step
 """
 
 
-def writer(path: str, run_id: str, steps: int, seconds: float) -> dict:
-    """Write steps (until `steps` written or `seconds` passed), heartbeat after each."""
+def writer(path: str, run_id: str, steps: int, seconds: float, upkeep_every: int | None = None) -> dict:
+    """Write steps (until `steps` written or `seconds` passed), heartbeat after each; the store's
+    file upkeep every `upkeep_every` steps (None: open_store's default)."""
     done = failed = 0
-    with open_store(path) as store:
+    with open_store(path, **({} if upkeep_every is None else {"upkeep_every": upkeep_every})) as store:
         syn = SyntheticRun(run_id, SHAPE, seed=hash(run_id) % 1000)
         end = time.monotonic() + seconds
         while done < steps and time.monotonic() < end:
@@ -101,7 +102,7 @@ def hang_in_step(path: str, run_id: str, ready: str) -> None:
 if __name__ == "__main__":
     role, args = sys.argv[1], sys.argv[2:]
     if role == "writer":
-        out = writer(args[0], args[1], int(args[2]), float(args[3]))
+        out = writer(args[0], args[1], int(args[2]), float(args[3]), *(int(a) for a in args[4:5]))
         ok = out["failed"] == 0
     elif role == "reader":
         out = reader(args[0], args[1], float(args[2]))

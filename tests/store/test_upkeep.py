@@ -4,6 +4,8 @@ unchanged and a failed upkeep never fails the step that triggered it."""
 from __future__ import annotations
 
 import logging
+import threading
+import time
 
 import pytest
 
@@ -74,3 +76,81 @@ def test_a_moved_store_directory_opens_and_takes_writes(tmp_path):
         store.write_step(syn.step(1))
         assert store.run_steps(run_id)["step"].to_list() == [0, 1]
     assert list((tmp_path / "there" / "data").rglob("*.parquet"))
+
+
+def _read_in_thread(store, run_id, done: list) -> threading.Thread:
+    def go():
+        done.append(store.run_steps(run_id).height)
+    thread = threading.Thread(target=go, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_reads_wait_while_maintenance_runs(tmp_path):
+    """A read from another connection (here another thread; processes use the same lock files) waits
+    until maintenance ends; a read on the maintaining thread itself goes through (no deadlock)."""
+    with open_store(tmp_path / "s", upkeep_every=0) as writer, open_store(tmp_path / "s", read_only=True) as reader:
+        run_id = writer.create_run("r", {}, seed=0)
+        writer.write_step(SyntheticRun(run_id, SMALL, seed=3).step(0))
+        done: list = []
+        with writer._lake.maintaining("test"):
+            assert writer.run_steps(run_id).height == 1  # same thread: not blocked by its own lock
+            thread = _read_in_thread(reader, run_id, done)
+            time.sleep(0.5)
+            assert done == []  # still waiting for the maintenance to end
+        thread.join(10)
+        assert done == [1]
+
+
+def test_maintenance_is_not_starved_by_readers(tmp_path):
+    """Writer preference: while maintenance waits for a read in progress, new reads queue behind it."""
+    with open_store(tmp_path / "s", upkeep_every=0) as store, open_store(tmp_path / "s", read_only=True) as reader:
+        run_id = store.create_run("r", {}, seed=0)
+        order: list[str] = []
+        in_read, release = threading.Event(), threading.Event()
+
+        def long_read():
+            with reader._lake.reading():
+                in_read.set()
+                release.wait(10)
+            order.append("first read")
+
+        def maintain():
+            with store._lake.maintaining("test"):
+                order.append("maintenance")
+
+        first = threading.Thread(target=long_read, daemon=True)
+        first.start()
+        assert in_read.wait(10)
+        maint = threading.Thread(target=maintain, daemon=True)
+        maint.start()
+        time.sleep(0.3)  # maintenance now holds the gate and waits for the first read
+        later: list = []
+        second = _read_in_thread(reader, run_id, later)
+        time.sleep(0.3)
+        assert order == [] and later == []  # the new read queues behind the waiting maintenance
+        release.set()
+        for t in (first, maint, second):
+            t.join(10)
+        assert order == ["first read", "maintenance"] and later == [0]
+
+
+def test_reads_of_a_store_without_lock_files_are_unguarded(tmp_path):
+    """A read-only copy where the lock files cannot be created still reads."""
+    with open_store(tmp_path / "s") as store:
+        run_id = store.create_run("r", {}, seed=0)
+    for name in (".read.lock", ".read.gate"):
+        (tmp_path / "s" / name).unlink(missing_ok=True)
+        (tmp_path / "s" / name).mkdir()  # cannot be opened as a lock file
+    with open_store(tmp_path / "s", read_only=True) as reader:
+        assert reader.run(run_id)["name"] == "r"
+
+
+def test_upkeep_defaults_on_for_a_directory_and_off_for_a_catalog_url(tmp_path):
+    with open_store(tmp_path / "dir") as local:
+        assert local.upkeep_every == 100
+    with open_store(catalog=f"sqlite:{tmp_path / 'c.sqlite'}", data_path=str(tmp_path / "data")) as shared:
+        assert shared.upkeep_every == 0  # readers elsewhere cannot take the read lock
+    with open_store(catalog=f"sqlite:{tmp_path / 'c.sqlite'}", data_path=str(tmp_path / "data"),
+                    upkeep_every=7) as asked:
+        assert asked.upkeep_every == 7

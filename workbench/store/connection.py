@@ -7,6 +7,12 @@ writers across processes with an advisory lock file, so concurrent writers queue
 their commits and rewriting Parquet files. A commit that still loses the catalog (another machine on
 a shared catalog, a PostgreSQL serialisation failure) is retried with exponential backoff and jitter;
 the whole transaction is replayed, so no row is lost.
+
+File maintenance (flushing inlined rows, merging files) is not safe for DuckLake readers running at
+the same moment: a reader whose snapshot predates the maintenance commit, but which lists its files
+after it, can see a table's rows vanish (measured: whole tables empty for one read). So maintenance
+runs under an exclusive lock that every read of a local store takes shared, with writer preference
+(a gate file), so that readers polling without pause cannot starve it.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ T = TypeVar("T")
 CATALOG_FILE = "catalog.sqlite"
 DATA_DIR = "data"
 LOCK_FILE = ".write.lock"
+READ_LOCK_FILE = ".read.lock"  # shared by reads, exclusive during maintenance
+GATE_FILE = ".read.gate"  # held exclusive by maintenance waiting for readers: new reads queue behind it
 ALIAS = "lake"
 
 _RETRYABLE = ("database is locked", "conflict", "busy", "could not serialize", "deadlock",
@@ -204,13 +212,66 @@ class Lake:
         """Run one read query with bound parameters; a Polars DataFrame. Retries a busy catalog."""
         for attempt in range(8):
             try:
-                with self.cursor() as cur:
+                with self.reading(), self.cursor() as cur:
                     return cur.execute(query, params or []).pl()
             except duckdb.Error as exc:
                 if not _retryable(exc) or attempt == 7:
                     raise self.error(exc, "read") from exc
                 time.sleep(0.02 * 2**attempt * random.uniform(0.5, 1.5))
         raise AssertionError("unreachable")
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """Hold the store's read lock (shared) for one read, so maintenance never runs under it. Waits
+        while maintenance runs or waits. A store without a local directory, or whose lock files cannot
+        be created (a read-only copy), reads unguarded; so does a thread already holding maintenance."""
+        if self.location.root is None or getattr(self._local, "maintaining", False):
+            yield
+            return
+        fds = [_open_lock(self.location.root / name) for name in (GATE_FILE, READ_LOCK_FILE)]
+        if None in fds:
+            for fd in fds:
+                if fd is not None:
+                    os.close(fd)
+            yield
+            return
+        gate, lock = fds
+        try:
+            fcntl.flock(gate, fcntl.LOCK_SH)  # queue behind maintenance that is waiting or running
+            fcntl.flock(lock, fcntl.LOCK_SH)
+        except BaseException:
+            os.close(lock)
+            raise
+        finally:
+            os.close(gate)
+        try:
+            yield
+        finally:
+            os.close(lock)
+
+    @contextmanager
+    def maintaining(self, what: str, timeout_s: float = 120.0) -> Iterator[None]:
+        """Hold the read lock exclusively: no read of this store, from any process going through a
+        Lake, runs until the block ends. New reads wait from the moment this starts waiting."""
+        if self.location.root is None:
+            yield
+            return
+        deadline = time.monotonic() + timeout_s
+        fds: list[int] = []
+        try:
+            for name in (GATE_FILE, READ_LOCK_FILE):
+                path = self.location.root / name
+                fd = _open_lock(path)
+                if fd is None:
+                    raise StoreError(f"cannot open the store's read lock {path} to {what}")
+                fds.append(fd)
+                _flock_until(fd, deadline, f"timed out waiting for readers to finish ({path}) to {what}")
+            self._local.maintaining = True
+            yield
+        finally:
+            self._local.maintaining = False
+            for fd in reversed(fds):
+                os.close(fd)
 
     # -- writes ------------------------------------------------------------------------------
     def write(self, fn: Callable[[duckdb.DuckDBPyConnection], T], what: str, *,
@@ -262,14 +323,7 @@ class Lake:
         except OSError as exc:
             raise StoreError(f"cannot open write lock {path}: {exc.strerror}") from exc
         try:
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        raise StoreError(f"timed out waiting for the write lock {path} to {what}") from None
-                    time.sleep(0.002)
+            _flock_until(fd, deadline, f"timed out waiting for the write lock {path} to {what}")
             yield
         finally:
             os.close(fd)  # closing the descriptor releases the lock
@@ -285,6 +339,26 @@ class Lake:
             return StoreError(f"store {where}: data file {match.group(1)} is missing or corrupt "
                               f"({what}): {message}")
         return StoreError(f"store {where}: {what} failed: {message}")
+
+
+def _open_lock(path: Path) -> int | None:
+    """A descriptor on a lock file (created if missing), or None where it cannot be opened."""
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError:
+        return None
+
+
+def _flock_until(fd: int, deadline: float, message: str) -> None:
+    """Take an exclusive flock on `fd`, polling until `deadline`; StoreError(message) after it."""
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise StoreError(message) from None
+            time.sleep(0.002)
 
 
 def _retryable(exc: Exception) -> bool:

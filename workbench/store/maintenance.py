@@ -61,8 +61,9 @@ def _upkeep(store: Store, older_than_s: float, what: str) -> None:
     ]
     if store.location.root is not None:
         statements.append(f"CALL ducklake_delete_orphaned_files('{ALIAS}', older_than => now() - {interval})")
-    for statement in statements:
-        store._lake.write(lambda cur, s=statement: cur.execute(s).arrow(), what, transaction=False)
+    with store._lake.maintaining(what):  # readers of this store wait: see connection.py
+        for statement in statements:
+            store._lake.write(lambda cur, s=statement: cur.execute(s).arrow(), what, transaction=False)
 
 
 def upkeep(store: Store, *, older_than_s: float = 3600.0) -> float:
@@ -110,7 +111,7 @@ def export(store: Store, out: str | os.PathLike[str], *, run_id: str | None = No
     elif not target.parent.is_dir():
         raise StoreError(f"export target directory {target.parent} does not exist")
     counts: dict[str, int] = {}
-    with store._lake.cursor() as cur:
+    with store._lake.reading(), store._lake.cursor() as cur:
         try:
             if fmt == "duckdb":
                 cur.execute(f"ATTACH '{_quote(str(target))}' AS export_db")

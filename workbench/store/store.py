@@ -97,13 +97,15 @@ def check_read_only_sql(query: str) -> None:
 
 def open_store(path: str | os.PathLike[str] | None = None, *, catalog: str | None = None,
                data_path: str | None = None, read_only: bool = False, create: bool = True,
-               threads: int | None = None, upkeep_every: int = UPKEEP_EVERY) -> Store:
+               threads: int | None = None, upkeep_every: int | None = None) -> Store:
     """Open (and create, unless `read_only` or not `create`) a store.
 
     `upkeep_every`: after every this many steps written through this Store, merge small files (flush
     inlined rows, merge adjacent files, drop what no snapshot of the last hour needs; see
     `maintenance.upkeep`). Each step adds one file per table; left alone, a 1M-rollout store took
-    5-8x longer per filtered query (dev/LOG.md). 0 turns it off.
+    5-8x longer per filtered query (dev/LOG.md). 0 turns it off. Default: `UPKEEP_EVERY` for a store
+    directory; 0 for a catalog given by URL, whose readers on other machines cannot take the read lock
+    that keeps them away from maintenance (see `connection.py`): run `compact` there when none read.
 
     `threads` caps DuckDB's worker threads for this store's connections (default: one per core). The
     engine opens its store with `threads=1`: on a small machine DuckDB's ingest threads fight torch's
@@ -130,6 +132,8 @@ def open_store(path: str | os.PathLike[str] | None = None, *, catalog: str | Non
         location = local_location(path, create=create and not read_only)
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise StoreError(f"open_store: threads must be an integer >= 1, got {threads!r}")
+    if upkeep_every is None:
+        upkeep_every = UPKEEP_EVERY if location.root is not None else 0
     if isinstance(upkeep_every, bool) or not isinstance(upkeep_every, int) or upkeep_every < 0:
         raise StoreError(f"open_store: upkeep_every must be an integer >= 0, got {upkeep_every!r}")
     return Store(location, read_only=read_only, threads=threads, upkeep_every=upkeep_every)
