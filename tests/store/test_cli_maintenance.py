@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import duckdb
+import pytest
 import polars as pl
 from typer.testing import CliRunner
 
@@ -86,3 +87,39 @@ def test_bench_store_small(tmp_path):
     assert result["rollouts"] == 1024 and result["steps"] == 2
     assert result["ingest_rollouts_per_s"] > 0 and 500 < result["bytes_per_rollout"] < 5000
     assert set(result["p95_ms"]) >= {"list_runs", "run_steps", "rollouts_page", "prompt_history", "step_allocations"}
+
+
+def test_bench_store_resumes_an_interrupted_build(tmp_path):
+    """A long build (10M rollouts takes hours) goes on where it stopped, writing what an
+    uninterrupted build writes; a store holding another build or other runs is refused by name."""
+    from workbench.errors import StoreError
+    from workbench.store import open_store
+    from workbench.store.bench import bench_store
+
+    class Stop(Exception):
+        pass
+
+    def stop_after_two(done, total):
+        if done == 2:
+            raise Stop
+
+    with pytest.raises(Stop):
+        bench_store(2048, path=tmp_path / "resumed", repeats=1, progress=stop_after_two)
+    out = bench_store(2048, path=tmp_path / "resumed", repeats=1)
+    assert out["resumed_at_step"] == 2 and out["steps"] == 4 and out["rollouts"] == 2048
+    bench_store(2048, path=tmp_path / "whole", repeats=1)
+    rows = {}
+    for name in ("resumed", "whole"):
+        with open_store(tmp_path / name, read_only=True) as store:
+            (run_id,) = store.list_runs()["run_id"].to_list()
+            rows[name] = store.sql("SELECT step, prompt_id, reward, token_ids FROM rollouts "
+                                   "ORDER BY step, prompt_id, idx").to_dicts()
+    assert rows["resumed"] == rows["whole"] and len(rows["whole"]) == 2048
+    again = bench_store(2048, path=tmp_path / "whole", repeats=1)  # finished: only timed
+    assert again["resumed_at_step"] == 4 and again["ingest_rollouts_per_s"] is None
+    with pytest.raises(StoreError, match="bench of 2048 rollouts"):
+        bench_store(4096, path=tmp_path / "whole", repeats=1)
+    with open_store(tmp_path / "other") as store:
+        store.create_run("not a bench", {}, seed=0)
+    with pytest.raises(StoreError, match="not a store bench"):
+        bench_store(1024, path=tmp_path / "other", repeats=1)

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench.errors import StoreError
 from workbench.store.store import open_store
 from workbench.store.synthetic import Shape, SyntheticRun
 
@@ -45,7 +46,9 @@ def bench_store(rollouts: int, *, path: str | os.PathLike[str] | None = None, re
                 upkeep_every: int | None = None) -> dict[str, Any]:
     """Build a store of `rollouts` synthetic rollouts (512 per step transaction) and time the readers.
 
-    `path`: where to build it (default: a temp dir, removed afterwards unless `keep`). `compact`: run
+    `path`: where to build it (default: a temp dir, removed afterwards unless `keep`); a path holding
+    an interrupted build of the same size and seed resumes it (ingest figures then cover the steps
+    written by this call; `resumed_at_step` says where it went on), a finished one is only timed. `compact`: run
     `compact` before timing the readers (reported separately as `compacted`). `threads`: DuckDB
     threads of the store's connections (as `open_store`; the engine uses 1). `upkeep_every`: steps
     between the writer's file merges (default `open_store`'s; 0 turns them off)."""
@@ -56,10 +59,12 @@ def bench_store(rollouts: int, *, path: str | os.PathLike[str] | None = None, re
     try:
         upkeep = {} if upkeep_every is None else {"upkeep_every": upkeep_every}
         with open_store(root, threads=threads, **upkeep) as store:
-            run_id = store.create_run("bench-store", {"bench": "store", "rollouts": rollouts}, seed=seed)
+            run_id, start = _bench_run(store, rollouts, seed)
             syn = SyntheticRun(run_id, shape, seed=seed)
+            for step in range(start):  # a resumed build: replay the generator to where it stopped
+                syn.step(step)
             ingest_s, cpu_s, t_all = 0.0, 0.0, time.perf_counter()
-            for step in range(steps):
+            for step in range(start, steps):
                 record = syn.step(step)
                 t, c = time.perf_counter(), time.process_time()
                 store.write_step(record)
@@ -68,12 +73,15 @@ def bench_store(rollouts: int, *, path: str | os.PathLike[str] | None = None, re
                 if progress is not None:
                     progress(step + 1, steps)
             wall_s = time.perf_counter() - t_all
-            written = steps * shape.rollouts_per_step
+            total = steps * shape.rollouts_per_step
+            written = (steps - start) * shape.rollouts_per_step  # by this call
             result: dict[str, Any] = {
-                "rollouts": written, "steps": steps, "rollouts_per_step": shape.rollouts_per_step,
-                "threads": threads, "ingest_rollouts_per_s": written / ingest_s, "ingest_s": ingest_s,
+                "rollouts": total, "steps": steps, "rollouts_per_step": shape.rollouts_per_step,
+                "resumed_at_step": start or None, "threads": threads,
+                "ingest_rollouts_per_s": written / ingest_s if ingest_s > 0 else None, "ingest_s": ingest_s,
                 "ingest_wall_s": wall_s, "ingest_cpu_s": cpu_s,
-                "ingest_rollouts_per_cpu_s": written / cpu_s if cpu_s > 0 else None, "bytes_per_rollout": _dir_bytes(root) / written,
+                "ingest_rollouts_per_cpu_s": written / cpu_s if cpu_s > 0 else None,
+                "bytes_per_rollout": _dir_bytes(root) / total,
             }
             result["p95_ms"], result["median_ms"], result["p95_cpu_ms"] = _time_queries(
                 store, run_id, steps, shape, rng, repeats)
@@ -91,6 +99,27 @@ def bench_store(rollouts: int, *, path: str | os.PathLike[str] | None = None, re
     finally:
         if not keep and path is None:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def _bench_run(store: Any, rollouts: int, seed: int) -> tuple[str, int]:
+    """The store's bench run and the first step still to write: a new run in a fresh store, or the
+    bench run an interrupted build of the same size and seed left (its build goes on where it
+    stopped, with the same content an uninterrupted build writes)."""
+    runs = store.list_runs()
+    bench = runs.filter(runs["name"] == "bench-store") if runs.height else runs
+    if bench.height == 0:
+        if runs.height:
+            raise StoreError(f"bench store: {store.location.describe()} holds runs that are not a store "
+                             "bench; give an empty or new --path")
+        return store.create_run("bench-store", {"bench": "store", "rollouts": rollouts}, seed=seed), 0
+    row = store.run(bench["run_id"][0])
+    config = row["config"]
+    if int(config.get("rollouts", -1)) != rollouts or int(row["seed"]) != seed:
+        raise StoreError(f"bench store: {store.location.describe()} holds a bench of "
+                         f"{config.get('rollouts')} rollouts (seed {row['seed']}), not {rollouts} (seed {seed}); "
+                         "give another --path")
+    last = store.run_steps(row["run_id"])["step"].max()
+    return row["run_id"], 0 if last is None else int(last) + 1
 
 
 def _time_queries(store: Any, run_id: str, steps: int, shape: Shape, rng: np.random.Generator,
