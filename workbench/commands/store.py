@@ -117,7 +117,7 @@ def export_cmd(
 
 def bench_store_cmd(
     rollouts: Annotated[int, typer.Option("--rollouts", help="Synthetic rollouts to ingest (512 per step).")] = 100_000,
-    path: Annotated[Path | None, typer.Option("--path", help="Build the store here (default: a temp dir, removed).")] = None,
+    path: Annotated[Path | None, typer.Option("--path", help="Build the store here and keep it (default: a temp dir, removed); a path holding an interrupted build of the same size resumes it.")] = None,
     repeats: Annotated[int, typer.Option("--repeats", help="Timed calls per query (after one warm-up).")] = 20,
     compact: Annotated[bool, typer.Option("--compact", help="Also time the queries after `store compact`.")] = False,
     threads: Annotated[Optional[int], typer.Option("--threads", help="DuckDB threads of the store's connections (default: one per core; the engine uses 1).")] = None,

@@ -342,11 +342,14 @@ class Lake:
 
 
 def _open_lock(path: Path) -> int | None:
-    """A descriptor on a lock file (created if missing), or None where it cannot be opened."""
-    try:
-        return os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    except OSError:
-        return None
+    """A descriptor on a lock file (created if missing; read-only where only that is allowed: flock
+    works on either), or None where it cannot be opened."""
+    for flags in (os.O_RDWR | os.O_CREAT, os.O_RDONLY):
+        try:
+            return os.open(path, flags, 0o666)
+        except OSError:
+            continue
+    return None
 
 
 def _flock_until(fd: int, deadline: float, message: str) -> None:
