@@ -38,6 +38,11 @@ class ModelConfig:
     """Parameter dtype of the policy (float32 on CPU; bfloat16 halves memory on a GPU)."""
     threads: int = 0
     """CPU threads for torch (0: torch's default, one per core)."""
+    deterministic: bool = True
+    """Deterministic torch kernels (`torch.use_deterministic_algorithms`). Without them a CPU run's
+    gradients differed in the 7th digit from step 5 on when other processes shared the cores, and the
+    runs parted; with them two such runs were identical and no slower (dev/LOG.md). On CUDA an op
+    without a deterministic kernel warns instead of failing."""
     chat_template: bool = False
     """Wrap each prompt in the tokenizer's chat template as one user turn (instruction-tuned models)."""
 

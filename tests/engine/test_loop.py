@@ -210,3 +210,17 @@ def test_live_settings_reject_bad_values_and_keep_state():
     live.set_allocator_params({"n": 2})
     live.set_temperature(0.7)
     assert (live.budget_kind, live.budget, live.allocator.config.n, live.temperature) == ("tokens", 500, 2, 0.7)
+
+
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_setup_applies_deterministic_kernels(store_dir, tiny_config, deterministic):
+    """`model.deterministic` switches torch's deterministic kernels (on by default): without them two
+    default CPU runs beside each other parted at step 5-6 (dev/LOG.md, fourth session)."""
+    from workbench.engine.setup import build_setup
+
+    before = torch.are_deterministic_algorithms_enabled()
+    try:
+        build_setup(tiny_config(model__deterministic=deterministic), store_dir=store_dir, run_id="x")
+        assert torch.are_deterministic_algorithms_enabled() is deterministic
+    finally:
+        torch.use_deterministic_algorithms(before)

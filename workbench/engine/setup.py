@@ -123,6 +123,7 @@ def build_setup(cfg: RunConfig, *, store_dir: str | Path, run_id: str, store: An
     if cfg.model.threads:
         torch.set_num_threads(cfg.model.threads)
     device = resolve_device(cfg.model.device)
+    torch.use_deterministic_algorithms(cfg.model.deterministic, warn_only=device.type != "cpu")
     model, tokenizer = load_model(str(model_path(cfg, store_dir)), device=str(device))
     if cfg.model.dtype == "bfloat16":
         model = model.to(torch.bfloat16)
