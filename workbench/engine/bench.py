@@ -96,6 +96,7 @@ def rollout_vs_bare(cfg, store: Path, repeats: int = 7) -> dict[str, float]:
 def trl_rollouts_per_s(cfg, store: Path, steps: int) -> dict[str, float]:
     """TRL's GRPOTrainer on the same workload (organism, task, prompts x generations, max new tokens,
     CPU), rollouts per second as the median over steps."""
+    import torch
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -131,8 +132,13 @@ def trl_rollouts_per_s(cfg, store: Path, steps: int) -> dict[str, float]:
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data,
                           processing_class=tokenizer, callbacks=[Timer()])
     t0 = time.perf_counter()
-    with contextlib.redirect_stdout(io.StringIO()):  # the Trainer prints its logs; our stdout is JSON
-        trainer.train()
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(False)  # TRL as its users run it (our runs set it on; see setup.py)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # the Trainer prints its logs; our stdout is JSON
+            trainer.train()
+    finally:
+        torch.use_deterministic_algorithms(deterministic)
     walls = [b - a for a, b in zip([t0] + marks[:-1], marks)][WARMUP_STEPS:]
     step_s = _median(walls)
     return {"steps_per_s": 1 / step_s, "rollouts_per_s": cfg.allocator.prompts_per_step * n / step_s}
