@@ -23,11 +23,15 @@ TIME_PHASES = [
 
 
 def _layout(fig: go.Figure, title: str, *, x: str = "step", y: str = "", height: int = 300) -> go.Figure:
+    # a legend of more than three entries wraps over the title in a half-width column: put it below
+    entries = sum(1 for t in fig.data if t.showlegend is not False and t.name)
+    legend = (dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0) if entries <= 3 else
+              dict(orientation="h", yanchor="top", y=-0.22, xanchor="left", x=0.0))
     fig.update_layout(
         title=dict(text=title, x=0.0, font=dict(size=14)),
-        height=height,
+        height=height if entries <= 3 else height + 40,
         margin=dict(l=10, r=10, t=40, b=10),
-        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0),
+        legend=legend,
         hovermode="x unified",
     )
     fig.update_xaxes(title_text=x)

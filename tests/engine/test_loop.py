@@ -82,6 +82,11 @@ def test_three_step_run_fills_every_table_and_moves_parameters(store_dir, tiny_c
     for key in ("rollout/frac_zero_signal_groups", "rollout/tokens_generated", "alloc/budget", "train/loss",
                 "timing_s/generate", "perf/rollouts_per_s"):
         assert key in m, key
+    # token-entropy quantiles of the step, around its mean, computed over the step's tokens
+    last = r.filter(r["step"] == seen[-1][0])
+    tokens = np.concatenate(last["token_entropy"].to_list())
+    assert m["rollout/entropy_p10"] <= m["rollout/entropy_p50"] <= m["rollout/entropy_p90"]
+    assert m["rollout/entropy_p50"] == pytest.approx(float(np.quantile(tokens, 0.5)), rel=1e-4, abs=1e-6)
     # parameters changed: final checkpoint vs the organism's weights
     from workbench.engine.setup import model_path
     from workbench.models import load_model

@@ -412,6 +412,8 @@ def _step_metrics(s: Setup, r: Rollouts, results: dict[str, GroupResult], group_
     onp = ~r.off_policy
     mask = r.mask() & torch.as_tensor(onp).unsqueeze(1)
     ent = float((r.entropy * mask).sum() / mask.sum().clamp(min=1))
+    tok = r.entropy[mask].float()  # per-token quantiles: the dashboard's entropy band over the whole run
+    q = torch.quantile(tok, torch.tensor([0.1, 0.5, 0.9])).tolist() if tok.numel() else [0.0, 0.0, 0.0]
     rew = r.rewards[onp]
     live = s.live
     m: dict[str, Any] = {
@@ -423,7 +425,7 @@ def _step_metrics(s: Setup, r: Rollouts, results: dict[str, GroupResult], group_
         "rollout/tokens_generated": tokens,
         "rollout/reward_mean": float(rew.mean()) if len(rew) else 0.0,
         "rollout/reward_std": float(rew.std()) if len(rew) else 0.0,
-        "rollout/entropy_mean": ent,
+        "rollout/entropy_mean": ent, **{f"rollout/entropy_p{p}": v for p, v in zip((10, 50, 90), q)},
         "rollout/length_mean": tokens / max(n_onp, 1),
         "rollout/stop_frac": float(r.finished[torch.as_tensor(onp)].float().mean()) if n_onp else 0.0,
         "rollout/frac_zero_signal_groups": float(1 - group_signal.mean()) if len(group_signal) else 0.0,
