@@ -413,7 +413,8 @@ def _step_metrics(s: Setup, r: Rollouts, results: dict[str, GroupResult], group_
     mask = r.mask() & torch.as_tensor(onp).unsqueeze(1)
     ent = float((r.entropy * mask).sum() / mask.sum().clamp(min=1))
     tok = r.entropy[mask].float()  # per-token quantiles: the dashboard's entropy band over the whole run
-    q = torch.quantile(tok, torch.tensor([0.1, 0.5, 0.9])).tolist() if tok.numel() else [0.0, 0.0, 0.0]
+    levels = torch.tensor([0.1, 0.5, 0.9], device=tok.device)
+    q = torch.quantile(tok, levels).tolist() if tok.numel() else [0.0, 0.0, 0.0]
     rew = r.rewards[onp]
     live = s.live
     m: dict[str, Any] = {

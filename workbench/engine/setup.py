@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -123,6 +124,8 @@ def build_setup(cfg: RunConfig, *, store_dir: str | Path, run_id: str, store: An
     if cfg.model.threads:
         torch.set_num_threads(cfg.model.threads)
     device = resolve_device(cfg.model.device)
+    if cfg.model.deterministic and device.type == "cuda":  # cuBLAS is deterministic only with a fixed workspace
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(cfg.model.deterministic, warn_only=device.type != "cpu")
     model, tokenizer = load_model(str(model_path(cfg, store_dir)), device=str(device))
     if cfg.model.dtype == "bfloat16":
