@@ -26,8 +26,10 @@ def _rollout(rng, prompt_id, answer, stage, idx, step, hostile=False):
             "advantage": 0.0, "temperature": 1.0, "off_policy": False, "used_in_update": True}
 
 
-def fill(path, *, runs=("uniform", "multistage"), steps=6, n=4, seed=0) -> list[str]:
-    """Write the runs into the store at `path`; returns their ids (oldest first)."""
+def fill(path, *, runs=("uniform", "multistage"), steps=6, n=4, seed=0, entropy_quantiles=True) -> list[str]:
+    """Write the runs into the store at `path`; returns their ids (oldest first). Without
+    `entropy_quantiles` the steps lack the engine's `rollout/entropy_p*` metrics (runs logged before
+    the engine wrote them)."""
     rng = random.Random(seed)
     ids = []
     with open_store(path) as store:
@@ -76,6 +78,8 @@ def fill(path, *, runs=("uniform", "multistage"), steps=6, n=4, seed=0) -> list[
                            "alloc/allocator": alloc_name, "alloc/params": {}, "policy_version": step,
                            "timing_s/generate": 0.2, "timing_s/verify": 0.01, "timing_s/train": 0.5,
                            "timing_s/log": 0.05, "timing_s/step": 0.8}
+                if not entropy_quantiles:
+                    metrics = {k: v for k, v in metrics.items() if not k.startswith("rollout/entropy_p")}
                 evals = []
                 if step % 2 == 0:
                     evals = [{"prompt_id": p, "level": 1, "samples": 8, "correct": min(8, step + i),

@@ -229,3 +229,21 @@ def test_launch_form_validates_overrides_before_anything_starts(app, lake):
     next(b for b in app.button if b.label == "Validate").click().run()
     assert any(s.value == "valid" for s in app.success)
     assert app.json[0].value and json.loads(app.json[0].value)["steps"] == 3
+
+
+def test_entropy_band_of_runs_logged_before_the_engine_wrote_quantiles(tmp_path, monkeypatch):
+    """A run whose steps carry the engine's token-entropy quantiles is drawn from them; an older run's
+    band is computed from its rollouts, and the caption says which."""
+    import streamlit as st
+
+    from app import data
+
+    new = synth.fill(tmp_path / "new", runs=("uniform",), steps=3)[0]
+    old = synth.fill(tmp_path / "old", runs=("uniform",), steps=3, entropy_quantiles=False)[0]
+    for path, run_id, source in ((tmp_path / "new", new, "token entropy quantiles logged by the engine"),
+                                 (tmp_path / "old", old, "quantiles of rollout mean entropy, steps 0")):
+        monkeypatch.setenv("WORKBENCH_STORE", str(path))
+        st.cache_data.clear()
+        frame, said = data.entropy_quantiles(run_id)
+        assert said.startswith(source), said
+        assert set(frame["step"].to_list()) == {0, 1, 2} and frame["value"].null_count() == 0

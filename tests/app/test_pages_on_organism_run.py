@@ -71,8 +71,8 @@ def test_every_page_on_an_organism_run(at, organism_store):
     assert m["step"] == str(last["step"]) and m["allocator"] == "multistage"
     assert m["reward"] == f"{last['reward_mean']:.3f}"
     assert not evals.is_empty() and float(m["held-out pass@1"]) >= 0.0
-    # the engine logs no entropy quantiles: the page computes them from the rollouts and says so
-    assert any("quantiles of rollout mean entropy" in c.value for c in at.caption)
+    # the engine logs token-entropy quantiles per step: the page draws them, reads no rollouts, and says so
+    assert any("token entropy quantiles logged by the engine" in c.value for c in at.caption)
 
     go(at, "rollouts")
     assert at.text[0].value.startswith(f"{n_last} rollouts match")
