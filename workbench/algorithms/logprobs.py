@@ -45,7 +45,7 @@ def pack_sequences(
     """Left-pad `prompts` to their longest length and append the [N, T] `tokens` (valid up to `lengths`)."""
     if len(prompts) != tokens.shape[0]:
         raise ValueError(f"{len(prompts)} prompts for {tokens.shape[0]} responses")
-    prompt_ids, prompt_mask = _left_pad(prompts, pad_token_id)
+    prompt_ids, prompt_mask = left_pad_ids(prompts, pad_token_id)
     resp, resp_mask = _responses(tokens, lengths, pad_token_id)
     return PackedBatch(
         input_ids=torch.cat([prompt_ids, resp], dim=1),
@@ -55,7 +55,7 @@ def pack_sequences(
     )
 
 
-def _left_pad(prompts: Sequence[Sequence[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+def left_pad_ids(prompts: Sequence[Sequence[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """[N, P] prompt ids right-aligned to the longest prompt, and their mask (1 on real tokens)."""
     p = max((len(x) for x in prompts), default=0)
     ids = torch.full((len(prompts), p), pad_token_id, dtype=torch.long)
@@ -179,7 +179,7 @@ def group_sequences(prompts: Sequence[Sequence[int]], tokens: torch.Tensor, leng
     if len(prompts) != tokens.shape[0]:
         raise ValueError(f"{len(prompts)} prompts for {tokens.shape[0]} responses")
     uniques, index = distinct_prompts(prompts)
-    prompt_ids, prompt_mask = _left_pad(uniques, pad_token_id)
+    prompt_ids, prompt_mask = left_pad_ids(uniques, pad_token_id)
     resp, resp_mask = _responses(tokens, lengths, pad_token_id)
     return GroupedBatch(prompt_ids, prompt_mask, torch.tensor(index, dtype=torch.long), resp, resp_mask.float())
 

@@ -38,7 +38,7 @@ from typing import Sequence
 
 import torch
 
-from workbench.algorithms.logprobs import distinct_prompts
+from workbench.algorithms.logprobs import distinct_prompts, left_pad_ids
 from workbench.errors import WorkbenchError
 from workbench.rollout.base import GenerationBatch, SamplingParams
 
@@ -60,12 +60,7 @@ def left_pad(prompts: Sequence[Sequence[int]], pad_token_id: int, device: torch.
     """[N, P] input ids and attention mask with the prompts right-aligned (left padding)."""
     if not prompts or any(len(p) == 0 for p in prompts):
         raise WorkbenchError("generate needs at least one prompt, and every prompt at least one token (BOS)")
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad_token_id, dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for i, p in enumerate(prompts):
-        ids[i, width - len(p):] = torch.as_tensor(list(p), dtype=torch.long)
-        mask[i, width - len(p):] = 1
+    ids, mask = left_pad_ids(prompts, pad_token_id)
     return ids.to(device), mask.to(device)
 
 
