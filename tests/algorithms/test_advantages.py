@@ -7,6 +7,7 @@ import torch
 
 from workbench.algorithms import available_advantages, get_advantage, group_has_signal, register_advantage
 from workbench.errors import ConfigError
+from f32 import f32_atol
 
 # Groups (non-contiguous ids): 7 mixed, 3 all-zero, 9 mixed, 5 singleton, 4 all 0.1 (not exact in binary).
 REWARDS = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.5, 0.0, 0.3, 0.1, 0.1, 0.1])
@@ -63,7 +64,8 @@ def ref_rloo(rewards, groups):
 def test_matches_loop_reference(name, ref):
     adv, metrics = get_advantage(name)(REWARDS, GROUPS)
     assert adv.dtype == torch.float32 and adv.shape == REWARDS.shape
-    assert adv.tolist() == pytest.approx(ref(REWARDS, GROUPS), abs=1e-6)
+    # float32 group means and stds vs a Python-float loop; advantages are of order 1-3
+    assert adv.tolist() == pytest.approx(ref(REWARDS, GROUPS), abs=f32_atol(4.0, 16))
     assert metrics["adv/groups"] == 5
     assert metrics["adv/zero_signal_groups"] == 3  # ids 3, 5, 4
     assert metrics["adv/zero_signal_frac"] == pytest.approx(3 / 5)
@@ -89,7 +91,7 @@ def test_rloo_is_scaled_dr_grpo():
 def test_grpo_batch_std_scope():
     adv, _ = get_advantage("grpo")(REWARDS, GROUPS, std_scope="batch")
     dr, _ = get_advantage("dr_grpo")(REWARDS, GROUPS)
-    assert torch.allclose(adv, dr / (REWARDS.double().std().float() + 1e-6), atol=1e-6)
+    assert torch.allclose(adv, dr / (REWARDS.double().std().float() + 1e-6), rtol=0, atol=f32_atol(4.0, 16))
     with pytest.raises(ValueError, match="std_scope"):
         get_advantage("grpo")(REWARDS, GROUPS, std_scope="nope")
 

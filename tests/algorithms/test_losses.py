@@ -8,6 +8,7 @@ import torch
 from workbench.algorithms import aggregate, available_policy_losses, get_advantage, get_policy_loss
 from workbench.algorithms import register_policy_loss
 from workbench.errors import ConfigError
+from f32 import f32_atol
 
 ppo = get_policy_loss("ppo_clip")
 
@@ -53,7 +54,8 @@ def test_matches_loop_reference(agg, name, cl, ch, kl_coef):
     loss, metrics = ppo(logp, old, adv, mask, clip_low=cl, clip_high=ch, aggregation=agg,
                         ref_logprobs=ref, kl_coef=kl_coef, **kw)
     want = ref_loss(logp, old, ref, adv, mask, cl, ch, name, kl_coef, kw.get("max_tokens"))
-    assert loss.item() == pytest.approx(want, rel=1e-5, abs=1e-6)
+    # float32 tensor ops vs a Python-float loop over the 15 tokens
+    assert loss.item() == pytest.approx(want, abs=f32_atol(max(abs(want), 1.0), 64))
     assert metrics["train/tokens"] == 15
     assert metrics["train/kl"] > 0
 
@@ -134,7 +136,8 @@ def test_normalizer_makes_micro_batches_exact(agg, norm):
     denom = float(norm(mask))
     parts = [ppo(logp[s], old[s], adv[s], mask[s], clip_low=0.2, clip_high=0.2, aggregation=agg, max_tokens=8,
                  normalizer=denom)[0] for s in (slice(0, 2), slice(2, 6))]
-    assert (parts[0] + parts[1]).item() == pytest.approx(full.item(), rel=1e-6)
+    # two partial float32 sums vs one sum over the same terms
+    assert (parts[0] + parts[1]).item() == pytest.approx(full.item(), abs=f32_atol(max(abs(full.item()), 1.0), 64))
 
 
 def test_per_token_advantages_accepted():

@@ -19,7 +19,7 @@ from workbench.allocators import (
     register_allocator,
 )
 from workbench.allocators._config import field_docs
-from workbench.allocators.compare import shipped_allocators
+from workbench.allocators.registry import shipped_allocators
 from workbench.errors import ConfigError
 
 from .conftest import drive

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from workbench.allocators import Budget, Candidate, PromptStats, make_allocator
 from workbench.allocators._stats import beta_cdf, t_cdf, t_quantile
 from workbench.allocators.base import Grant, fit_to_budget
-from workbench.allocators.compare import shipped_allocators
+from workbench.allocators.registry import shipped_allocators
 from workbench.allocators.knapsack import solve_knapsack
 from workbench.allocators.simulate import drive_step
 

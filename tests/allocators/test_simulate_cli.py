@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from workbench.allocators import available_allocators
-from workbench.allocators.compare import shipped_allocators
+from workbench.allocators.registry import shipped_allocators
 from workbench.allocators.simulate import SimConfig, simulate, simulate_one
 from workbench.cli import app
 from workbench.errors import ConfigError

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from workbench.allocators.compare import compare, summarise, tokens_to_reach, write_report
+from workbench.experiments.compare import compare, summarise, tokens_to_reach, write_report
 from workbench.errors import ConfigError, WorkbenchError
 from workbench.store import open_store
 
@@ -88,8 +88,8 @@ def test_compare_runs_each_allocator_at_uniforms_token_budget(store_dir, tiny_co
 def test_a_finished_run_with_the_same_config_is_reused(tmp_path):
     """`--keep-in`: a run finished in the store with exactly the comparison's config is found (an
     interrupted comparison picks up there); one with another config or not finished is not."""
-    from workbench.allocators.compare import _config, finished_run
-    from workbench.engine.bench import _base_config
+    from workbench.experiments.compare import _config, finished_run
+    from workbench.experiments.engine_bench import _base_config
 
     base = _base_config(["steps=4", "eval.every=2"])
     want = _config(base, "selective", 1, 500)

@@ -68,3 +68,8 @@ def describe_allocator(name: str) -> dict[str, Any]:
         "doc": doc,
         "params": describe_config(cls.Config),
     }
+
+
+def shipped_allocators() -> list[str]:
+    """The allocators that come with the workbench (not ones registered by user code or tests)."""
+    return [n for n in available_allocators() if get_allocator(n).__module__.startswith("workbench.")]

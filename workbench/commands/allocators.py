@@ -67,7 +67,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         """Compare allocators: on the organism (held-out pass@k against generated tokens), or --simulate."""
         names = _names(allocators)
         if not simulate:
-            from workbench.allocators.compare import DOCS_BENCH, compare, write_report
+            from workbench.experiments.compare import DOCS_BENCH, compare, write_report
 
             sets = list(overrides or []) + ([f"steps={steps}"] if steps is not None else [])
             result = compare(names, seeds=seeds, overrides=sets, tokens_per_step=tokens_per_step, store=keep_in,

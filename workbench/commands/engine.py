@@ -195,7 +195,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         set_: SetOpt = None,
     ) -> None:
         """Engine speed: steps/s, rollouts/s, phase shares, logging overhead, rollout vs bare, ratio vs TRL."""
-        from workbench.engine.bench import bench_engine as run_bench
+        from workbench.experiments.engine_bench import bench_engine as run_bench
 
         out = run_bench(steps=steps, with_trl=trl, overrides=list(set_ or []))
         if json_:
@@ -212,7 +212,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         set_: SetOpt = None,
     ) -> None:
         """Does the default experiment learn? Held-out pass@1 (T=1) gain over the warm start, per seed."""
-        from workbench.engine.bench import bench_learn as run_bench
+        from workbench.experiments.engine_bench import bench_learn as run_bench
 
         out = run_bench(seeds=seeds, store=store, overrides=list(set_ or []))
         if json_:

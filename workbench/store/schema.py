@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """Bumped whenever a table or column changes; older stores are migrated on open (see MIGRATIONS)."""
 
 # (column, DuckDB type) per table. JSON columns are written as text and typed JSON in the store.
@@ -21,7 +21,7 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("updated_at", "TIMESTAMPTZ"), ("status", "VARCHAR"), ("config", "JSON"), ("seed", "BIGINT"),
         ("pid", "INTEGER"), ("host", "VARCHAR"), ("heartbeat_at", "TIMESTAMPTZ"),
         ("parent_run_id", "VARCHAR"), ("code_version", "VARCHAR"), ("error", "VARCHAR"),
-        ("log_path", "VARCHAR"),
+        ("log_path", "VARCHAR"), ("source", "VARCHAR"),
     ],
     "steps": [
         ("run_id", "VARCHAR"), ("step", "INTEGER"), ("created_at", "TIMESTAMPTZ"),
@@ -48,7 +48,7 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("verdict", "VARCHAR"), ("finish_reason", "VARCHAR"), ("length", "INTEGER"),
         ("logprob_sum", "FLOAT"), ("entropy_mean", "FLOAT"), ("entropy_max", "FLOAT"),
         ("advantage", "FLOAT"), ("temperature", "FLOAT"), ("off_policy", "BOOLEAN"),
-        ("used_in_update", "BOOLEAN"),
+        ("used_in_update", "BOOLEAN"), ("worker", "VARCHAR"), ("token_logprobs", "FLOAT[]"),
     ],
     "prompt_stats": [
         ("run_id", "VARCHAR"), ("step", "INTEGER"), ("prompt_id", "VARCHAR"), ("alpha", "DOUBLE"),
@@ -114,7 +114,13 @@ def create_statements() -> list[str]:
 
 # from_version -> (description, statements that bring a store from from_version to from_version + 1).
 # Each migration runs in its own transaction together with the meta update.
-MIGRATIONS: dict[int, tuple[str, list[str] | Callable[[], list[str]]]] = {}
+MIGRATIONS: dict[int, tuple[str, list[str] | Callable[[], list[str]]]] = {
+    1: ("runs.source (which engine wrote the run), rollouts.worker (which rollout worker generated it) and "
+        "rollouts.token_logprobs (behaviour log-probs per token, where an imported format has them)",
+        ["ALTER TABLE runs ADD COLUMN source VARCHAR",
+         "ALTER TABLE rollouts ADD COLUMN worker VARCHAR",
+         "ALTER TABLE rollouts ADD COLUMN token_logprobs FLOAT[]"]),
+}
 
 
 def migration_path(found: int) -> list[tuple[int, str, list[str]]]:

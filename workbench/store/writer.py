@@ -22,7 +22,8 @@ from workbench.store.schema import STEP_TABLES, TABLES
 
 log = logging.getLogger(__name__)
 
-RUN_STATUSES = ("created", "running", "paused", "stopping", "stopped", "finished", "failed", "crashed")
+RUN_STATUSES = ("created", "running", "paused", "stopping", "stopped", "finished", "failed", "crashed",
+                "imported")
 CONTROL_OUTCOMES = ("applied", "rejected")
 EVENT_LEVELS = ("debug", "info", "warning", "error")
 
@@ -60,8 +61,10 @@ class WriterMixin:
     # -- runs ------------------------------------------------------------------------------
     def create_run(self, name: str, config: dict[str, Any], seed: int, *, parent_run_id: str | None = None,
                    pid: int | None = None, host: str | None = None, code_version: str | None = None,
-                   log_path: str | None = None, status: str = "created") -> str:
-        """Register a new run; returns its id (`<name>-<UTC time>-<4 hex>`, readable and unique)."""
+                   log_path: str | None = None, status: str = "created", source: str | None = None) -> str:
+        """Register a new run; returns its id (`<name>-<UTC time>-<4 hex>`, readable and unique).
+        `source` names the engine that produced it (None: this workbench's; "verl", "trl", ... for
+        imported runs)."""
         _check_status(status)
         now = now_utc()
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-")[:40] or "run"
@@ -69,7 +72,7 @@ class WriterMixin:
         row = {"run_id": run_id, "name": name, "created_at": now, "updated_at": now, "status": status,
                "config": config, "seed": int(seed), "pid": pid if pid is not None else os.getpid(),
                "host": host or socket.gethostname(), "heartbeat_at": now, "parent_run_id": parent_run_id,
-               "code_version": code_version, "log_path": log_path}
+               "code_version": code_version, "log_path": log_path, "source": source}
         data = rows_to_arrow("runs", [row], {})
         self._lake.write(lambda cur: insert(cur, "runs", data), f"create run {name!r}")
         return run_id

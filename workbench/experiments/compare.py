@@ -39,17 +39,12 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from workbench.allocators._config import check_int
-from workbench.allocators.registry import available_allocators, get_allocator
+from workbench.allocators.registry import get_allocator, shipped_allocators
 from workbench.errors import ConfigError
 
 REFERENCE = "uniform"
 PASS_K = (1, 8)
 DOCS_BENCH = Path(__file__).resolve().parents[2] / "docs" / "bench"
-
-
-def shipped_allocators() -> list[str]:
-    """The allocators that come with the workbench (not ones registered by user code or tests)."""
-    return [n for n in available_allocators() if get_allocator(n).__module__.startswith("workbench.")]
 
 
 def compare(allocators: list[str] | None = None, seeds: int = 3, *, base: Any = None,
@@ -70,7 +65,7 @@ def compare(allocators: list[str] | None = None, seeds: int = 3, *, base: Any = 
         names.insert(0, REFERENCE)
     names.sort(key=lambda n: n != REFERENCE)
     if base is None:
-        from workbench.engine.bench import _base_config
+        from workbench.experiments.engine_bench import _base_config
 
         base = _base_config(list(overrides or []))
     elif overrides:
@@ -120,7 +115,7 @@ def _store(store: str | Path | None, base: Any) -> Iterator[Path]:
         yield Path(store)
         return
     from workbench.commands.common import store_path
-    from workbench.engine.bench import _temp_store
+    from workbench.experiments.engine_bench import _temp_store
 
     with _temp_store(Path(store_path(None)), base) as root:
         yield root
