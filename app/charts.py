@@ -45,6 +45,11 @@ def _rgba(hex_colour: str, alpha: float) -> str:
     return f"rgba({int(h[0:2], 16)},{int(h[2:4], 16)},{int(h[4:6], 16)},{alpha})"
 
 
+NOT_LOGGED = "not logged by this run"
+"""What an empty chart says when the run has steps but never logged the value (imported runs lack
+the engine's own columns: loss, timings, budget, ...)."""
+
+
 def empty_figure(title: str, message: str = "no data yet") -> go.Figure:
     """A titled figure saying why it is empty (so a page never shows a blank box)."""
     fig = go.Figure()
@@ -100,8 +105,10 @@ def line_chart(
     """One line per (column, label) of `steps` against `step`; `band` = (mean column, std column)
     adds a shaded ±1 std band around the first series; the regime in force is on the hover."""
     present = [(c, lab) for c, lab in series if c in steps.columns and steps[c].drop_nulls().len() > 0]
-    if steps.is_empty() or not present:
+    if steps.is_empty():
         return empty_figure(title)
+    if not present:
+        return empty_figure(title, NOT_LOGGED)
     steps = steps.sort("step")
     x = steps["step"].to_numpy()
     fig = go.Figure()
@@ -201,8 +208,10 @@ def stacked_time_chart(steps: pl.DataFrame, *, changes: list[dict] | None = None
     """Seconds per phase per step, stacked."""
     title = "time split per step"
     present = [(c, lab) for c, lab in TIME_PHASES if c in steps.columns]
-    if steps.is_empty() or not present:
+    if steps.is_empty():
         return empty_figure(title)
+    if not any(steps[c].drop_nulls().len() for c, _ in present):
+        return empty_figure(title, NOT_LOGGED)
     steps = steps.sort("step")
     fig = go.Figure()
     for i, (col, label) in enumerate(present):
@@ -339,9 +348,16 @@ def posterior_chart(history: pl.DataFrame, title: str = "posterior pass rate") -
     return fig
 
 
-def grants_chart(grants: pl.DataFrame, title: str = "rollouts granted per step") -> go.Figure:
+STEP_BAR_WIDTH = 0.8
+"""Width of a per-step bar, in steps."""
+
+
+def grants_chart(grants: pl.DataFrame, title: str = "rollouts granted per step", *,
+                 steps_span: tuple[int, int] | None = None) -> go.Figure:
     """Rollouts granted to one prompt per step (all stages), with the number of stages and the
-    allocator's reasons on hover (columns step, granted; optional stages, reasons)."""
+    allocator's reasons on hover (columns step, granted; optional stages, reasons). Each bar is one
+    step wide (STEP_BAR_WIDTH) however far apart the visits are; `steps_span` = the run's (first,
+    last) step sets the x axis to the whole run."""
     if grants.is_empty():
         return empty_figure(title, "never granted rollouts")
     g = grants.sort("step")
@@ -349,17 +365,67 @@ def grants_chart(grants: pl.DataFrame, title: str = "rollouts granted per step")
     stages = g["stages"].fill_null(1).to_list() if "stages" in g.columns else [1] * g.height
     fig = go.Figure(go.Bar(
         x=g["step"].to_list(), y=g["granted"].to_list(), name="granted",
+        # one step wide whatever the spacing of the visits (Plotly would widen sparse bars to the gap)
+        width=[STEP_BAR_WIDTH] * g.height,
         marker_color=[PALETTE[min(int(s), len(PALETTE)) - 1] for s in stages],
         customdata=[[r, s] for r, s in zip(reasons, stages)],
-        hovertemplate="%{y} rollouts in %{customdata[1]} stage(s)<br>%{customdata[0]}<extra></extra>",
+        hovertemplate="step %{x}: %{y} rollouts in %{customdata[1]} stage(s)<br>%{customdata[0]}<extra></extra>",
     ))
-    fig.update_layout(bargap=0.1, hovermode="closest")
-    return _layout(fig, title, y="rollouts (colour: stages)")
+    fig.update_layout(hovermode="closest")
+    _layout(fig, title, y="rollouts (colour: stages)")
+    fig.update_xaxes(type="linear")
+    if steps_span is not None:
+        fig.update_xaxes(range=[steps_span[0] - 0.5, steps_span[1] + 0.5])
+    return fig
+
+
+def pass_rate_chart(visits: pl.DataFrame, title: str = "observed pass rate per visit") -> go.Figure:
+    """One prompt's pass rate observed in each step it was visited (columns step, last_pass; optional
+    granted): for runs with no per-prompt posterior logged."""
+    if visits.is_empty():
+        return empty_figure(title, "never visited")
+    v = visits.sort("step")
+    n = v["granted"].to_list() if "granted" in v.columns else [None] * v.height
+    fig = go.Figure(go.Scatter(x=v["step"].to_list(), y=v["last_pass"].to_list(), mode="markers", name="observed",
+                               marker=dict(color=PALETTE[1], size=8), customdata=n,
+                               hovertemplate="step %{x}: pass rate %{y:.2f} over %{customdata} rollouts<extra></extra>"))
+    fig.update_layout(hovermode="closest")
+    _layout(fig, title, y="pass rate")
+    fig.update_yaxes(range=[-0.02, 1.02])
+    return fig
+
+
+def pass_rate_histogram(values: list[float], title: str, *, bins: int = 10) -> go.Figure:
+    """How many prompt groups had each observed pass rate (equal-width bins over [0, 1]; 0 and 1 are
+    the zero-signal groups of binary rewards)."""
+    if not values:
+        return empty_figure(title)
+    fig = go.Figure(go.Histogram(x=values, xbins=dict(start=0.0, end=1.0 + 1e-9, size=1.0 / bins),
+                                 marker_color=PALETTE[0], hovertemplate="%{x}: %{y} groups<extra></extra>"))
+    fig.update_layout(hovermode="closest", bargap=0.05)
+    _layout(fig, title, x="observed pass rate of the group", y="prompts")
+    fig.update_xaxes(range=[-0.02, 1.02])
+    return fig
+
+
+def reward_compare_chart(curves: pl.DataFrame, title: str = "training reward vs generated tokens") -> go.Figure:
+    """Mean training reward per step of several runs against generated tokens so far (columns run,
+    tokens, reward_mean), one line per run."""
+    if curves.is_empty() or curves["reward_mean"].drop_nulls().len() == 0:
+        return empty_figure(title)
+    fig = go.Figure()
+    for i, run in enumerate(sorted(curves["run"].unique().to_list())):
+        r = curves.filter(pl.col("run") == run).sort("tokens")
+        fig.add_trace(go.Scatter(x=r["tokens"].to_numpy(), y=r["reward_mean"].to_numpy(), mode="lines", name=run,
+                                 line=dict(color=PALETTE[i % len(PALETTE)])))
+    fig.update_layout(hovermode="closest")
+    return _layout(fig, title, x="generated tokens", y="reward (mean per step)")
 
 
 def compare_chart(curves: pl.DataFrame, *, x: str, x_title: str, k: int, title: str) -> go.Figure:
-    """pass@k of several runs against `x` (columns run, x, k, pass_at_k), one line per run."""
-    sub = curves.filter(pl.col("k") == k) if not curves.is_empty() else curves
+    """pass@k of several runs against `x` (columns run, x, k, pass_at_k), one line per run; runs
+    with no value of `x` (no step times logged) are left out."""
+    sub = curves.filter((pl.col("k") == k) & pl.col(x).is_not_null()) if not curves.is_empty() else curves
     if sub.is_empty():
         return empty_figure(title, "no evaluations in the selected runs")
     fig = go.Figure()

@@ -54,10 +54,31 @@ def send(page: str, action, *args, **kwargs) -> int | None:
     return control_id
 
 
+def source_of(run_id: str) -> str | None:
+    """The engine an imported run came from ("verl", "trl", ...); None for this workbench's runs."""
+    info = data.run(run_id)
+    if info.get("source"):
+        return str(info["source"])
+    return "another engine" if info.get("status") == "imported" else None
+
+
+def read_only_note(run_id: str) -> str | None:
+    """Why a run offers no controls (it was imported: no process of ours runs it), or None."""
+    source = source_of(run_id)
+    if source is None:
+        return None
+    return (f"This run was imported from {source}: it is read-only (no process of this workbench runs it, so "
+            "there is nothing to pause, resume, stop or steer).")
+
+
 def lifecycle_buttons(page: str, run_id: str, status: str | None) -> None:
-    """Pause / resume / stop for one run, enabled by its status."""
+    """Pause / resume / stop for one run, enabled by its status (none for an imported run)."""
     from workbench.control import api
 
+    note = read_only_note(run_id)
+    if note:
+        st.caption(note)
+        return
     live = status in ("running", "created", "paused", "stopping")
     c1, c2, c3 = st.columns(3)
     if c1.button("Pause", key=f"{page}_pause", disabled=status != "running", icon=":material/pause:",

@@ -140,6 +140,34 @@ def entropy_quantiles(run_id: str) -> tuple[pl.DataFrame, str]:
         f"quantiles of rollout mean entropy, steps {step_min}–{int(s['step'].max())}")
 
 
+@st.cache_data(ttl=LIVE_TTL, show_spinner=False)
+def workers(run_id: str) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The run's rollout workers (Ray backend): per step and worker its rollouts/s (`step, worker,
+    rollouts_per_s, rollouts`), and per step the weight sync time (`step, weight_sync_s`). Both are
+    empty for a run that generated in the trainer's process."""
+    return worker_frames(steps((run_id,)))
+
+
+def worker_frames(steps_frame: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """`workers` from a steps frame: reads `perf/worker/<name>/rollouts_per_s`, `.../rollouts` and
+    `timing_s/weight_sync` out of each step's metrics."""
+    rates: dict[tuple[int, str], dict[str, Any]] = {}
+    sync = []
+    if "metrics" in steps_frame.columns:
+        for step, metrics in zip(steps_frame["step"].to_list(), steps_frame["metrics"].to_list()):
+            items = dict(_metric_items(metrics))
+            for key, value in items.items():
+                if key.startswith("perf/worker/") and value is not None:
+                    name, _, field = key.removeprefix("perf/worker/").rpartition("/")
+                    rates.setdefault((step, name), {"step": step, "worker": name})[field] = float(value)
+            if any(k.startswith("perf/worker/") for k in items) and items.get("timing_s/weight_sync") is not None:
+                sync.append({"step": step, "weight_sync_s": float(items["timing_s/weight_sync"])})
+    rows = [dict(r, rollouts_per_s=r.get("rollouts_per_s"), rollouts=r.get("rollouts")) for r in rates.values()]
+    frame = pl.DataFrame(rows, schema={"step": pl.Int64, "worker": pl.Utf8, "rollouts_per_s": pl.Float64,
+                                       "rollouts": pl.Float64})
+    return frame.sort("step", "worker"), pl.DataFrame(sync, schema={"step": pl.Int64, "weight_sync_s": pl.Float64})
+
+
 def _metric_items(metrics: Any) -> list[tuple[str, Any]]:
     if metrics is None:
         return []
@@ -268,3 +296,15 @@ def run_options() -> tuple[list[str], dict[str, str]]:
         for rid, name, status in zip(ids, r["name"].to_list(), r["status"].to_list())
     }
     return ids, labels
+
+
+# --- runs that logged no allocation decisions (imported from other engines) ---------------------
+
+
+@st.cache_data(ttl=BROWSE_TTL, show_spinner=False)
+def prompt_rollout_outcomes(run_id: str, prompt_id: str) -> pl.DataFrame:
+    """(step, stage, reward) of every rollout of one prompt in a run: its visits as the rollouts tell
+    them, for the Prompt page of a run with no `allocations` / `prompt_stats` rows."""
+    s = store()
+    n = int(s.count_rollouts(run_id, prompt_id=prompt_id))
+    return s.rollouts(run_id, prompt_id=prompt_id, limit=max(n, 1), offset=0, columns=["step", "stage", "reward"])

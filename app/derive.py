@@ -80,9 +80,14 @@ def regime_changes(steps: pl.DataFrame) -> list[dict]:
     return out
 
 
+OWN_SOURCE = "workbench"
+"""The `source` shown for runs this workbench trained (the store's `runs.source` is null for them)."""
+
+
 def run_summary(runs: pl.DataFrame, steps: pl.DataFrame, best_pass1: dict[str, float]) -> pl.DataFrame:
-    """One row per run for the Runs page: status, allocator in force, steps, best held-out pass@1,
-    generated tokens, wall time."""
+    """One row per run for the Runs page: status, source (the engine that wrote it: "workbench", or
+    "verl", "trl", ... for imported runs), allocator in force, steps, best held-out pass@1, generated
+    tokens, wall time."""
     if runs.is_empty():
         return pl.DataFrame(schema={c: pl.Utf8 for c in ["run_id", "name", "status"]})
     if steps.is_empty():
@@ -93,7 +98,8 @@ def run_summary(runs: pl.DataFrame, steps: pl.DataFrame, best_pass1: dict[str, f
             pl.len().alias("steps"),
             pl.col("step").max().alias("last_step"),
             pl.col("tokens_generated").sum().alias("tokens"),
-            pl.col("step_time_s").sum().alias("train_time_s"),
+            # null, not 0, for a run that logged no step time (imported runs)
+            pl.when(pl.col("step_time_s").is_not_null().any()).then(pl.col("step_time_s").sum()).alias("train_time_s"),
             pl.col("allocator").last().alias("allocator"),
         )
     out = runs.drop([c for c in ("steps", "last_step", "allocator") if c in runs.columns]).join(agg, on="run_id", how="left")
@@ -106,8 +112,13 @@ def run_summary(runs: pl.DataFrame, steps: pl.DataFrame, best_pass1: dict[str, f
     )
     if {"created_at", "updated_at"} <= set(out.columns):
         end = pl.max_horizontal("heartbeat_at", "updated_at") if "heartbeat_at" in out.columns else pl.col("updated_at")
-        out = out.with_columns(((end - pl.col("created_at")).dt.total_milliseconds() / 1000.0).alias("wall_time_s"))
-    keep = ["name", "status", "allocator", "steps", "best_pass1", "tokens", "wall_time_s", "train_time_s",
+        wall = (end - pl.col("created_at")).dt.total_milliseconds() / 1000.0
+        if "source" in out.columns:  # an imported run's row times the import, not the training
+            wall = pl.when(pl.col("source").is_null()).then(wall)
+        out = out.with_columns(wall.alias("wall_time_s"))
+    source = pl.col("source").fill_null(OWN_SOURCE) if "source" in out.columns else pl.lit(OWN_SOURCE)
+    out = out.with_columns(source.alias("source"))
+    keep = ["name", "status", "source", "allocator", "steps", "best_pass1", "tokens", "wall_time_s", "train_time_s",
             "created_at", "run_id"]
     return out.select([c for c in keep if c in out.columns]).sort("created_at", descending=True, nulls_last=True) \
         if "created_at" in out.columns else out.select([c for c in keep if c in out.columns])
@@ -195,13 +206,61 @@ def zero_signal_groups(steps: pl.DataFrame) -> pl.DataFrame:
 
 def cumulative_axes(steps: pl.DataFrame) -> pl.DataFrame:
     """Per step of one run: generated tokens so far and training wall time so far (seconds, pauses
-    excluded: the sum of step times)."""
+    excluded: the sum of step times; null throughout for a run that logged no step time, as imported
+    runs do)."""
     s = steps.sort("step")
+    timed = "step_time_s" in s.columns and s["step_time_s"].drop_nulls().len() > 0
     return s.select(
         "step",
         pl.col("tokens_generated").fill_null(0).cum_sum().alias("tokens"),
-        pl.col("step_time_s").fill_null(0.0).cum_sum().alias("wall_s"),
+        (pl.col("step_time_s").fill_null(0.0).cum_sum() if timed else pl.lit(None, dtype=pl.Float64)).alias("wall_s"),
     )
+
+
+def reward_curves(per_run: dict[str, pl.DataFrame]) -> pl.DataFrame:
+    """Mean training reward per step of several runs against generated tokens so far (every run logs
+    these, imported ones included). `per_run` maps a run label to its steps. Columns run, step,
+    tokens, reward_mean."""
+    frames = [cumulative_axes(s).join(s.select("step", "reward_mean"), on="step").with_columns(pl.lit(label).alias("run"))
+              for label, s in per_run.items() if not s.is_empty()]
+    if not frames:
+        return pl.DataFrame(schema={"run": pl.Utf8, "step": pl.Int64, "tokens": pl.Int64, "reward_mean": pl.Float64})
+    return pl.concat(frames, how="diagonal_relaxed").select("run", "step", "tokens", "reward_mean")
+
+
+def group_pass_rates(rewards: pl.DataFrame) -> pl.DataFrame:
+    """Per (step, prompt) group of rollouts (columns step, prompt_id, reward): rollouts, correct
+    (reward >= 0.5), observed pass rate, and whether the group carried no signal (all rewards equal)."""
+    schema = {"step": pl.Int64, "prompt_id": pl.Utf8, "rollouts": pl.Int64, "correct": pl.Int64,
+              "pass_rate": pl.Float64, "zero_signal": pl.Boolean}
+    if rewards.is_empty():
+        return pl.DataFrame(schema=schema)
+    return (rewards.group_by(["step", "prompt_id"])
+            .agg(pl.len().alias("rollouts"), (pl.col("reward") >= 0.5).sum().alias("correct"),
+                 (pl.col("reward") >= 0.5).mean().alias("pass_rate"),
+                 (pl.col("reward").n_unique() == 1).alias("zero_signal"))
+            .select(list(schema)).cast(schema).sort(["step", "prompt_id"]))
+
+
+def prompt_visits(rollouts: pl.DataFrame) -> pl.DataFrame:
+    """One prompt's visits told by its rollouts alone (columns step, stage, reward), for runs that
+    logged no allocation decisions: per step the rollouts it got (`granted`), in how many stages, how
+    many were correct, and the observed pass rate (`last_pass`)."""
+    schema = {"step": pl.Int64, "granted": pl.Int64, "stages": pl.Int64, "correct": pl.Int64, "last_pass": pl.Float64}
+    if rollouts.is_empty():
+        return pl.DataFrame(schema=schema)
+    return (rollouts.group_by("step")
+            .agg(pl.len().alias("granted"), pl.col("stage").n_unique().alias("stages"),
+                 (pl.col("reward") >= 0.5).sum().alias("correct"), (pl.col("reward") >= 0.5).mean().alias("last_pass"))
+            .select(list(schema)).cast(schema).sort("step"))
+
+
+def busiest_prompt(rewards: pl.DataFrame) -> str | None:
+    """The prompt with the most rollouts in a frame (ties: the smallest id)."""
+    if rewards.is_empty():
+        return None
+    counts = rewards.group_by("prompt_id").agg(pl.len().alias("n")).sort(["n", "prompt_id"], descending=[True, False])
+    return str(counts["prompt_id"][0])
 
 
 def compare_curves(per_run: dict[str, tuple[pl.DataFrame, pl.DataFrame]]) -> pl.DataFrame:

@@ -13,7 +13,11 @@ import streamlit as st  # noqa: E402
 st.set_page_config(page_title="Rollout Workbench", layout="wide")
 
 PAGES = [
-    st.Page("app_pages/runs.py", title="Runs", icon=":material/list:", url_path="runs", default=True),
+    # The Runs page answers both `/` and `/runs`: Streamlit serves its default page at `/` only, so a
+    # hidden default (same script) takes `/` and the Runs entry of the menu keeps `/runs`.
+    st.Page("app_pages/runs.py", title="Runs", icon=":material/list:", url_path="home", default=True,
+            visibility="hidden"),
+    st.Page("app_pages/runs.py", title="Runs", icon=":material/list:", url_path="runs"),
     st.Page("app_pages/live.py", title="Run (live)", icon=":material/monitoring:", url_path="live"),
     st.Page("app_pages/rollouts.py", title="Rollouts", icon=":material/chat:", url_path="rollouts"),
     st.Page("app_pages/prompt.py", title="Prompt", icon=":material/help:", url_path="prompt"),

@@ -29,11 +29,16 @@ latest = 4  # how many of the latest runs when run_ids is empty'''
 
 SETUP = '''\
 import plotly.express as px
+import plotly.io as pio
 import polars as pl
 
 import workbench.analysis as wa
 from workbench.analysis.frames import pick_runs, run_rollouts, stack, with_labels
 from workbench.store import open_store
+
+# JupyterLab draws the first; the second (HTML with plotly.js embedded once, in the first chart's cell)
+# keeps the charts when the notebook is exported to HTML and opened with no network
+pio.renderers.default = "plotly_mimetype+notebook"
 
 store = open_store(store_path, read_only=True)
 runs = pick_runs(store, run_ids, latest=latest)
@@ -257,27 +262,41 @@ def allocators() -> list:
             "## What-if replay\n"
             "Each allocator is run over the chosen run's steps; its grants are served by drawing from the "
             "prompt's observed rewards at that step. First a check: the run's own allocator, replayed with "
-            "the run's seed and logged parameters, should reproduce the logged decisions."),
+            "the run's seed and logged parameters, should reproduce the logged decisions.\n\n"
+            "A run imported from another engine (verl, TRL, NeMo-RL: `workbench import`) logged no allocation "
+            "decisions: its steps are told by its rollouts (each prompt's group one grant of the rollouts it "
+            "got, the step's budget the rollouts it generated), and the replay answers what each of our "
+            "allocators would have spent, and found, on that run's outcomes. Set `replay_run_id` to its id."),
         new_code_cell(
             "target = replay_run_id or runs[\"run_id\"][0]\n"
             "frames = load_run(store, target)\n"
-            "own = replay_run(store, target, frames=frames)\n"
-            "key = [\"step\", \"stage\", \"prompt_id\", \"granted\"]\n"
-            "logged = frames.allocations.select(key).sort(key)\n"
-            "same = own.grants.select(key).sort(key).equals(logged)\n"
-            "print(f\"run {target[:8]} ({frames.allocator} {frames.params}): own-allocator replay reproduces the \"\n"
-            "      f\"logged grants: {same} ({own.grants.height} replayed vs {logged.height} logged decisions)\")"),
+            "source = store.run(target).get(\"source\")\n"
+            "if source:\n"
+            "    print(f\"run {target[:8]} was imported from {source}: no allocation decisions logged, so no allocator of \"\n"
+            "          f\"ours to reproduce; its {frames.allocations.height} groups over \"\n"
+            "          f\"{frames.allocations['step'].n_unique()} steps are the 'logged' row below\")\n"
+            "else:\n"
+            "    own = replay_run(store, target, frames=frames)\n"
+            "    key = [\"step\", \"stage\", \"prompt_id\", \"granted\"]\n"
+            "    logged = frames.allocations.select(key).sort(key)\n"
+            "    same = own.grants.select(key).sort(key).equals(logged)\n"
+            "    print(f\"run {target[:8]} ({frames.allocator} {frames.params}): own-allocator replay reproduces the \"\n"
+            "          f\"logged grants: {same} ({own.grants.height} replayed vs {logged.height} logged decisions)\")"),
         new_code_cell(
             "table = compare_allocators(store, target, replay_allocators, seeds=replay_seeds, budget=replay_budget)\n"
+            "if source:\n"
+            "    table = table.with_columns(pl.when(pl.col(\"label\") == \"logged\").then(pl.lit(source))\n"
+            "                               .otherwise(pl.col(\"allocator\")).alias(\"allocator\"))\n"
             "summary = (table.group_by(\"label\", maintain_order=True)\n"
-            "           .agg(pl.col(\"rollouts\").mean(), pl.col(\"informative_groups\").mean(),\n"
+            "           .agg(pl.col(\"rollouts\").mean(), pl.col(\"tokens\").mean().alias(\"generated_tokens\"),\n"
+            "                pl.col(\"informative_groups\").mean(),\n"
             "                pl.col(\"informative_groups\").std().alias(\"informative_sd\"),\n"
             "                pl.col(\"informative_per_1k\").mean(), pl.col(\"zero_signal_frac\").mean(),\n"
             "                pl.col(\"observed_frac\").mean()))\n"
             "summary"),
         new_code_cell(
             "px.scatter(summary, x=\"rollouts\", y=\"informative_groups\", color=\"label\", error_y=\"informative_sd\",\n"
-            "           hover_data=[\"informative_per_1k\", \"zero_signal_frac\", \"observed_frac\"],\n"
+            "           hover_data=[\"generated_tokens\", \"informative_per_1k\", \"zero_signal_frac\", \"observed_frac\"],\n"
             "           labels={\"rollouts\": \"rollouts spent (whole run)\", \"informative_groups\": \"informative groups found\"},\n"
             "           title=f\"What-if replay over run {target[:8]}: spend vs informative groups\")"),
         new_markdown_cell("`observed_frac` is the share of replayed rollouts served from the step's own logged "

@@ -161,6 +161,54 @@ class LoggingConfig:
 
 
 @dataclass(frozen=True)
+class StoreConfig:
+    commit_max_rows: int = 16384
+    """Group commit: the most rollouts one store transaction holds. Steps that reach the writer while it
+    commits wait and go together in its next transaction, up to this many rollouts (whole steps; a
+    larger step goes alone). A step reaching an idle writer is committed at once."""
+    commit_interval_s: float = 1.0
+    """Group commit: the longest a finished step is held back before it is handed to the store's
+    writer (the engine holds each step until the next policy update starts, so the commit's Python
+    work does not slow generation). Pause, stop, the end of the run, each evaluation and each
+    checkpoint flush at once."""
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    backend: Literal["hf", "vllm", "ray"] = "hf"
+    """Who generates the rollouts: "hf" (in-process Hugging Face generation on the policy's device),
+    "vllm" (an in-process vLLM engine colocated with training on one GPU; the `gpu` extra), or "ray"
+    (`workers` Ray actors, each holding a copy of the policy and a `worker_backend`; the `ray` extra).
+    Evaluation always runs in the trainer's process."""
+    workers: int = 1
+    """Ray actors generating rollouts (backend "ray"). Each stage's grants are split across them,
+    a prompt's rollouts kept together, balanced by expected tokens."""
+    worker_backend: Literal["hf", "vllm"] = "hf"
+    """What each Ray worker runs: "hf" (CPU, or the GPU Ray assigns it) or "vllm" (one GPU each)."""
+    ray_address: str = ""
+    """Ray cluster to join: "" starts a local Ray runtime for the run (no dashboard), "auto" joins the
+    cluster started on this machine with `ray start`, "host:port" joins that head node."""
+    num_cpus: int = 0
+    """CPUs of the local Ray runtime (0: every core of the machine); ignored when joining a cluster."""
+    worker_cpus: float = 0.0
+    """CPUs Ray reserves for each worker, also its torch threads (0: the local runtime's CPUs divided by
+    `workers`, at least 1; 1 on a cluster)."""
+    worker_gpus: float = 0.0
+    """GPUs Ray reserves for each worker (1: a GPU of its own; 0: the worker runs on the CPU)."""
+    max_restarts: int = 3
+    """Times Ray restarts a worker that died; its share of the stage is generated again each time."""
+    start_timeout_s: float = 120.0
+    """Seconds to wait for Ray and for every worker to start before the run fails (a worker asking for
+    resources the cluster lacks would otherwise wait forever)."""
+    gpu_memory_utilization: float = 0.3
+    """vLLM: share of the GPU's memory its engine may take (weights, activations, KV cache); the rest
+    is the trainer's."""
+    vllm_sleep: bool = True
+    """vLLM: put the engine to sleep during the policy update (frees its KV cache and weights' memory
+    for training) and wake it for generation, as TRL's colocate mode does."""
+
+
+@dataclass(frozen=True)
 class RunConfig:
     name: str = "organism-uniform"
     """Run name shown in the dashboard (several runs may share one)."""
@@ -187,6 +235,10 @@ class RunConfig:
     """Checkpoints (resume restarts from the last one)."""
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     """What reaches the store."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """Where rollouts are generated: in-process, vLLM, or Ray workers."""
+    store: StoreConfig = field(default_factory=StoreConfig)
+    """How steps are committed to the store (group commit)."""
 
     # -- loading and saving --------------------------------------------------------------------
 
@@ -248,6 +300,20 @@ def validate(cfg: RunConfig) -> None:
     _check(cfg.checkpoint.every >= 0, "checkpoint.every", "an integer >= 0", cfg.checkpoint.every)
     _check(cfg.checkpoint.keep >= 1, "checkpoint.keep", "an integer >= 1", cfg.checkpoint.keep)
     _check(cfg.logging.heartbeat_s > 0, "logging.heartbeat_s", "a number > 0", cfg.logging.heartbeat_s)
+    r = cfg.rollout
+    _check(r.workers >= 1, "rollout.workers", "an integer >= 1", r.workers)
+    _check(r.num_cpus >= 0, "rollout.num_cpus", "an integer >= 0 (0: every core)", r.num_cpus)
+    _check(r.worker_cpus >= 0, "rollout.worker_cpus", "a number >= 0 (0: shared out)", r.worker_cpus)
+    _check(r.worker_gpus >= 0, "rollout.worker_gpus", "a number >= 0", r.worker_gpus)
+    _check(r.max_restarts >= 0, "rollout.max_restarts", "an integer >= 0", r.max_restarts)
+    _check(r.start_timeout_s > 0, "rollout.start_timeout_s", "a number > 0", r.start_timeout_s)
+    _check(0 < r.gpu_memory_utilization < 1, "rollout.gpu_memory_utilization", "a share in (0, 1)",
+           r.gpu_memory_utilization)
+    _check(r.backend == "ray" or r.workers == 1, "rollout.workers",
+           'more than 1 needs rollout.backend = "ray"', r.workers)
+    _check(cfg.store.commit_max_rows >= 1, "store.commit_max_rows", "an integer >= 1", cfg.store.commit_max_rows)
+    _check(cfg.store.commit_interval_s > 0, "store.commit_interval_s", "a number > 0 (seconds)",
+           cfg.store.commit_interval_s)
     _check_registries(cfg)
 
 

@@ -1,6 +1,7 @@
 """Allocation: how the budget was spread — per step the rollouts granted by stage against the
 budget, the rollouts-per-prompt histogram, zero-signal groups, every grant with its reason, and
-how well the allocator's predicted pass rates matched what the rollouts then showed."""
+how well the allocator's predicted pass rates matched what the rollouts then showed. A run imported
+from another engine logged no decisions: the page says so and shows what its rollouts tell."""
 
 import polars as pl
 import streamlit as st
@@ -20,6 +21,41 @@ if steps.is_empty():
     st.info("This run has no finished step yet.")
     st.stop()
 lo, hi = int(steps["step"].min()), int(steps["step"].max())
+source = components.source_of(run_id)
+
+
+def told_by_rollouts() -> None:
+    """The page for a run with no allocation decisions: rollouts per step, zero-signal groups per step,
+    and for a chosen step the rollouts per prompt and the groups' observed pass rates."""
+    st.info(f"This run was imported from {source}, which logged no allocation decisions (no grants, reasons, "
+            "budgets or predicted pass rates). Shown is what its rollouts tell.", icon=":material/info:")
+    step = st.slider("step", lo, hi, hi, key=f"{PAGE}_step") if lo < hi else hi
+    left, right = st.columns(2)
+    left.plotly_chart(charts.line_chart(steps, [("rollouts", "rollouts")], "rollouts per step", y="rollouts"),
+                      key=f"{PAGE}_budget")
+    right.plotly_chart(charts.line_chart(derive.zero_signal_groups(steps), [("zero_signal_groups", "zero-signal groups")],
+                                         "zero-signal groups per step", y="groups"), key=f"{PAGE}_zero")
+    groups = derive.group_pass_rates(data.step_rewards(run_id, step, step))
+    st.subheader(f"Step {step}")
+    c = st.columns(4)
+    c[0].metric("prompts", groups.height)
+    c[1].metric("rollouts", int(groups["rollouts"].sum()))
+    c[2].metric("zero-signal groups", int(groups["zero_signal"].sum()))
+    c[3].metric("observed pass rate", f"{groups['correct'].sum() / max(1, groups['rollouts'].sum()):.3f}")
+    left, right = st.columns(2)
+    left.plotly_chart(charts.histogram_chart(groups["rollouts"].to_list(), f"rollouts per prompt, step {step}",
+                                             x="rollouts"), key=f"{PAGE}_hist")
+    right.plotly_chart(charts.pass_rate_histogram(groups["pass_rate"].to_list(),
+                                                  f"observed pass rate per prompt, step {step}"),
+                       key=f"{PAGE}_pass_hist")
+    st.dataframe(groups.sort(["rollouts", "prompt_id"], descending=[True, False]), hide_index=True,
+                 key=f"{PAGE}_table", column_config={"pass_rate": "observed pass rate"})
+
+
+if source is not None and data.allocations(run_id, step=hi).is_empty():
+    told_by_rollouts()
+    st.stop()
+
 step = st.slider("step", lo, hi, hi, key=f"{PAGE}_step") if lo < hi else hi
 
 left, right = st.columns(2)

@@ -1,5 +1,6 @@
-"""Compare: several runs side by side — held-out pass@1 and pass@k against generated tokens and
-against training wall time (the sum of step times, pauses excluded)."""
+"""Compare: several runs side by side, ours and imported ones — held-out pass@1 and pass@k against
+generated tokens and against training wall time (the sum of step times, pauses excluded), and the
+training reward against generated tokens (which every run logs)."""
 
 import polars as pl
 import streamlit as st
@@ -26,6 +27,8 @@ for rid in chosen:
     s = all_steps.filter(pl.col("run_id") == rid) if not all_steps.is_empty() else all_steps
     per_run[labels.get(rid, rid)] = (s, data.evals(rid))
 curves = derive.compare_curves(per_run)
+untimed = [label for label, (s, _) in per_run.items() if s.is_empty() or s["step_time_s"].drop_nulls().len() == 0]
+unevaluated = [label for label, (_, e) in per_run.items() if e.is_empty()]
 ks = sorted(curves["k"].unique().to_list()) if not curves.is_empty() else [1]
 k = st.selectbox("k for pass@k", [x for x in ks if x > 1] or ks, index=len([x for x in ks if x > 1] or ks) - 1,
                  key=f"{PAGE}_k")
@@ -39,6 +42,16 @@ left.plotly_chart(charts.compare_chart(curves, x="tokens", x_title="generated to
                                        title=f"held-out pass@{k} vs generated tokens"), key=f"{PAGE}_pk_tokens")
 right.plotly_chart(charts.compare_chart(curves, x="wall_s", x_title="training wall time (s)", k=k,
                                         title=f"held-out pass@{k} vs wall time"), key=f"{PAGE}_pk_wall")
+
+notes = []
+if unevaluated:
+    notes.append(f"no held-out evaluations logged (not in the pass@k charts): {', '.join(unevaluated)}")
+if untimed:
+    notes.append(f"no step times logged (not in the wall-time charts): {', '.join(untimed)}")
+if notes:
+    st.caption(" · ".join(notes))
+st.plotly_chart(charts.reward_compare_chart(derive.reward_curves({label: s for label, (s, _) in per_run.items()})),
+                key=f"{PAGE}_reward_tokens")
 
 if not curves.is_empty():
     summary = (curves.sort("step").group_by(["run", "k"]).agg(

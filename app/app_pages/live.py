@@ -64,6 +64,36 @@ def curves(run_id: str) -> None:
 
 curves(run_id)
 
+
+@st.fragment(run_every=every)
+def workers(run_id: str) -> None:
+    """Rollout workers (Ray backend): how many, rollouts/s of each, weight sync time per step."""
+    rates, sync = data.workers(run_id)
+    if rates.is_empty():
+        return
+    st.subheader("Rollout workers")
+    last_step = int(rates["step"].max())
+    last = rates.filter(pl.col("step") == last_step)
+    c = st.columns(3)
+    c[0].metric("workers", last.height)
+    c[1].metric("rollouts/s per worker (last step)",
+                " · ".join(f"{w}: {r:.0f}" for w, r in zip(last["worker"], last["rollouts_per_s"])))
+    last_sync = sync.filter(pl.col("step") == last_step)["weight_sync_s"].to_list()
+    c[2].metric("weight sync (last step)", f"{1000 * last_sync[0]:.0f} ms" if last_sync else "–")
+    left, right = st.columns(2)
+    with left:
+        st.caption("rollouts/s of each worker (its rollouts over its own generation time)")
+        st.line_chart(rates.pivot(on="worker", index="step", values="rollouts_per_s"), x="step")
+    with right:
+        st.caption("weight sync per step (s): new weights put once in Ray's object store, loaded by every worker")
+        st.line_chart(sync, x="step", y="weight_sync_s")
+
+
+workers(run_id)
+if components.read_only_note(run_id):  # an imported run: nothing to steer
+    st.info(components.read_only_note(run_id), icon=":material/lock:")
+    st.stop()
+
 st.header("Control")
 from workbench.allocators import available_allocators, describe_allocator, make_config  # noqa: E402
 from workbench.control import api  # noqa: E402

@@ -1,5 +1,6 @@
 """Runs: every run in the store with its status and headline numbers; pause, resume or stop one;
-launch a new run from a config file with field overrides (validated before anything starts)."""
+launch a new run from a config file with field overrides (validated before anything starts: the
+config must lie in the configs directory, overrides may name only known config fields)."""
 
 from pathlib import Path
 
@@ -9,6 +10,8 @@ from app import components, data
 
 PAGE = "runs"
 CONFIG_DIRS = [Path.cwd() / "configs", Path(__file__).resolve().parents[2] / "configs"]
+# The only places the launch form takes configs from (checked again on submit, resolved).
+MAX_NAME = 120
 
 st.title("Runs")
 st.caption(f"store: {data.store_location()}")
@@ -60,15 +63,20 @@ else:
         submitted = b2.form_submit_button("Validate and launch", icon=":material/rocket_launch:")
     if check or submitted:
         from workbench.control import launch
-        from workbench.control.launch import resolve_config
-        from workbench.errors import WorkbenchError
+        from workbench.control.launch import check_config_path, check_overrides, resolve_config
+        from workbench.errors import ControlError, WorkbenchError
 
         overrides = [line.strip() for line in overrides_text.splitlines() if line.strip()]
         try:  # launch validates the config and the overrides before it creates or starts anything
+            # only configs inside the configs directory, only known fields (no code named in the form)
+            cfg_file = check_config_path(cfg_path, CONFIG_DIRS)
+            overrides = check_overrides(overrides)
+            if len(name) > MAX_NAME or any(not ch.isprintable() for ch in name):
+                raise ControlError(f"launch: run name must be at most {MAX_NAME} printable characters")
             if submitted:
-                run_id = launch(str(cfg_path), store=data.store(), overrides=overrides, name=name or None)
+                run_id = launch(str(cfg_file), store=data.store(), overrides=overrides, name=name or None)
             else:
-                resolved = resolve_config(str(cfg_path), overrides, name=name or None)
+                resolved = resolve_config(str(cfg_file), overrides, name=name or None)
         except WorkbenchError as exc:
             st.error(str(exc), icon=":material/block:")
         else:

@@ -87,3 +87,47 @@ def fill(path, *, runs=("uniform", "multistage"), steps=6, n=4, seed=0, entropy_
                 store.write_step(StepRecord(run_id, step, metrics, rollouts, allocs, stats, evals))
             store.set_run_status(run_id, "finished" if r else "running")
     return ids
+
+
+def fill_imported(path, *, source="verl", steps=5, prompts_per_step=4, n=4, seed=1, sparse=(), evals=True) -> str:
+    """One run as an importer writes it (`workbench import`): `runs.source` set, status "imported",
+    step metrics computed from the rollouts (the engine's columns — loss, grad norm, timings,
+    allocator, budget — null), rollouts without token ids or entropies but with per-token logprobs,
+    its prompts, evaluations when `evals`, and NO allocations nor prompt_stats. Prompts in `sparse`
+    appear only in steps 0 and steps - 1 (visits far apart). Returns the run id."""
+    rng = random.Random(seed)
+    cfg = {"source": source, "imported_from": "rollout dumps", "steps": steps}
+    with open_store(path) as store:
+        run_id = store.create_run(f"{source}-import", cfg, seed=0, source=source, status="imported")
+        store.add_prompts(run_id, [{"prompt_id": p, "split": "train", "level": None, "text": t, "answer": a,
+                                    "metadata": {}} for p, t, a in PROMPTS]
+                          + [{"prompt_id": p, "split": "eval", "level": 1, "text": t, "answer": a, "metadata": {}}
+                             for p, t, a in EVAL_PROMPTS])
+        dense = [p for p in PROMPTS if p[0] not in sparse]
+        for step in range(steps):
+            chosen = [p for p in PROMPTS if p[0] in sparse and step in (0, steps - 1)]
+            chosen += [dense[(step * prompts_per_step + j) % len(dense)] for j in range(prompts_per_step)]
+            rows, zero = [], 0
+            for pid, _, ans in chosen:
+                group = []
+                for i in range(n):
+                    right = rng.random() < 0.2 + 0.1 * step
+                    text = ans if right else str(int(ans) + 1)
+                    group.append({"stage": 0, "prompt_id": pid, "idx": i, "response": text,
+                                  "reward": 1.0 if right else 0.0, "verdict": "correct" if right else "wrong",
+                                  "length": len(text), "token_logprobs": [-rng.random() for _ in text]})
+                zero += len({g["reward"] for g in group}) == 1
+                rows += group
+            rewards = [r["reward"] for r in rows]
+            mean = sum(rewards) / len(rewards)
+            metrics = {"rollout/count": len(rows), "rollout/prompts": len(chosen),
+                       "rollout/tokens_generated": sum(r["length"] for r in rows),
+                       "rollout/reward_mean": mean,
+                       "rollout/reward_std": (sum((x - mean) ** 2 for x in rewards) / len(rewards)) ** 0.5,
+                       "rollout/frac_zero_signal_groups": zero / len(chosen)}
+            ev = []
+            if evals and step % 2 == 0:
+                ev = [{"prompt_id": p, "level": 1, "samples": 4, "correct": min(4, step // 2 + i),
+                       "greedy_correct": None, "mean_length": 2.0} for i, (p, _, _) in enumerate(EVAL_PROMPTS)]
+            store.write_step(StepRecord(run_id, step, metrics, rows, [], [], ev))
+    return run_id

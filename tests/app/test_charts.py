@@ -123,3 +123,42 @@ def test_grants_and_compare():
     assert list(_trace(fig, "a").x) == [10, 20]
     assert charts.compare_chart(curves, x="tokens", x_title="t", k=8, title="c").layout.annotations[0].text \
         == "no evaluations in the selected runs"
+
+
+def test_grant_bars_are_one_step_wide_however_sparse_the_visits():
+    sparse = pl.DataFrame({"step": [0, 3, 200, 240], "granted": [8, 8, 16, 8], "stages": [1, 1, 2, 1],
+                           "reasons": ["a", "b", "c", "d"]})
+    fig = charts.grants_chart(sparse, steps_span=(0, 240))
+    bar = fig.data[0]
+    assert list(bar.x) == [0, 3, 200, 240] and list(bar.y) == [8, 8, 16, 8]
+    assert list(bar.width) == [charts.STEP_BAR_WIDTH] * 4 and charts.STEP_BAR_WIDTH <= 1.0
+    assert fig.layout.xaxis.type == "linear" and list(fig.layout.xaxis.range) == [-0.5, 240.5]
+
+
+def test_a_value_the_run_never_logged_says_so():
+    imported = STEPS.with_columns(pl.lit(None, dtype=pl.Float64).alias(c) for c in
+                                  ["entropy_mean", "time_generate_s", "time_verify_s", "time_train_s", "time_log_s"])
+    for fig in (charts.line_chart(imported, [("entropy_mean", "mean")], "entropy"),
+                charts.stacked_time_chart(imported)):
+        assert not fig.data and fig.layout.annotations[0].text == charts.NOT_LOGGED
+    assert charts.line_chart(STEPS.clear(), [("entropy_mean", "mean")], "e").layout.annotations[0].text == "no data yet"
+
+
+def test_pass_rate_charts_carry_the_observed_rates():
+    visits = pl.DataFrame({"step": [0, 11], "granted": [4, 8], "last_pass": [0.25, 0.75]})
+    fig = charts.pass_rate_chart(visits)
+    assert list(fig.data[0].x) == [0, 11] and list(fig.data[0].y) == [0.25, 0.75]
+    hist = charts.pass_rate_histogram([0.0, 0.0, 0.5, 1.0], "h")
+    assert list(hist.data[0].x) == [0.0, 0.0, 0.5, 1.0] and hist.data[0].xbins.size == 0.1
+    curves = pl.DataFrame({"run": ["a", "a", "b"], "tokens": [10, 20, 15], "reward_mean": [0.1, 0.2, 0.3]})
+    fig = charts.reward_compare_chart(curves)
+    assert {t.name: list(t.y) for t in fig.data} == {"a": [0.1, 0.2], "b": [0.3]}
+
+
+def test_compare_chart_leaves_out_runs_without_the_axis():
+    curves = pl.DataFrame({"run": ["ours", "ours", "verl"], "step": [0, 2, 0], "tokens": [10, 20, 30],
+                           "wall_s": [1.0, 2.0, None], "k": [1, 1, 1], "pass_at_k": [0.1, 0.2, 0.3]})
+    on_wall = charts.compare_chart(curves, x="wall_s", x_title="s", k=1, title="t")
+    assert [t.name for t in on_wall.data] == ["ours"]
+    on_tokens = charts.compare_chart(curves, x="tokens", x_title="tokens", k=1, title="t")
+    assert sorted(t.name for t in on_tokens.data) == ["ours", "verl"]

@@ -122,3 +122,37 @@ def test_budget_used_from_steps_splits_later_stages():
                           "metrics": [{"alloc/stage2_rollouts": 0.0}, {"alloc/stage2_rollouts": 8.0}]})
     used = derive.budget_used_from_steps(steps)
     assert used.rows() == [(1, 0, 32, 64), (2, 0, 32, 64), (2, 1, 8, 64)]
+
+
+def test_what_the_rollouts_tell_when_no_decision_was_logged():
+    rewards = pl.DataFrame({"step": [3] * 7, "prompt_id": ["a"] * 4 + ["b"] * 3,
+                            "reward": [1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0], "stage": [0] * 7})
+    groups = derive.group_pass_rates(rewards)
+    assert groups.select("prompt_id", "rollouts", "correct", "zero_signal").rows() == [("a", 4, 3, False),
+                                                                                       ("b", 3, 0, True)]
+    assert groups["pass_rate"].to_list() == [0.75, 0.0]
+    assert derive.busiest_prompt(rewards) == "a" and derive.busiest_prompt(rewards.clear()) is None
+    later = rewards.with_columns(pl.lit(9, dtype=pl.Int64).alias("step"), pl.lit(1, dtype=pl.Int64).alias("stage"))
+    two_steps = pl.concat([rewards, later])
+    visits = derive.prompt_visits(two_steps.filter(pl.col("prompt_id") == "a"))
+    assert visits.rows() == [(3, 4, 1, 3, 0.75), (9, 4, 1, 3, 0.75)]
+    assert derive.prompt_visits(rewards.clear()).columns == ["step", "granted", "stages", "correct", "last_pass"]
+
+
+def test_runs_without_step_times_have_no_wall_time_and_every_run_has_its_source():
+    steps = pl.DataFrame({"step": [0, 1], "tokens_generated": [10, 20], "step_time_s": [None, None],
+                          "reward_mean": [0.1, 0.3]}, schema_overrides={"step_time_s": pl.Float64})
+    axes = derive.cumulative_axes(steps)
+    assert axes["tokens"].to_list() == [10, 30] and axes["wall_s"].null_count() == 2
+    curves = derive.reward_curves({"verl run": steps})
+    assert curves.rows() == [("verl run", 0, 10, 0.1), ("verl run", 1, 30, 0.3)]
+    t0 = datetime(2026, 12, 1, tzinfo=timezone.utc)
+    runs = pl.DataFrame({"run_id": ["a", "b"], "name": ["ours", "imported"], "status": ["finished", "imported"],
+                         "source": [None, "verl"], "created_at": [t0, t0], "updated_at": [t0 + timedelta(seconds=90)] * 2})
+    both = pl.concat([steps.with_columns(pl.lit("b").alias("run_id")),
+                      steps.with_columns(pl.lit("a").alias("run_id"), pl.lit(2.0).alias("step_time_s"))])
+    table = derive.run_summary(runs, both.with_columns(pl.lit(None, dtype=pl.Utf8).alias("allocator")), {})
+    row = {r["run_id"]: r for r in table.to_dicts()}
+    assert row["a"]["source"] == derive.OWN_SOURCE and row["b"]["source"] == "verl"
+    assert row["a"]["train_time_s"] == 4.0 and row["a"]["wall_time_s"] == 90.0
+    assert row["b"]["train_time_s"] is None and row["b"]["wall_time_s"] is None  # not timed: no 0 shown

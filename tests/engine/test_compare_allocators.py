@@ -78,11 +78,19 @@ def test_compare_runs_each_allocator_at_uniforms_token_budget(store_dir, tiny_co
     assert config["allocator"]["budget_kind"] == "tokens" and config["allocator"]["budget"] == out["tokens_per_step"]
     assert (steps["tokens_generated"] <= out["tokens_per_step"]).all(), "an allocator overspent the token budget"
 
+    assert out["profile"] == "default" and out["seeds_by_allocator"] == {"uniform": 1, "selective": 1}
+    sel_row = out["allocators"][1]
+    assert len(sel_row["saving_ci90"]) == 2 and len(sel_row["final_pass1_ci90"]) == 2
+    assert sel_row["final_pass1_ci90"][0] <= sel_row["final_pass1"] <= sel_row["final_pass1_ci90"][1]
+    assert "best_saving_ci90" in out and 0 <= out["uniform_zero_signal_frac"] <= 1
     paths = write_report(out, tmp_path / "bench")
-    assert [p.name for p in paths] == ["allocators.json", "allocators.md", "allocators.html", "allocators.png"]
-    assert json.loads(paths[0].read_text())["allocators"][0]["allocator"] == "uniform"
-    assert "| `selective` |" in paths[1].read_text()
-    assert paths[3].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [p.name for p in paths] == ["allocators-default.json", "allocators-default.html", "allocators-default.png",
+                                       "allocators.md", "leverage.json", "leverage.png"]
+    written = json.loads(paths[0].read_text())
+    assert written["allocators"][0]["allocator"] == "uniform" and written["leverage"][0]["allocator"] == "selective"
+    assert "## Profile `default`" in paths[3].read_text() and "| `selective` | 1 |" in paths[3].read_text()
+    assert "default" in json.loads(paths[4].read_text())["profiles"]
+    assert paths[2].read_bytes()[:8] == paths[5].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_a_finished_run_with_the_same_config_is_reused(tmp_path):

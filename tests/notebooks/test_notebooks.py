@@ -125,14 +125,119 @@ def synthetic_store(tmp_path_factory):
     return path, fill_synthetic(path)
 
 
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
+PLOTLYJS_HEADER = "* plotly.js v"
+"""The licence header opening plotly.js's bundle: once in an HTML file that embeds the library."""
+
+
+def export_html(nb) -> str:
+    """The notebook as `jupyter nbconvert --to html` writes it."""
+    from nbconvert import HTMLExporter
+
+    body, _ = HTMLExporter().from_notebook_node(nb)
+    return body
+
+
+def chart_outputs(nb) -> list[dict]:
+    return [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if PLOTLY_MIME in o.get("data", {})]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
-def test_notebook_runs_on_a_synthetic_store(synthetic_store, name):
+def test_notebook_runs_on_a_synthetic_store_and_keeps_its_charts_in_html(synthetic_store, name):
+    """Every cell runs; every chart carries an HTML form beside JupyterLab's (nbconvert cannot draw
+    the Plotly mimetype alone: the issue's blank charts), and the exported HTML embeds plotly.js
+    exactly once and draws each chart with it."""
     path, ids = synthetic_store
     params = {"replay_seeds": 1} if name == "allocators.ipynb" else {}
     nb = execute(name, path, ids, **params)
-    assert any(o.get("output_type") in ("execute_result", "display_data")
-               for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    charts = chart_outputs(nb)
+    assert charts, f"{name} drew no chart"
+    assert all("text/html" in o["data"] and "Plotly.newPlot(" in o["data"]["text/html"] for o in charts)
+    page = export_html(nb)
+    assert page.count(PLOTLYJS_HEADER) == 1, "plotly.js must be embedded once per notebook"
+    assert page.count("Plotly.newPlot(") == len(charts)
+    assert 'src="https://cdn.plot.ly' not in page and "import \"https://cdn.plot.ly" not in page
+
+
+def add_imported_run(path: Path, source: str = "verl") -> str:
+    """A run as `workbench import` writes it: source set, status imported, metrics from the rollouts,
+    no allocations, no prompt_stats (the synthetic steps with those parts taken out)."""
+    import dataclasses
+
+    from workbench.store import open_store
+    from workbench.store.synthetic import Shape, SyntheticRun
+
+    keep = ("rollout/count", "rollout/prompts", "rollout/tokens_generated", "rollout/reward_mean",
+            "rollout/reward_std", "rollout/frac_zero_signal_groups")
+    with open_store(path) as store:
+        run_id = store.create_run(f"{source}-import", {"source": source}, seed=0, source=source, status="imported")
+        run = SyntheticRun(run_id, Shape(prompts_per_step=6, rollouts_per_prompt=4, tokens=6, prompt_pool=30,
+                                         blocks=2), seed=7)
+        for step in range(1, 7):
+            rec = run.step(step)
+            store.write_step(dataclasses.replace(rec, allocations=[], prompt_stats=[],
+                                                 metrics={k: v for k, v in rec.metrics.items() if k in keep}))
+    return run_id
+
+
+@pytest.mark.slow
+def test_notebooks_with_an_imported_run_and_its_what_if_replay(tmp_path):
+    """Every notebook runs with an imported run among the chosen ones (it has no token entropies, no
+    allocations), and the allocators notebook replays its logged outcomes under each of our
+    allocators: generated tokens, informative groups and zero-signal fraction for each."""
+    path = tmp_path / "store"
+    ours = fill_synthetic(path)
+    imported = add_imported_run(path)
+    for name in ("entropy.ipynb", "pass_at_k.ipynb"):
+        execute(name, path, [imported, *ours])
+    nb = execute("allocators.ipynb", path, [imported, *ours], replay_seeds=1, replay_run_id=imported,
+                 replay_allocators={"uniform": ("uniform", {}), "multistage": ("multistage", {})})
+    text = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+    assert "was imported from verl" in text, text[-2000:]
+    table = next(c for c in nb.cells if c.cell_type == "code" and "table = compare_allocators" in c.source)
+    shown = table.outputs[0]["data"]["text/html"]  # the plain form wraps long column names
+    for word in ("logged", "uniform", "multistage", "generated_tokens", "informative_groups", "zero_signal_frac"):
+        assert word in shown, shown
+
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed")
+def test_exported_notebook_draws_its_charts_in_a_browser_with_no_network(synthetic_store, tmp_path):
+    """`jupyter nbconvert --to html --execute` of pass_at_k.ipynb, opened from disk in headless chromium
+    with every network request refused: each chart is drawn (its traces in an SVG inside its plotly div)."""
+    from playwright.sync_api import sync_playwright
+
+    path, ids = synthetic_store
+    out = tmp_path / "html"
+    proc = subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "html", "--execute",
+                           str(NOTEBOOKS_DIR / "pass_at_k.ipynb"), "--output-dir", str(out)],
+                          cwd=NOTEBOOKS_DIR, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "WORKBENCH_STORE": str(path)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    html_file = out / "pass_at_k.html"
+    expected = html_file.read_text().count("Plotly.newPlot(")
+    assert expected >= 3
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", "--no-first-run"])
+        try:
+            page = browser.new_context(offline=True).new_page()
+            refused = []
+            page.route("**/*", lambda r: r.continue_() if r.request.url.startswith("file:")
+                       else (refused.append(r.request.url), r.abort()))
+            page.goto(html_file.as_uri(), wait_until="load", timeout=120_000)
+            page.wait_for_function(f"document.querySelectorAll('.plotly-graph-div').length == {expected} && "
+                                   "[...document.querySelectorAll('.plotly-graph-div')]"
+                                   ".every(d => d.querySelector('svg.main-svg .trace'))", timeout=60_000)
+        finally:
+            browser.close()
+    assert not any("plot.ly" in u for u in refused), refused  # nothing of Plotly's came from the network
 
 
 TASK = 'levels=["1+1", "2+1"], train_size=400, eval_per_level=12'
@@ -205,23 +310,33 @@ def _app():
     return app
 
 
-def test_notebooks_command_names_the_extra_when_jupyterlab_is_missing(monkeypatch):
+def test_notebooks_command_says_what_is_missing_in_one_line(monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "jupyterlab" else real(n, *a))
     result = CliRunner().invoke(_app(), ["notebooks", "--store", "somewhere"])
     assert result.exit_code != 0
-    assert "notebooks" in str(result.exception) and "pip install" in str(result.exception)
+    assert "jupyterlab is missing" in str(result.exception) and "pip install -e ." in str(result.exception)
+    assert "extra" not in str(result.exception)
     proc = subprocess.run([sys.executable, "-c", "import importlib.util as u; u.find_spec = lambda n, *a: None; "
                            "import sys; sys.argv = ['workbench', 'notebooks']; from workbench.cli import main; main()"],
                           capture_output=True, text=True)
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "'.[notebooks]'" in lines[0], proc.stderr
+    assert len(lines) == 1 and "jupyterlab and ipykernel is missing" in lines[0], proc.stderr
 
 
-def test_notebooks_command_passes_the_store(monkeypatch, tmp_path):
+def test_jupyterlab_and_the_kernel_are_installed_with_the_project():
+    """The README's main command installs them: `workbench notebooks` works right after `make demo`."""
+    import tomllib
+
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    names = {d.split(">")[0].split("=")[0].split("<")[0].strip() for d in deps}
+    assert {"jupyterlab", "ipykernel", "nbconvert"} <= names
+    cmd.check_jupyterlab()  # and they are in this environment
+
+
+def test_notebooks_command_passes_the_store_and_prints_the_url(monkeypatch, tmp_path):
     calls = []
-    monkeypatch.setattr(cmd, "check_jupyterlab", lambda: None)
     monkeypatch.setattr(cmd.subprocess, "call", lambda argv, env: calls.append((argv, env)) or 0)
     result = CliRunner().invoke(_app(), ["notebooks", "--store", str(tmp_path), "--no-browser", "pass_at_k"])
     assert result.exit_code == 0, result.output
@@ -230,8 +345,35 @@ def test_notebooks_command_passes_the_store(monkeypatch, tmp_path):
     assert "--no-browser" in argv and argv[-1].endswith("pass_at_k.ipynb")
     assert ("--allow-root" in argv) == (os.geteuid() == 0)
     assert any(a.startswith("--ServerApp.root_dir=") and a.endswith("notebooks") for a in argv)
+    token = next(a.split("=", 1)[1] for a in argv if a.startswith("--IdentityProvider.token="))
+    port = int(next(a.split("=", 1)[1] for a in argv if a.startswith("--port=")))
+    assert len(token) >= 32 and "--ServerApp.ip=127.0.0.1" in argv and "--ServerApp.port_retries=0" in argv
+    url = [line for line in result.output.splitlines() if "http://" in line]
+    assert len(url) == 1 and f"http://127.0.0.1:{port}/lab/tree/pass_at_k.ipynb?token={token}" in url[0]
+    assert str(tmp_path.resolve()) in url[0]
     bad = CliRunner().invoke(_app(), ["notebooks", "nope"])
     assert bad.exit_code != 0 and "entropy.ipynb" in str(bad.exception)
+
+
+def test_notebooks_command_defaults_to_the_demo_store_and_a_free_port(monkeypatch, tmp_path):
+    import socket
+
+    calls = []
+    monkeypatch.setattr(cmd.subprocess, "call", lambda argv, env: calls.append((argv, env)) or 0)
+    monkeypatch.delenv("WORKBENCH_STORE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    with socket.socket() as busy:  # the default port taken: the next free one
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        monkeypatch.setattr(cmd, "DEFAULT_PORT", taken)
+        monkeypatch.setattr(cmd.free_port, "__defaults__", (taken, 50))
+        result = CliRunner().invoke(_app(), ["notebooks", "--no-browser"])
+    assert result.exit_code == 0, result.output
+    argv, env = calls[0]
+    assert env["WORKBENCH_STORE"] == str((tmp_path / "store").resolve())  # where `make demo` trains
+    port = int(next(a.split("=", 1)[1] for a in argv if a.startswith("--port=")))
+    assert port != taken and taken <= port < taken + 50
 
 
 def test_committed_notebooks_are_json_with_stable_cell_ids():

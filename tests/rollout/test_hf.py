@@ -172,11 +172,15 @@ def test_empty_prompt_rejected(model, tokenizer):
         HFBackend(model, tokenizer).generate([[1], []], GREEDY)
 
 
-def test_make_backend(model, tokenizer):
+def test_make_backend(model, tokenizer, monkeypatch):
     assert isinstance(make_backend("hf", model, tokenizer, "cpu"), HFBackend)
-    with pytest.raises(WorkbenchError, match=r"'gpu' extra"):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in ("ray", "vllm") else real(name, *a))
+    with pytest.raises(WorkbenchError, match=r"package 'vllm' is not installed; install the 'gpu' extra"):
         make_backend("vllm", model, tokenizer, "cpu")
-    with pytest.raises(WorkbenchError, match=r"'ray' extra"):
+    with pytest.raises(WorkbenchError, match=r"package 'ray' is not installed; install the 'ray' extra"):
         make_backend("ray", model, tokenizer, "cpu")
     with pytest.raises(WorkbenchError, match="valid names: hf, vllm, ray"):
         make_backend("tgi", model, tokenizer, "cpu")
@@ -211,3 +215,36 @@ def test_compaction_changes_nothing_greedy(model, tokenizer, prompts):
     for other in outs[1:]:
         assert torch.equal(other.tokens, outs[0].tokens) and torch.equal(other.lengths, outs[0].lengths)
         assert_f32_close(other.logprobs, outs[0].logprobs, terms=512)
+
+
+def test_group_seeds_make_each_group_independent_of_the_batch(model, tokenizer, prompts):
+    """Rows sharing a seed draw from their own stream: a group sampled alone, or in a batch of other
+    groups in another order, gets the same tokens (the basis of Ray workers = in-process)."""
+    backend = HFBackend(model, tokenizer)
+    rows = [p for p in prompts for _ in range(4)]
+    seeds = [1000 + i // 4 for i in range(len(rows))]
+    full = backend.generate(rows, SAMPLE, seeds=seeds)
+    for g in range(len(prompts)):
+        alone = backend.generate(rows[4 * g:4 * g + 4], SAMPLE, seeds=seeds[4 * g:4 * g + 4])
+        width = alone.tokens.shape[1]
+        assert torch.equal(full.tokens[4 * g:4 * g + 4, :width], alone.tokens)
+        assert_f32_close(full.logprobs[4 * g:4 * g + 4, :width], alone.logprobs, terms=18)
+    order = [4 * g + j for g in reversed(range(len(prompts))) for j in range(4)]
+    shuffled = backend.generate([rows[i] for i in order], SAMPLE, seeds=[seeds[i] for i in order])
+    back = torch.argsort(torch.tensor(order))
+    assert torch.equal(shuffled.tokens[back], full.tokens)
+    other = backend.generate(rows, SAMPLE, seeds=[s + 1 for s in seeds])
+    assert not torch.equal(other.tokens, full.tokens)
+    with pytest.raises(WorkbenchError, match="3 seeds for 24 prompts"):
+        backend.generate(rows, SAMPLE, seeds=[1, 2, 3])
+
+
+def test_inverse_cdf_sampling_follows_the_distribution_and_skips_filtered_tokens():
+    from workbench.rollout.hf import inverse_cdf_sample
+
+    logp = torch.log_softmax(torch.tensor([[0.0, 1.0, 2.0, -torch.inf]]), -1).repeat(40000, 1)
+    u = torch.rand(40000, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    freq = torch.bincount(inverse_cdf_sample(logp, u), minlength=4).double() / 40000
+    assert torch.allclose(freq, logp[0].exp().double(), atol=0.01) and freq[3] == 0
+    # a draw that rounds to the row's total mass takes the last token with mass, never a filtered one
+    assert inverse_cdf_sample(logp[:1], torch.tensor([1 - 1e-17], dtype=torch.float64)).item() == 2

@@ -44,6 +44,32 @@ def writer(path: str, run_id: str, steps: int, seconds: float, upkeep_every: int
     return {"role": "writer", "run_id": run_id, "steps": done, "failed": failed}
 
 
+def group_writer(path: str, run_id: str, steps: int, seconds: float, commit_max_rows: int,
+                 upkeep_every: int) -> dict:
+    """Hand steps to a GroupWriter as fast as it takes them (several whole steps per commit), with
+    the store's upkeep every `upkeep_every` steps; prints a line per flushed batch of 10 steps."""
+    from workbench.store.group import GroupWriter
+
+    done = failed = 0
+    with open_store(path, upkeep_every=upkeep_every) as store:
+        syn = SyntheticRun(run_id, SHAPE, seed=hash(run_id) % 1000)
+        group = GroupWriter(store, commit_max_rows=commit_max_rows)
+        end = time.monotonic() + seconds
+        try:
+            while done < steps and time.monotonic() < end:
+                group.submit(syn.step(done))
+                done += 1
+                if done % 10 == 0:
+                    group.flush()
+                    print(json.dumps({"committed": done}), flush=True)
+            group.close()
+        except Exception as exc:  # counted and reported: the test asserts there are none
+            failed += 1
+            print(f"group writer {run_id}: {exc}", file=sys.stderr)
+    commits = len(group.commits)
+    return {"role": "group_writer", "run_id": run_id, "steps": done, "failed": failed, "commits": commits}
+
+
 def reader(path: str, run_id: str, seconds: float) -> dict:
     """Read the run over and over; count torn steps (a table holding part of a step) and errors."""
     reads = torn = errors = 0
@@ -103,6 +129,9 @@ if __name__ == "__main__":
     role, args = sys.argv[1], sys.argv[2:]
     if role == "writer":
         out = writer(args[0], args[1], int(args[2]), float(args[3]), *(int(a) for a in args[4:5]))
+        ok = out["failed"] == 0
+    elif role == "group_writer":
+        out = group_writer(args[0], args[1], int(args[2]), float(args[3]), int(args[4]), int(args[5]))
         ok = out["failed"] == 0
     elif role == "reader":
         out = reader(args[0], args[1], float(args[2]))

@@ -5,13 +5,6 @@ server runs as the `postgres` user (PostgreSQL refuses to run as root)."""
 
 from __future__ import annotations
 
-import glob
-import os
-import pwd
-import shutil
-import socket
-import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,52 +13,15 @@ from workbench.store import open_store
 from workbench.store.synthetic import SyntheticRun
 from tests.store.conftest import SMALL
 
-BIN = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def postgres():
-    if not BIN or not os.path.exists(os.path.join(BIN[-1], "initdb")):
+    """A real PostgreSQL server (Debian's `postgresql`, installed by `dev/setup.sh --dev`) for the module."""
+    from workbench.store.pglocal import local_postgres, server_bin
+
+    if server_bin() is None:
         pytest.skip("PostgreSQL server binaries (initdb, pg_ctl) are not installed")
-    bindir = BIN[-1]
-    prefix: list[str] = []
-    owner = None
-    if os.geteuid() == 0:
-        try:
-            owner = pwd.getpwnam("postgres")
-        except KeyError:
-            pytest.skip("running as root and there is no 'postgres' user to run the server as")
-        prefix = ["setpriv", f"--reuid={owner.pw_uid}", f"--regid={owner.pw_gid}", "--clear-groups"]
-    root = Path(tempfile.mkdtemp(prefix="workbench-pg-"))
-    os.chmod(root, 0o755)
-    data, sock = root / "pgdata", root / "sock"
-    sock.mkdir()
-    if owner is not None:
-        os.chown(sock, owner.pw_uid, owner.pw_gid)
-        os.chown(root, owner.pw_uid, owner.pw_gid)
-    port = _free_port()
-    env = {**os.environ, "LC_ALL": "C"}
-
-    def run(*cmd: str) -> None:
-        out = subprocess.run([*prefix, *cmd], capture_output=True, text=True, env=env, cwd="/", timeout=120)
-        assert out.returncode == 0, f"{cmd[0]} failed: {out.stdout[-1500:]}{out.stderr[-1500:]}"
-
-    run(f"{bindir}/initdb", "-D", str(data), "-A", "trust", "-U", "wb", "--no-sync")
-    run(f"{bindir}/pg_ctl", "-D", str(data), "-w", "-l", str(root / "log"), "-o",
-        f"-k {sock} -p {port} -c listen_addresses='' -c fsync=off", "start")
-    try:
-        run(f"{bindir}/createdb", "-h", str(sock), "-p", str(port), "-U", "wb", "workbench")
-        yield f"postgres:dbname=workbench host={sock} port={port} user=wb"
-    finally:
-        subprocess.run([*prefix, f"{bindir}/pg_ctl", "-D", str(data), "-m", "immediate", "stop"],
-                       capture_output=True, cwd="/", timeout=60)
-        shutil.rmtree(root, ignore_errors=True)
+    with local_postgres(fsync=False) as url:
+        yield url
 
 
 def test_postgres_catalog_round_trip(postgres, tmp_path):

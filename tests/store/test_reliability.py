@@ -99,3 +99,46 @@ def test_kill_9_mid_transaction(tmp_path):
         store.add_event(run_id, "info", "resume", "after kill -9")
     frame = open_store(path, read_only=True).sql(WHOLE_STEPS_SQL, {"run": run_id})
     assert frame["rn"].to_list() == [SHAPE.rollouts_per_step] * 2
+
+
+@pytest.mark.slow
+def test_group_commit_with_two_readers_only_whole_steps(tmp_path):
+    """Several whole steps per transaction (group commit), upkeep every 10 steps: readers still see
+    whole steps only."""
+    path = tmp_path / "store"
+    (run_id,) = _new_runs(path, 1)
+    writer = _start("group_writer", path, run_id, 100_000, 32, 4 * SHAPE.rollouts_per_step, 10)
+    readers = [_start("reader", path, run_id, 32) for _ in range(2)]
+    w = _finish(writer, 240)
+    results = [_finish(r, 240) for r in readers]
+    assert w["failed"] == 0 and w["steps"] >= 20
+    assert w["commits"] < w["steps"]  # steps were grouped
+    for r in results:
+        assert r["errors"] == 0 and r["torn"] == 0
+        assert r["reads"] >= 3 and r["max_step"] >= 1
+    with open_store(path) as store:
+        assert store.count_rollouts(run_id) == w["steps"] * SHAPE.rollouts_per_step
+
+
+@pytest.mark.slow
+def test_kill_9_during_group_commits_loses_only_uncommitted_steps(tmp_path):
+    """kill -9 while a group writer commits: the store holds a prefix of whole steps, at least every
+    step the writer had seen flushed; rolling back to a checkpoint and writing on works."""
+    path = tmp_path / "store"
+    (run_id,) = _new_runs(path, 1)
+    proc = _start("group_writer", path, run_id, 100_000, 120, 4 * SHAPE.rollouts_per_step, 0)
+    flushed = 0
+    deadline = time.monotonic() + 120
+    while flushed < 30 and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        assert line, proc.communicate()[1][-2000:]
+        flushed = max(flushed, json.loads(line).get("committed", 0))
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    with open_store(path) as store:
+        steps = store.run_steps(run_id)["step"].to_list()
+        assert len(steps) >= flushed and steps == list(range(len(steps)))
+        frame = store.sql(WHOLE_STEPS_SQL, {"run": run_id})
+        assert frame["rn"].to_list() == [SHAPE.rollouts_per_step] * len(steps)
+        store.rollback_run(run_id, flushed - 1)  # resume from the last checkpoint
+        assert store.count_rollouts(run_id) == flushed * SHAPE.rollouts_per_step

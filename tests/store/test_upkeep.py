@@ -32,6 +32,7 @@ def test_small_files_are_merged_every_n_steps(tmp_path):
             syn = SyntheticRun(run_id, SMALL, seed=3)
             for step in range(9):
                 store.write_step(syn.step(step))
+        on.wait_upkeep()  # rounds run on a background thread
         assert _files(off, "rollouts") == 9
         assert _files(on, "rollouts") <= 2  # steps 0-7 merged into one file, step 8 on its own
         assert _files(on, "allocations") <= 2
@@ -50,6 +51,7 @@ def test_a_failed_upkeep_is_logged_and_the_step_kept(tmp_path, monkeypatch, capl
         syn = SyntheticRun(run_id, SMALL, seed=3)
         with caplog.at_level(logging.WARNING, logger="workbench.store.writer"):
             store.write_step(syn.step(0))
+            store.wait_upkeep()
         assert "merge failed on purpose" in caplog.text
         assert store.run_steps(run_id)["step"].to_list() == [0]
 

@@ -7,6 +7,12 @@ both outcomes moves its prompt's logit up by `lr_prompt` * sqrt(n / 8) and g up 
 every step each logit also takes a Normal(0, `drift`) random step (the policy drifts). Rollouts are
 Bernoulli(p_i); for a token budget every rollout costs `tokens_per_rollout` tokens.
 
+A workload profile's population (`initial_pass`): instead of the Normal logits, the prompts' initial
+pass rates are drawn from a measured list (e.g. the warm start's per-prompt pass rates on held-out
+prompts, 16 samples each); rates of exactly 0 or 1 become logits of -/+`logit_clip`, so hopeless
+prompts stay hopeless. `predict_savings` turns that into the prediction the leverage map plots: the
+generated tokens each allocator needs to reach uniform's final mean pass rate, relative to uniform's.
+
 `drive_step` is the engine's step, line by line (begin_step, stages of next_stage with the budget's
 `used` advanced, reuse_requests, use_in_update, PromptStats.update). The contract tests drive allocators
 through it too, with `check=True` turning every protocol breach into an AssertionError.
@@ -23,6 +29,7 @@ from typing import Any, Callable, Literal
 import numpy as np
 
 from workbench.allocators._config import check_choice, check_float, check_int
+from workbench.errors import ConfigError
 from workbench.allocators.base import Allocator, Budget, Candidate, Grant, GroupResult, PromptStats, StepContext
 
 
@@ -54,6 +61,11 @@ class SimConfig:
     """Standard deviation of each logit's random step per step."""
     max_stages: int = 64
     """The engine's hard limit on stages per step."""
+    initial_pass: tuple[float, ...] = ()
+    """Measured initial pass rates to draw the population from (with replacement); empty: the
+    Normal(`logit_mean`, `logit_sd`) logits."""
+    logit_clip: float = 12.0
+    """Bound of the logits made from `initial_pass` (a rate of 0 is logit -logit_clip)."""
 
     def __post_init__(self) -> None:
         o = "simulate"
@@ -70,6 +82,9 @@ class SimConfig:
         check_float(o, "lr_global", self.lr_global, 0.0, 100.0)
         check_float(o, "drift", self.drift, 0.0, 10.0)
         check_int(o, "max_stages", self.max_stages, 1)
+        check_float(o, "logit_clip", self.logit_clip, 0.1, 50.0)
+        if any(not (0.0 <= float(p) <= 1.0) for p in self.initial_pass):
+            raise ConfigError("simulate.initial_pass: every rate must be in [0, 1]")
 
     @property
     def budget_amount(self) -> int:
@@ -193,7 +208,12 @@ def simulate_one(name: str, params: dict[str, Any] | None, cfg: SimConfig, seed:
     alloc = make_allocator(name, params or {}, seed=seed)
     pop_rng = np.random.default_rng([seed, 1])
     ids = [f"sim-{i:05d}" for i in range(cfg.population)]
-    logits = pop_rng.normal(cfg.logit_mean, cfg.logit_sd, size=cfg.population)
+    if cfg.initial_pass:
+        rates = np.asarray(cfg.initial_pass, dtype=float)[pop_rng.integers(0, len(cfg.initial_pass), cfg.population)]
+        with np.errstate(divide="ignore"):
+            logits = np.clip(np.log(rates) - np.log1p(-rates), -cfg.logit_clip, cfg.logit_clip)
+    else:
+        logits = pop_rng.normal(cfg.logit_mean, cfg.logit_sd, size=cfg.population)
     index = {pid: i for i, pid in enumerate(ids)}
     stats: dict[str, PromptStats] = {}
     sampler = Sampler(ids, stats, np.random.default_rng([seed, 2]))
@@ -209,6 +229,8 @@ def simulate_one(name: str, params: dict[str, Any] | None, cfg: SimConfig, seed:
         return (out_rng.random(n) < p).astype(float).tolist()
 
     pass0 = float(true_pass().mean())
+    per = 1 if cfg.budget_kind == "rollouts" else cfg.tokens_per_rollout
+    curve = [(0.0, pass0)]
     tot = dict(groups=0, zero=0, informative=0, rollouts=0, stages=0, reused=0, dropped=0)
     t0 = time.perf_counter()
     for step in range(cfg.steps):
@@ -233,7 +255,7 @@ def simulate_one(name: str, params: dict[str, Any] | None, cfg: SimConfig, seed:
         tot["rollouts"] += o.rollouts
         tot["stages"] += o.stages
         tot["reused"] += len(o.reused)
-    per = 1 if cfg.budget_kind == "rollouts" else cfg.tokens_per_rollout
+        curve.append((curve[-1][0] + o.rollouts * cfg.tokens_per_rollout, float(true_pass().mean())))
     return {
         "allocator": name,
         "zero_signal_frac": tot["zero"] / max(tot["groups"], 1),
@@ -248,6 +270,7 @@ def simulate_one(name: str, params: dict[str, Any] | None, cfg: SimConfig, seed:
         "pass_mean_start": pass0,
         "pass_mean_end": float(true_pass().mean()),
         "seconds": time.perf_counter() - t0,
+        "curve": curve,
     }
 
 
@@ -271,9 +294,45 @@ def simulate(
         runs = [simulate_one(name, (params or {}).get(name), cfg, seed) for seed in range(seeds)]
         row: dict[str, Any] = {"allocator": name}
         for key in runs[0]:
-            if key != "allocator":
+            if key not in ("allocator", "curve"):
                 row[key] = float(np.mean([r[key] for r in runs]))
         row["pass_gain"] = row["pass_mean_end"] - row["pass_mean_start"]
         row["seeds"] = seeds
         rows.append(row)
     return rows
+
+
+def _tokens_to(curve: np.ndarray, target: float) -> float | None:
+    """Tokens at which a (tokens, pass) curve first reaches `target`, linear between steps."""
+    above = np.nonzero(curve[:, 1] >= target)[0]
+    if above.size == 0:
+        return None
+    i = int(above[0])
+    if i == 0 or curve[i, 1] == curve[i - 1, 1]:
+        return float(curve[i, 0])
+    frac = (target - curve[i - 1, 1]) / (curve[i, 1] - curve[i - 1, 1])
+    return float(curve[i - 1, 0] + frac * (curve[i, 0] - curve[i - 1, 0]))
+
+
+def predict_savings(names: list[str], cfg: SimConfig, seeds: int = 3,
+                    params: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The simulator's prediction for a workload: per allocator, generated tokens to reach uniform's
+    final mean pass rate (curves averaged over seeds, same populations per seed) relative to uniform's,
+    and the zero-signal fraction of its groups. `cfg` should mirror the real runs (prompts per step,
+    group size, steps, the token budget per step = uniform's spend, tokens per rollout)."""
+    check_int("simulate", "seeds", seeds, 1, 1000)
+    names = ["uniform"] + [n for n in dict.fromkeys(names) if n != "uniform"]
+    curves, zero = {}, {}
+    for name in names:
+        runs = [simulate_one(name, (params or {}).get(name), cfg, seed) for seed in range(seeds)]
+        curves[name] = np.mean([np.asarray(r["curve"]) for r in runs], axis=0)
+        zero[name] = float(np.mean([r["zero_signal_frac"] for r in runs]))
+    target = float(curves["uniform"][-1, 1])
+    ref = _tokens_to(curves["uniform"], target)
+    rows = {}
+    for name in names:
+        got = _tokens_to(curves[name], target)
+        rows[name] = {"predicted_saving": (ref / got) if (ref and got) else None,
+                      "zero_signal_frac": zero[name],
+                      "pass_start": float(curves[name][0, 1]), "pass_end": float(curves[name][-1, 1])}
+    return {"target_pass": target, "uniform_zero_signal_frac": zero["uniform"], "allocators": rows}

@@ -37,7 +37,7 @@ def pick_runs(store: Any, run_ids: list[str] | str | None = None, latest: int = 
     rows = []
     for row in runs.iter_rows(named=True):
         cfg = store.run(row["run_id"]).get("config") or {}
-        alloc = (cfg.get("allocator") or {}).get("name", "?")
+        alloc = (cfg.get("allocator") or {}).get("name") or row.get("source") or "?"  # imported: the engine
         rows.append({"run_id": row["run_id"], "name": row["name"], "status": row["status"], "allocator": alloc,
                      "steps": row["steps"], "seed": row["seed"],
                      "label": f"{row['name']} · {alloc} · {row['run_id'][:8]}"})

@@ -26,7 +26,10 @@ How a step is replayed (the engine's step, line by line, with generation replace
    how training would have gone.
 
 The frames are shaped like the store's `allocations`, `rollouts` and `prompt_stats` tables, so the
-replay runs without a model or a store (`replay`); `replay_run` reads them from a store.
+replay runs without a model or a store (`replay`); `replay_run` reads them from a store. A run
+imported from another engine logged no allocation decisions: `load_run` then tells its steps from
+its rollouts (`allocations_from_rollouts`: each prompt's group a stage-0 grant of the rollouts it
+got, the step's budget the rollouts it generated).
 """
 
 from __future__ import annotations
@@ -121,6 +124,8 @@ class Outcomes:
             frame = frame.filter(~pl.col("off_policy").fill_null(False))
         if "length" not in frame.columns:
             frame = frame.with_columns(pl.lit(0).alias("length"))
+        # imported runs may carry no token counts (verl and TRL dumps hold text only): count them as 0
+        frame = frame.with_columns(pl.col("length").cast(pl.Int64).fill_null(0))
         order = [c for c in ("step", "stage", "prompt_id", "idx") if c in frame.columns]
         frame = frame.sort(order) if order else frame
         self.seed = seed
@@ -133,7 +138,7 @@ class Outcomes:
             self.steps_of.setdefault(pid, []).append(int(step))
         for steps in self.steps_of.values():
             steps.sort()
-        self.mean_length = float(frame["length"].mean()) if frame.height else 0.0
+        self.mean_length = float(frame["length"].mean() or 0.0) if frame.height else 0.0
         self._cursor: dict[str, tuple[np.ndarray, int]] = {}
         self._rng = np.random.default_rng([seed, 0x0DD])
         self._step = -1
@@ -445,6 +450,24 @@ def logged_result(allocations: pl.DataFrame, rollouts: pl.DataFrame) -> pl.DataF
             .sort("step"))
 
 
+def allocations_from_rollouts(rollouts: pl.DataFrame) -> pl.DataFrame:
+    """An `allocations`-shaped frame told by the rollouts alone, for a run that logged no allocation
+    decisions (imported from another engine): per step, each prompt's rollouts as one stage-0 grant
+    of that many, under a rollout budget equal to the step's rollouts (the order of first appearance
+    kept, as the replay reads candidates in the frame's order)."""
+    frame = rollouts
+    if "off_policy" in frame.columns:
+        frame = frame.filter(~pl.col("off_policy").fill_null(False))
+    groups = frame.group_by(["step", "prompt_id"], maintain_order=True).agg(pl.len().alias("granted"))
+    return (groups.with_columns(pl.lit(0).alias("stage"), pl.lit("logged").alias("allocator"),
+                                pl.col("granted").alias("asked"), pl.lit("logged group").alias("reason"),
+                                pl.lit("rollouts").alias("budget_kind"),
+                                pl.col("granted").sum().over("step").alias("budget"),
+                                pl.lit(True).alias("used_in_update"))
+            .select("step", "stage", "prompt_id", "allocator", "asked", "granted", "reason", "budget_kind",
+                    "budget", "used_in_update"))
+
+
 # -- from a store ----------------------------------------------------------------------------------
 
 @dataclass
@@ -471,8 +494,11 @@ def load_run(store: Any, run_id: str) -> RunFrames:
     a = cfg.get("allocator") or {}
     n = store.count_rollouts(run_id)
     rollouts = store.rollouts(run_id, limit=max(n, 1), columns=ROLLOUT_COLUMNS)
+    allocations = store.allocations(run_id)
+    if allocations.height == 0 and rollouts.height:  # imported: no decisions logged, the rollouts tell the steps
+        allocations = allocations_from_rollouts(rollouts)
     return RunFrames(
-        run_id=run_id, allocations=store.allocations(run_id), rollouts=rollouts,
+        run_id=run_id, allocations=allocations, rollouts=rollouts,
         prompt_stats=store.prompt_stats(run_id), allocator=a.get("name", "uniform"),
         params=dict(a.get("params") or {}), seed=int(run.get("seed") or cfg.get("seed") or 0),
         prompts_per_step=a.get("prompts_per_step"), stats_decay=float(a.get("stats_decay", 1.0)),

@@ -51,6 +51,28 @@ def exec_app(store: Path, *, port: int = 8501, address: str = "127.0.0.1", headl
     os.execve(argv[0], argv, env)
 
 
+def is_loopback(address: str) -> bool:
+    """Whether `address` (an IP address or host name) only reaches this machine."""
+    import ipaddress
+
+    host = address.strip().strip("[]")
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def exposure_warning(address: str) -> str | None:
+    """The warning line printed when the dashboard binds an address other machines can reach."""
+    if is_loopback(address):
+        return None
+    return (f"warning: the dashboard binds {address}: anyone who can reach it can read every run in the "
+            "store, steer runs and launch new ones (it has no login); bind 127.0.0.1 and use an SSH "
+            "tunnel instead, see docs/security.md")
+
+
 def _check_app() -> None:
     if not MAIN.is_file():
         raise StoreError(f"the dashboard's entry point {MAIN} is missing (is this a source checkout?)")
@@ -145,7 +167,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
     def app_cmd(
         store: StoreOpt = None,
         port: Annotated[int, typer.Option("--port", help="Port to serve on.")] = 8501,
-        address: Annotated[str, typer.Option("--address", help="Address to bind (127.0.0.1: this machine only).")]
+        address: Annotated[str, typer.Option("--address", help="Address to bind (127.0.0.1: this machine only; "
+                                             "any other address is reachable from other machines and warns).")]
         = "127.0.0.1",
         headless: Annotated[bool, typer.Option("--headless/--browser", help="Do not open a browser tab.")] = False,
     ) -> None:
@@ -155,6 +178,9 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         path = store_path(store).resolve()
         if not path.exists():
             typer.echo(f"note: {path} does not exist yet; it is created when the first run starts", err=True)
+        warning = exposure_warning(address)
+        if warning:
+            typer.echo(warning, err=True)
         typer.echo(f"dashboard on http://{address}:{port} (store {path})", err=True)
         exec_app(path, port=port, address=address, headless=headless)
 

@@ -192,12 +192,31 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         json_: JsonOpt = False,
         steps: Annotated[int, typer.Option("--steps", help="Timed steps per side.")] = 12,
         trl: Annotated[bool, typer.Option("--trl/--no-trl", help="Measure TRL's GRPOTrainer too.")] = True,
+        backend: Annotated[str, typer.Option("--backend", help="'ray' also times Ray rollout workers "
+                                             "side by side with the in-process run.")] = "hf",
+        workers: Annotated[str, typer.Option("--workers", help="Ray worker counts to time, e.g. 1,2.")] = "1,2",
         set_: SetOpt = None,
     ) -> None:
-        """Engine speed: steps/s, rollouts/s, phase shares, logging overhead, rollout vs bare, ratio vs TRL."""
+        """Engine speed: steps/s, rollouts/s, phase shares, logging overhead, rollout vs bare, ratio vs TRL
+        (and Ray workers vs in-process with --backend ray)."""
+        from workbench.errors import ConfigError
         from workbench.experiments.engine_bench import bench_engine as run_bench
 
-        out = run_bench(steps=steps, with_trl=trl, overrides=list(set_ or []))
+        if backend not in ("hf", "ray"):
+            raise ConfigError(f"--backend: {backend!r} is not allowed ('hf' or 'ray')")
+        try:
+            counts = [int(w) for w in workers.split(",") if w.strip()]
+        except ValueError:
+            raise ConfigError(f"--workers: {workers!r} is not a comma-separated list of integers") from None
+        if backend == "ray" and (not counts or min(counts) < 1):
+            raise ConfigError(f"--workers: {workers!r} needs worker counts >= 1")
+        if backend == "ray":
+            from workbench.rollout import require
+
+            require("ray")
+        out = run_bench(steps=steps, with_trl=trl, overrides=list(set_ or []), backend=backend, workers=counts)
+        if out.get("trl_missing"):
+            typer.echo(f"bench engine: TRL's GRPOTrainer (the peer) was not measured: {out['trl_missing']}", err=True)
         if json_:
             print_json(out)
         else:

@@ -121,22 +121,35 @@ def bench_store_cmd(
     repeats: Annotated[int, typer.Option("--repeats", help="Timed calls per query (after one warm-up).")] = 20,
     compact: Annotated[bool, typer.Option("--compact", help="Also time the queries after `store compact`.")] = False,
     threads: Annotated[Optional[int], typer.Option("--threads", help="DuckDB threads of the store's connections (default: one per core; the engine uses 1).")] = None,
-    upkeep_every: Annotated[Optional[int], typer.Option("--upkeep-every", help="Steps between the writer's file merges (default: the store's, 100; 0 turns them off).")] = None,
+    upkeep_every: Annotated[Optional[int], typer.Option("--upkeep-every", help="Steps between the writer's file merges (default 100; 0 turns them off).")] = None,
+    catalog: Annotated[str, typer.Option("--catalog", help="sqlite (a store directory) or postgres (a local PostgreSQL server started for the bench; needs Debian's postgresql package).")] = "sqlite",
+    commit_max_rows: Annotated[int, typer.Option("--commit-max-rows", help="Group commit: the most rollouts per transaction.")] = 16384,
     as_json: JsonOpt = False,
 ) -> None:
-    """Ingest N synthetic rollouts through the writer API, then time the reader queries (p95 ms)."""
-    from workbench.store.bench import bench_store
+    """Ingest N synthetic rollouts through the writer API (step-per-commit, group commit flat out, and
+    the engine's pattern of a step every 0.5 s, side by side), then time the reader queries (p95 ms)."""
+    from workbench.store.bench import CATALOGS, bench_store
+
+    if catalog not in CATALOGS:
+        raise typer.BadParameter(f"{catalog!r}: must be one of {', '.join(CATALOGS)}", param_hint="--catalog")
 
     def progress(done: int, total: int) -> None:
         if done % 100 == 0 or done == total:
             typer.echo(f"  step {done}/{total}", err=True)
 
     out = bench_store(rollouts, path=path, repeats=repeats, progress=progress, compact=compact, threads=threads,
-                      upkeep_every=upkeep_every)
+                      upkeep_every=upkeep_every, catalog=catalog, commit_max_rows=commit_max_rows)
     if as_json:
         print_json(out)
     else:
-        typer.echo(f"{out['rollouts']:,} rollouts: ingest {out['ingest_rollouts_per_s']:,.0f}/s, "
+        def rate(value: float | None) -> str:
+            return "-" if value is None else f"{value:,.0f}"
+
+        base = out["step_per_commit"]
+        typer.echo(f"{out['rollouts']:,} rollouts ({out['catalog']} catalog): group commit "
+                   f"{rate(out['ingest_rollouts_per_s'])}/s ({rate(out['ingest_rollouts_per_cpu_s'])} per CPU-s), "
+                   f"step-per-commit {rate(base['rollouts_per_s'])}/s ({rate(base['rollouts_per_cpu_s'])} per CPU-s); "
+                   f"visibility lag p95 {out['visibility_lag_p95_s'] or 0:.2f} s; "
                    f"{out['bytes_per_rollout']:,.0f} B/rollout")
         for name, ms in out["p95_ms"].items():
             typer.echo(f"  p95 {name:<22}{ms:8.1f} ms")

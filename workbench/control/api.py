@@ -35,6 +35,9 @@ def _run(store: Any, run_id: str) -> dict[str, Any]:
 def _check_status(run: dict[str, Any], command: str) -> None:
     status = run.get("status")
     rid = run.get("run_id")
+    if status == "imported":
+        raise ControlError(f"run {rid}: {command}: the run was imported from {run.get('source') or 'another engine'}'s "
+                           "files and is read-only (no engine of ours runs it)")
     if status in ENDED:
         raise ControlError(f"run {rid}: {command}: the run is {status}; commands reach only live runs")
     if status in RESTARTABLE and command in LIFECYCLE:
@@ -169,7 +172,11 @@ def restart_run(store: Any, run_id: str) -> int:
     from workbench.control.liveness import refresh_statuses
 
     refresh_statuses(store)
-    status = _run(store, run_id).get("status")
+    row = _run(store, run_id)
+    status = row.get("status")
+    if row.get("source") not in (None, "", "workbench"):
+        raise ControlError(f"run {run_id}: restart: the run was written by {row['source']}, not by this "
+                           "workbench's engine; restart it in its own trainer")
     if status not in RESTARTABLE:
         raise ControlError(f"run {run_id}: restart: the run is {status}; only stopped or crashed runs restart")
     return restart(store, run_id)

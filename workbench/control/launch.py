@@ -15,6 +15,7 @@ adopts the row, heart-beats, and reports its status there. `restart(store, run_i
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -78,6 +79,106 @@ def resolve_config(
     return RunConfig.from_dict(data)
 
 
+MAX_OVERRIDES = 64
+"""Most `field=value` lines one launch request may carry."""
+MAX_OVERRIDE_CHARS = 2000
+"""Longest `field=value` line."""
+_FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def known_fields() -> set[str]:
+    """Every dotted config field an override may name: the run config's fields, every task kind's
+    fields under `task.`, every registered allocator's parameters under `allocator.params.`, the
+    organism recipe's under `model.organism.` (and the tables themselves)."""
+    import dataclasses
+    import typing
+
+    from workbench.allocators import available_allocators, get_allocator
+    from workbench.config import RunConfig
+    from workbench.models.organism import OrganismRecipe
+    from workbench.tasks import TASK_KINDS
+
+    out: set[str] = set()
+
+    def walk(cls: type, prefix: str) -> None:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            name = prefix + f.name
+            out.add(name)
+            if dataclasses.is_dataclass(hints[f.name]):
+                walk(hints[f.name], name + ".")
+
+    walk(RunConfig, "")
+    for config_cls, _ in TASK_KINDS.values():
+        out.update(f"task.{f.name}" for f in dataclasses.fields(config_cls))
+    for name in available_allocators():
+        out.update(f"allocator.params.{f.name}" for f in dataclasses.fields(get_allocator(name).Config))
+    walk(OrganismRecipe, "model.organism.")
+    return out
+
+
+def check_overrides(overrides: list[str], *, where: str = "launch") -> list[str]:
+    """Override lines as the dashboard may pass them: `field=value` with a known field (see
+    `known_fields`), no user verifier module (code to import is named in a config file, not typed into
+    a form), within `MAX_OVERRIDES` lines of `MAX_OVERRIDE_CHARS`. ControlError naming the line."""
+    if len(overrides) > MAX_OVERRIDES:
+        raise ControlError(f"{where}: {len(overrides)} overrides; at most {MAX_OVERRIDES}")
+    known = known_fields()
+    out = []
+    for n, line in enumerate(overrides, start=1):
+        line = line.strip()
+        if len(line) > MAX_OVERRIDE_CHARS:
+            raise ControlError(f"{where}: override line {n} is {len(line)} characters long (at most {MAX_OVERRIDE_CHARS})")
+        key, sep, value = line.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ControlError(f"{where}: override line {n} {line[:60]!r}: expected field=value (for example optim.lr=5e-5)")
+        if not _FIELD.fullmatch(key):
+            raise ControlError(f"{where}: override line {n}: {key[:60]!r} is not a field name")
+        if key not in known:
+            raise ControlError(f"{where}: override line {n}: unknown field {key!r} (see `workbench config show`)")
+        if key == "task.verifier" and ":" in value:
+            raise ControlError(f"{where}: override line {n}: task.verifier: a user verifier (module:function) "
+                               "is named in the config file, not in a launch form")
+        out.append(f"{key}={value.strip()}")
+    return out
+
+
+def check_config_path(path: str | os.PathLike, config_dirs: list[Path]) -> Path:
+    """The config file `path` resolved, if it is a .toml file inside one of `config_dirs` (symbolic
+    links and `..` resolved first); ControlError naming the path otherwise."""
+    raw = str(path)
+    if "\x00" in raw:
+        raise ControlError("launch: config path contains a NUL byte")
+    resolved = Path(raw).expanduser().resolve()
+    roots = [Path(d).expanduser().resolve() for d in config_dirs]
+    if not any(resolved.is_relative_to(root) for root in roots):
+        raise ControlError(f"launch: config {raw!r} is outside the configs directory "
+                           f"({', '.join(str(r) for r in roots) or 'none'})")
+    if resolved.suffix != ".toml" or not resolved.is_file():
+        raise ControlError(f"launch: config {raw!r} is not a .toml file in the configs directory")
+    return resolved
+
+
+def preflight(cfg: Any) -> None:
+    """Check what would otherwise fail only after the run's row exists, so that a bad input is
+    refused before anything is written: the model directory exists (unless it is the organism), and
+    the task's data set loads (every row read and validated; a bad file names its path and rows)."""
+    from workbench.config import task_config
+    from workbench.errors import ConfigError, DataError
+    from workbench.tasks import get_task
+
+    if cfg.model.path != "organism":
+        path = Path(cfg.model.path).expanduser()
+        if not path.is_dir():
+            what = "is a file, not a model directory" if path.exists() else "does not exist"
+            raise ConfigError(f"model.path: {path} {what}")
+    task = get_task(task_config(cfg.task))
+    if not task.train_prompts():
+        raise DataError(f"task: no training prompts in {cfg.task.get('path', cfg.task.get('kind'))}")
+    task.eval_prompts()
+
+
 def spawn(argv: list[str], log_path: Path) -> subprocess.Popen:
     """Start `python -m workbench.cli <argv>` detached, appending its output to `log_path`."""
     _reap()
@@ -118,6 +219,7 @@ def launch(
     from workbench.store import open_store
 
     cfg = resolve_config(config, overrides, name=name)
+    preflight(cfg)
     root = store_root(store)
     own = isinstance(store, (str, os.PathLike))
     st = open_store(root) if own else store

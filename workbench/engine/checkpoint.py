@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from workbench.faults import fault_point
+
 _NAME = re.compile(r"^step-(\d{6,})\.pt$")
 
 
@@ -55,6 +57,7 @@ def save_checkpoint(directory: Path, step: int, state: dict[str, Any], *, keep: 
     path = directory / f"step-{step:06d}.pt"
     tmp = path.with_suffix(".pt.tmp")
     torch.save({"step": step, **state}, tmp)
+    fault_point("checkpoint")
     os.replace(tmp, path)
     for old in list_checkpoints(directory)[:-keep]:
         old.unlink(missing_ok=True)

@@ -15,8 +15,14 @@ from typing import Any, Literal
 from workbench.allocators import make_allocator
 from workbench.allocators.base import Allocator
 from workbench.errors import ConfigError, StoreError
+from workbench.faults import fault_point
 
 log = logging.getLogger(__name__)
+
+
+REPLAYED = frozenset({"set_budget", "set_allocator", "set_allocator_params", "set_temperature",
+                      "set_eval_interval", "checkpoint"})
+"""Commands a resumed run applies again when they were applied after its last checkpoint."""
 
 
 class LiveSettings:
@@ -32,6 +38,10 @@ class LiveSettings:
         self.seed = seed
         self.checkpoint_requested = False
         self.stop_requested = False
+        self.applied_controls: list[int] = []
+        """Ids of the control commands applied so far in the run's history (saved in checkpoints)."""
+        self.replay: dict[int, list[dict[str, Any]]] = {}
+        """Commands to apply again at their step while a resumed run regenerates it (see `plan_replay`)."""
 
     # -- Controllable ------------------------------------------------------------------------------
 
@@ -41,29 +51,36 @@ class LiveSettings:
         if isinstance(amount, bool) or not isinstance(amount, int) or amount < 1:
             raise ConfigError(f"budget.amount: {amount!r} is not allowed (an integer >= 1)")
         self.budget_kind, self.budget = kind, amount
+        fault_point("control")
 
     def set_allocator(self, name: str, params: dict[str, Any]) -> None:
         new = make_allocator(name, dict(params or {}), seed=self.seed)
         self.allocator = new
+        fault_point("control")
 
     def set_allocator_params(self, params: dict[str, Any]) -> None:
         self.allocator.set_params(dict(params))
+        fault_point("control")
 
     def set_temperature(self, temperature: float) -> None:
         if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
             raise ConfigError(f"temperature: {temperature!r} is not allowed (a number > 0)")
         self.temperature = float(temperature)
+        fault_point("control")
 
     def set_eval_interval(self, every: int) -> None:
         if isinstance(every, bool) or not isinstance(every, int) or every < 0:
             raise ConfigError(f"eval.every: {every!r} is not allowed (an integer >= 0; 0 turns it off)")
         self.eval_every = every
+        fault_point("control")
 
     def request_checkpoint(self) -> None:
         self.checkpoint_requested = True
+        fault_point("control")
 
     def request_stop(self) -> None:
         self.stop_requested = True
+        fault_point("control")
 
     # -- what the step rows record ------------------------------------------------------------------
 
@@ -82,6 +99,7 @@ class LiveSettings:
             "allocator_state": self.allocator.state_dict(),
             "temperature": self.temperature,
             "eval_every": self.eval_every,
+            "applied_controls": list(self.applied_controls),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -90,6 +108,52 @@ class LiveSettings:
         self.allocator.load_state_dict(state["allocator_state"])
         self.temperature = float(state["temperature"])
         self.eval_every = int(state["eval_every"])
+        self.applied_controls = [int(c) for c in state.get("applied_controls") or []]
+        self._legacy = "applied_controls" not in state
+
+    # -- controls in the run's history ----------------------------------------------------------
+
+    def note_applied(self, outcomes: list[dict[str, Any]]) -> None:
+        """Record the commands `apply_pending` applied (their ids go into the next checkpoint)."""
+        self.applied_controls += [int(o["control_id"]) for o in outcomes if o.get("status") == "applied"]
+
+    def plan_replay(self, controls: list[dict[str, Any]], checkpoint_step: int) -> list[int]:
+        """Plan the commands a resumed run must apply again; returns their ids.
+
+        A command applied after the last checkpoint changed settings the checkpoint does not hold,
+        yet the store records it as applied (at step N): it is not pending any more. So that the
+        regenerated steps equal the lost ones, it is applied again, exactly once, at the start of step
+        N (`replay_at`), without a second outcome in the store. Commands the checkpoint already holds
+        (e.g. those applied together with a `stop`, whose checkpoint is written at step N - 1) are
+        not replayed; nor are pause, resume and stop, which change no training state."""
+        done = set(self.applied_controls)
+        self.replay = {}
+        planned = []
+        for row in sorted(controls, key=lambda r: (r.get("applied_step") or 0, int(r["control_id"]))):
+            step = row.get("applied_step")
+            if row.get("status") != "applied" or step is None or row.get("command") not in REPLAYED:
+                continue
+            if int(row["control_id"]) in done or (getattr(self, "_legacy", False) and step <= checkpoint_step):
+                continue
+            self.replay.setdefault(int(step), []).append(row)
+            planned.append(int(row["control_id"]))
+        return planned
+
+    def replay_at(self, step: int) -> list[dict[str, Any]]:
+        """Apply again the planned commands of `step` (see `plan_replay`); returns what was applied."""
+        from workbench.control.apply import _apply_one  # noqa: PLC0415 - control depends on engine, not back
+        from workbench.control.commands import LIMITS
+
+        done = []
+        for row in self.replay.pop(step, []):
+            status, reason, _ = _apply_one(row, self, paused=False, limits=LIMITS)
+            if status != "applied":  # it was applied once with the same settings; should not happen
+                log.warning("replaying control %s (%s) at step %d failed: %s", row["control_id"],
+                            row["command"], step, reason)
+                continue
+            self.applied_controls.append(int(row["control_id"]))
+            done.append(row)
+        return done
 
 
 class Heartbeat:

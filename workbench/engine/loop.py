@@ -45,6 +45,7 @@ import time
 from typing import Any, Callable
 
 import numpy as np
+import pyarrow as pa
 import torch
 
 from workbench.algorithms import GroupedBatch, get_advantage, get_policy_loss, group_sequences, grouped_logprobs
@@ -56,7 +57,8 @@ from workbench.engine.evaluate import decode, evaluate
 from workbench.engine.setup import Setup, apply_controls, build_setup
 from workbench.engine.steplog import Rollouts, StepWriter, rollouts_table
 from workbench.engine.timing import PhaseTimer
-from workbench.rollout.base import SamplingParams
+from workbench.faults import fault_point
+from workbench.rollout.base import SamplingParams, group_seed
 
 
 def _generator(device: torch.device, *key: int) -> torch.Generator:
@@ -67,15 +69,29 @@ def _generator(device: torch.device, *key: int) -> torch.Generator:
 
 # -- one stage: generate the granted rollouts and score them ---------------------------------------
 
-def rollout_stage(s: Setup, rows: list[int], stage: int, temperature: float, gen: torch.Generator,
-                  timer: PhaseTimer) -> Rollouts:
-    """Generate one rollout per entry of `rows` (indices into the training prompts) and verify it."""
+def stage_seeds(seed: int, step: int, stage: int, rows: list[int]) -> list[int]:
+    """One sampling seed per row: a prompt's rollouts of a stage form one group with its own stream,
+    derived from (run seed, step, stage, prompt index) and never from the worker or the batch."""
+    per_prompt = {i: group_seed(seed, step, stage, i) for i in dict.fromkeys(rows)}
+    return [per_prompt[i] for i in rows]
+
+
+def rollout_stage(s: Setup, rows: list[int], stage: int, temperature: float, gen: torch.Generator | None,
+                  timer: PhaseTimer, *, seeds: list[int] | None = None) -> Rollouts:
+    """Generate one rollout per entry of `rows` (indices into the training prompts) and verify it.
+
+    With `seeds` (one per row, `stage_seeds`) each prompt's group samples from its own stream, so
+    any backend or split across workers gives the same rollouts; else `gen` drives the batch."""
     cfg = s.cfg.sampling
     sampling = SamplingParams(temperature=temperature, top_p=cfg.top_p, top_k=cfg.top_k,
                               max_new_tokens=cfg.max_new_tokens)
     with timer("generate"):
-        batch = s.backend.generate([s.train_tok[i] for i in rows], sampling, generator=gen)
+        prompts = [s.train_tok[i] for i in rows]
+        batch = (s.backend.generate(prompts, sampling, seeds=seeds) if seeds is not None
+                 else s.backend.generate(prompts, sampling, generator=gen))
+        fault_point("generate")
         texts = decode(s.tokenizer, batch)
+    s.part_workers.append(batch.workers or ["local"] * len(rows))
     with timer("verify"):
         results = [s.task.verify(t, s.train[i]) for t, i in zip(texts, rows)]
     n = len(rows)
@@ -94,6 +110,7 @@ def reused_row(s: Setup, prompt: int, stage: int) -> Rollouts:
     """The cached earlier correct response of a prompt, as one off-policy row."""
     c = s.reuse[s.train[prompt].id]
     t = len(c["tokens"])
+    s.part_workers.append([c.get("worker", "local")])
     return Rollouts(
         tokens=torch.tensor([c["tokens"]], dtype=torch.long),
         logprobs=torch.tensor([c["logprobs"]], dtype=torch.float32),
@@ -165,6 +182,7 @@ def policy_update(s: Setup, r: Rollouts, adv: np.ndarray, used: np.ndarray, sign
                 totals[k] = totals.get(k, 0.0) + v * w
         clip = s.cfg.optim.grad_clip if s.cfg.optim.grad_clip > 0 else float("inf")
         grad_norm = float(torch.nn.utils.clip_grad_norm_(s.model.parameters(), clip))
+        fault_point("update")
         s.optimizer.step()
         s.scheduler.step()
         s.optimizer.zero_grad(set_to_none=True)
@@ -221,11 +239,15 @@ def train(cfg: RunConfig, *, store: Any, store_dir: str, run_id: str, resume: bo
     `stop_after` stops cleanly (checkpoint, status `stopped`) after that step: tests use it to
     interrupt a run exactly where a control command would."""
     s = build_setup(cfg, store_dir=store_dir, run_id=run_id,
-                    writer=StepWriter(store, run_id, background=cfg.logging.background_writes))
+                    writer=StepWriter(store, run_id, background=cfg.logging.background_writes,
+                                      commit_max_rows=cfg.store.commit_max_rows,
+                                      commit_interval_s=cfg.store.commit_interval_s))
     try:
         return _loop(s, cfg, store, run_id, resume, on_step, stop_after)
     finally:
         s.writer.close()
+        if hasattr(s.backend, "close"):
+            s.backend.close()  # Ray workers (and a local Ray runtime the run started)
 
 
 def _loop(s: Setup, cfg: RunConfig, store: Any, run_id: str, resume: bool,
@@ -237,6 +259,7 @@ def _loop(s: Setup, cfg: RunConfig, store: Any, run_id: str, resume: bool,
         if on_step:
             on_step(0, metrics)
     for step in range(start, cfg.steps + 1):
+        s.live.replay_at(step)  # commands applied at this step before a crash (resume only)
         apply_controls(s, store, run_id, step=step, boundary="step")
         if s.live.stop_requested:
             _checkpoint(s, store, run_id, step - 1)
@@ -258,6 +281,9 @@ def _loop(s: Setup, cfg: RunConfig, store: Any, run_id: str, resume: bool,
             grants = alloc.begin_step(ctx)
         before = {pid: (st.alpha, st.beta) for pid, st in s.stats.items() if pid in {c.prompt_id for c in candidates}}
         parts: list[Rollouts] = []
+        s.part_workers = []  # the worker of each row of `parts`, in order
+        if hasattr(s.backend, "expected_new_tokens"):
+            s.backend.expected_new_tokens = s.tokens_per_rollout  # balances the split across workers
         alloc_rows: list[dict[str, Any]] = []
         results: dict[str, GroupResult] = {}
         stage = 0
@@ -273,8 +299,8 @@ def _loop(s: Setup, cfg: RunConfig, store: Any, run_id: str, resume: bool,
                                        predicted_pass=g.predicted_pass, alpha_before=a0, beta_before=b0,
                                        budget_kind=budget.kind, budget=budget.amount))
             if rows:
-                gen = _generator(s.device, cfg.seed, step, stage)
-                part = rollout_stage(s, rows, stage, live.temperature, gen, timer)
+                part = rollout_stage(s, rows, stage, live.temperature, None, timer,
+                                     seeds=stage_seeds(cfg.seed, step, stage, rows))
                 parts.append(part)
                 _pool(results, part, s, stage)
                 spent = len(rows) if budget.kind == "rollouts" else int(part.lengths.sum())
@@ -300,6 +326,7 @@ def _loop(s: Setup, cfg: RunConfig, store: Any, run_id: str, resume: bool,
             f"step {step}: the allocator {alloc.name!r} granted no rollouts (budget {budget.amount} "
             f"{budget.kind}); nothing to learn from, the run goes on"))]
         r = Rollouts.concat(parts, s.pad_id) if parts else Rollouts.empty()
+        workers = [w for ws in s.part_workers for w in ws]
 
         # 2. groups, advantages, the update --------------------------------------------------------
         pids = [s.train[int(i)].id for i in r.prompt]
@@ -319,8 +346,11 @@ def _loop(s: Setup, cfg: RunConfig, store: Any, run_id: str, resume: bool,
         train_metrics: dict[str, float] = {}
         if used.any() and (signal[used].any() or cfg.algorithm.kl_coef > 0):
             s.writer.release()  # the previous step's commit overlaps the update, not generation
+            if hasattr(s.backend, "offload"):
+                s.backend.offload()  # vLLM frees its GPU memory for the update
             with timer("train"):
                 train_metrics = policy_update(s, r, adv, used, signal, rng)
+            with timer("weight_sync"):  # to the rollout workers (Ray) / engine (vLLM); ~0 in-process
                 s.backend.update_weights(s.model)
 
         # 3. per-prompt statistics, reuse cache, eval -----------------------------------------------
@@ -329,7 +359,7 @@ def _loop(s: Setup, cfg: RunConfig, store: Any, run_id: str, resume: bool,
             k = (gidx == group_of[pid]) & onp
             s.stats[pid].update(r.rewards[k].tolist(), step, int(r.lengths[torch.as_tensor(k)].sum()),
                                 cfg.allocator.stats_decay)
-        _remember_correct(s, r, pids)
+        _remember_correct(s, r, pids, workers)
         tokens = int(r.lengths[torch.as_tensor(onp)].sum())
         n_onp = int(onp.sum())
         s.tokens_per_rollout = 0.9 * s.tokens_per_rollout + 0.1 * tokens / max(n_onp, 1)
@@ -351,9 +381,13 @@ def _loop(s: Setup, cfg: RunConfig, store: Any, run_id: str, resume: bool,
                 table = rollouts_table(run_id, step, r, prompt_ids=s.train_ids, idx=_idx(gidx),
                                        advantage=adv, used=used, token_ids=cfg.logging.token_ids,
                                        token_entropy=cfg.logging.token_entropy)
+                table = table.append_column("worker", pa.array(workers, pa.string()))
             prompt_rows = [dict(prompt_id=pid, **_stats_row(s.stats[pid])) for pid in
                            dict.fromkeys([c.prompt_id for c in candidates] + list(results))]
         metrics.update(timer.metrics())  # timing_s/log: building the rows (the commit overlaps the next step)
+        if hasattr(s.backend, "take_metrics"):  # Ray workers: perf/worker/<name>/rollouts_per_s, ...
+            metrics.update(s.backend.take_metrics())
+            events += s.backend.take_events()  # e.g. a worker restarted by Ray, named
         metrics["timing_s/step"] = time.perf_counter() - t_step
         metrics["perf/rollouts_per_s"] = n_onp / max(metrics["timing_s/step"], 1e-9)
         metrics["perf/gen_tokens_per_s"] = tokens / max(metrics.get("timing_s/generate", 0.0), 1e-9)
@@ -389,14 +423,15 @@ def _idx(gidx: np.ndarray) -> np.ndarray:
     return out
 
 
-def _remember_correct(s: Setup, r: Rollouts, pids: list[str]) -> None:
+def _remember_correct(s: Setup, r: Rollouts, pids: list[str], workers: list[str]) -> None:
     """Keep each prompt's latest on-policy correct response (for allocators that reuse responses)."""
     for i in np.flatnonzero((r.rewards >= 0.5) & ~r.off_policy):
         n = int(r.lengths[i])
         s.reuse[pids[i]] = dict(tokens=r.tokens[i, :n].tolist(), logprobs=r.logprobs[i, :n].tolist(),
                                 entropy=r.entropy[i, :n].tolist(), finished=bool(r.finished[i]),
                                 policy_version=int(r.policy_version[i]), temperature=float(r.temperature[i]),
-                                response=r.responses[i], reward=float(r.rewards[i]), verdict=r.verdicts[i])
+                                response=r.responses[i], reward=float(r.rewards[i]), verdict=r.verdicts[i],
+                                worker=workers[i])
 
 
 def _stats_row(st: PromptStats) -> dict[str, Any]:
@@ -448,10 +483,17 @@ def _step_metrics(s: Setup, r: Rollouts, results: dict[str, GroupResult], group_
 
 def _evaluate(s: Setup, step: int) -> tuple[list[dict[str, Any]], dict[str, float]]:
     e = s.cfg.eval
+    # eval mode only while evaluating: a run resumed from a checkpoint must train in the same mode as
+    # one that never stopped (the mode is not in the checkpoint)
     s.model.eval()
-    return evaluate(s.backend, s.tokenizer, s.task, s.eval, s.eval_tok, samples=e.samples,
-                    temperature=e.temperature, max_new_tokens=s.cfg.sampling.max_new_tokens, greedy=e.greedy,
-                    generator=_generator(s.device, s.cfg.seed, step, 0xE7A1))
+    try:
+        out = evaluate(s.backend, s.tokenizer, s.task, s.eval, s.eval_tok, samples=e.samples,
+                       temperature=e.temperature, max_new_tokens=s.cfg.sampling.max_new_tokens, greedy=e.greedy,
+                       generator=_generator(s.device, s.cfg.seed, step, 0xE7A1))
+    finally:
+        s.model.train()
+    fault_point("eval")
+    return out
 
 
 def _checkpoint(s: Setup, store: Any, run_id: str, step: int) -> None:
@@ -475,6 +517,7 @@ def _restore(s: Setup, store: Any, run_id: str) -> int:
     path = latest_checkpoint(s.ckpt_dir)
     if path is None:
         store.rollback_run(run_id, -1)
+        s.live.plan_replay(store.controls(run_id).to_dicts(), 0)
         return 0
     st = load_checkpoint(path)
     s.model.load_state_dict(st["model"])
@@ -491,7 +534,8 @@ def _restore(s: Setup, store: Any, run_id: str) -> int:
     s.backend.update_weights(s.model)
     s.backend.policy_version = st["policy_version"]
     store.rollback_run(run_id, st["step"])
+    replay = s.live.plan_replay(store.controls(run_id).to_dicts(), int(st["step"]))
     store.add_event(run_id, "info", "resume", f"resumed from the checkpoint of step {st['step']}",
-                    step=st["step"])
+                    step=st["step"], data={"replayed_controls": replay} if replay else None)
     return int(st["step"])
 

@@ -50,6 +50,10 @@ def run(cfg: RunConfig, *, store: Any, run_id: str | None = None, name: str | No
         on_step: Callable[[int, dict[str, float]], None] | None = None, stop_after: int | None = None,
         store_dir: str | Path | None = None) -> str:
     """Run `cfg` to the end (or until stopped) in this process; returns the run id."""
+    if run_id is None:  # a launched run (row given) was checked by its launcher
+        from workbench.control.launch import preflight
+
+        preflight(cfg)  # model directory and data set, before the run's row is written
     st, owned = _open(store)
     try:
         if run_id is None:

@@ -50,6 +50,8 @@ class Setup:
     tokens_per_rollout: float = 8.0
     control_token: str | None = None
     """The store's control signal at the last step-boundary poll (see `apply_controls`)."""
+    part_workers: list[list[str]] = field(default_factory=list)
+    """This step's rollout parts: the worker that generated each row ("local", "ray-0", ...)."""
 
 
 def resolve_device(name: str) -> torch.device:
@@ -63,10 +65,14 @@ def resolve_device(name: str) -> torch.device:
 
 
 def organism_recipe(cfg: RunConfig) -> Any:
-    """The OrganismRecipe a config asks for (`model.organism`, else the default)."""
+    """The OrganismRecipe a config asks for (`model.organism`, else the default). Under a workload
+    profile (`task.profile` other than "default") the recipe's task, unless it names one, is the run's."""
     from workbench.models.organism import OrganismRecipe
 
-    return OrganismRecipe.from_dict(dict(cfg.model.organism)) if cfg.model.organism else OrganismRecipe()
+    data = dict(cfg.model.organism)
+    if cfg.task.get("kind", "arithmetic") == "arithmetic" and cfg.task.get("profile", "default") != "default":
+        data.setdefault("task", dict(cfg.task))
+    return OrganismRecipe.from_dict(data) if data else OrganismRecipe()
 
 
 def model_path(cfg: RunConfig, store_dir: str | Path) -> Path:
@@ -118,8 +124,9 @@ def _spread(prompts: list[Prompt], k: int) -> list[Prompt]:
 def build_setup(cfg: RunConfig, *, store_dir: str | Path, run_id: str, store: Any = None,
                 writer: Any = None) -> Setup:
     from workbench.models import load_model
-    from workbench.rollout.hf import HFBackend
+    from workbench.rollout import backend_for_run, require
 
+    require(cfg.rollout.backend)  # one clear line before anything is built when its package is missing
     torch.manual_seed(cfg.seed)
     if cfg.model.threads:
         torch.set_num_threads(cfg.model.threads)
@@ -127,7 +134,8 @@ def build_setup(cfg: RunConfig, *, store_dir: str | Path, run_id: str, store: An
     if cfg.model.deterministic and device.type == "cuda":  # cuBLAS is deterministic only with a fixed workspace
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(cfg.model.deterministic, warn_only=device.type != "cpu")
-    model, tokenizer = load_model(str(model_path(cfg, store_dir)), device=str(device))
+    path = model_path(cfg, store_dir)
+    model, tokenizer = load_model(str(path), device=str(device))
     if cfg.model.dtype == "bfloat16":
         model = model.to(torch.bfloat16)
     model.train()
@@ -151,7 +159,7 @@ def build_setup(cfg: RunConfig, *, store_dir: str | Path, run_id: str, store: An
     prompt_rows = [dict(prompt_id=p.id, split=p.split, level=p.level, text=p.text, answer=p.answer,
                         metadata=p.metadata) for p in train + evals]
     return Setup(
-        cfg=cfg, device=device, model=model, tokenizer=tokenizer, backend=HFBackend(model, tokenizer, device),
+        cfg=cfg, device=device, model=model, tokenizer=tokenizer, backend=backend_for_run(cfg, model, tokenizer, device, str(path)),
         task=task, train=train, train_tok=encode_prompts(tokenizer, train, cfg.model.chat_template),
         train_ids=[p.id for p in train],
         index={p.id: i for i, p in enumerate(train)}, eval=evals,
@@ -178,5 +186,7 @@ def apply_controls(s: Setup, store: Any, run_id: str, *, step: int, boundary: st
         s.control_token = token
     writer = getattr(s, "writer", None)
     if writer is not None:
-        writer.release()  # a pause may block here: the last step reaches the store first
-    return apply_pending(store, run_id, s.live, step=step, boundary=boundary)
+        writer.flush()  # a pause may block here: every step handed over is committed first
+    outcomes = apply_pending(store, run_id, s.live, step=step, boundary=boundary)
+    s.live.note_applied(outcomes)  # their ids go into the next checkpoint (see LiveSettings.plan_replay)
+    return outcomes

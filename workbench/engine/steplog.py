@@ -144,54 +144,47 @@ def rollouts_table(
 
 
 class StepWriter:
-    """Hands each step to the store as ONE `write_step` call (one transaction).
+    """Hands the engine's steps to the store.
 
-    With `background=True` the commit runs on a writer thread while the loop goes on with the next
-    step (at most one step in flight; DuckDB releases the GIL while it ingests). `flush()` waits for
-    it and re-raises its error; the loop flushes before every checkpoint and at the end, so a
-    checkpoint never covers a step the store has not committed.
+    With `background=False` every `write` commits its step at once (`Store.write_step`). With
+    `background=True` a writer thread commits while the loop goes on, grouping the steps that arrive
+    during a commit into the next transaction, up to `commit_max_rows` rollouts (group commit, see
+    `workbench.store.group`). Each step is held back until `release()`, which the loop calls when the
+    next step's policy update starts: generation is a Python loop of small torch calls that the
+    writer thread's Python work (GIL) slowed ~2x, while the update's large kernels run without the
+    GIL. The next `write`, `flush` or `close` releases it too, and the writer does by itself after
+    `commit_interval_s`. A step carrying evaluation rows is flushed at once.
 
-    A step handed over is held until `release()`, which the loop calls when the next step's policy
-    update starts: generation is a Python loop of small torch calls that the writer thread's Python
-    work (GIL) slowed ~2x, while the update's large kernels run without the GIL. The next `write`,
-    `flush` or `close` releases it too, so a step never waits longer than one step.
+    `flush()` blocks until every step handed over is committed and re-raises a failed commit; the loop
+    flushes before every checkpoint (a checkpoint never covers an uncommitted step), on pause, stop and
+    at the end.
     """
 
-    def __init__(self, store, run_id: str, *, background: bool = False) -> None:
-        import queue
-        import threading
+    def __init__(self, store, run_id: str, *, background: bool = False, commit_max_rows: int = 16384,
+                 commit_interval_s: float = 1.0, hold: bool = True) -> None:
+        from workbench.store.group import GroupWriter
 
-        self.store, self.run_id = store, run_id
-        self._error: BaseException | None = None
-        self._queue: queue.Queue | None = None
-        self._held = None
-        if background:
-            self._queue = queue.Queue(maxsize=1)
-            self._thread = threading.Thread(target=self._work, name=f"writer-{run_id}", daemon=True)
-            self._thread.start()
+        self.store, self.run_id, self.hold = store, run_id, hold
+        self._group = GroupWriter(store, commit_max_rows=commit_max_rows, commit_interval_s=commit_interval_s,
+                                  name=f"writer-{run_id}") if background else None
+        self._stats = self._group
+        self._lags: list[float] = []
 
-    def _work(self) -> None:
-        assert self._queue is not None
-        while True:
-            record = self._queue.get()
-            try:
-                if record is not None and self._error is None:
-                    self.store.write_step(record)
-            except BaseException as exc:  # noqa: BLE001 - handed to the loop at the next write/flush
-                self._error = exc
-            finally:
-                self._queue.task_done()
-            if record is None:
-                return
+    @property
+    def lags(self) -> list[float]:
+        """Seconds from each step's `write` to the end of its commit."""
+        return self._stats.lags if self._stats is not None else self._lags
 
-    def _raise(self) -> None:
-        if self._error is not None:
-            err, self._error = self._error, None
-            raise err
+    @property
+    def commits(self) -> list[tuple[int, int, float]]:
+        """(steps, rollouts, seconds) of each background commit."""
+        return self._stats.commits if self._stats is not None else []
 
     def write(self, step: int, metrics: dict, rollouts: pa.Table | None, allocations: list[dict],
               prompt_stats: list[dict], evals: list[dict], prompts: list[dict],
               events: list[dict] | None = None) -> None:
+        import time
+
         from workbench.store import StepRecord
 
         record = StepRecord(
@@ -199,32 +192,27 @@ class StepWriter:
             rollouts=rollouts if rollouts is not None else [], allocations=allocations,
             prompt_stats=prompt_stats, evals=evals, prompts=prompts, events=events or [],
         )
-        self._raise()
-        if self._queue is None:
+        if self._group is None:
+            t = time.monotonic()
             self.store.write_step(record)
-        else:
-            self.release()
-            self._held = record
+            self._lags.append(time.monotonic() - t)
+            return
+        self._group.submit(record, hold=self.hold and not evals)
+        if evals:  # an evaluation is flushed at once
+            self._group.flush()
 
     def release(self) -> None:
-        """Start committing the step handed over last (background mode; no-op otherwise)."""
-        if self._queue is not None and self._held is not None:
-            record, self._held = self._held, None
-            self._queue.put(record)
+        """Hand the step written last to the writer now (background mode; no-op otherwise)."""
+        if self._group is not None:
+            self._group.release()
 
     def flush(self) -> None:
-        """Wait until every step handed over is committed; re-raise a failed commit."""
-        if self._queue is not None:
-            self.release()
-            self._queue.join()
-        self._raise()
+        """Block until every step handed over is committed; re-raise a failed commit."""
+        if self._group is not None:
+            self._group.flush()
 
     def close(self) -> None:
         """Flush and stop the writer thread."""
-        if self._queue is not None:
-            self.release()
-            self._queue.join()
-            self._queue.put(None)
-            self._thread.join(timeout=30)
-            self._queue = None
-        self._raise()
+        if self._group is not None:
+            group, self._group = self._group, None
+            group.close()

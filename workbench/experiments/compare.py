@@ -23,8 +23,15 @@ With `store` (`--keep-in`), a run already finished there with exactly the same c
 instead of run again, so an interrupted comparison picks up where it stopped, and one with more
 allocators or seeds only runs what is new.
 
-`write_report` puts the JSON in `docs/bench/allocators.json`, the curves in `allocators.png` and
-`allocators.html`, and a markdown table in `allocators.md`.
+Workload profiles (`profile`, issue #17): "default", "skewed" or "long" (`PROFILE_RUNS` lists the
+settings each adds to the experiment). Seeds may differ per allocator (`seeds_for`), and each row
+carries bootstrap intervals over seeds (`workbench/experiments/intervals.py`): `saving_ci90`,
+`saving_real`, `final_pass1_ci90`, `final_pass8_ci90`; the result carries `best_saving_ci90` and
+`uniform_zero_signal_frac`.
+
+`write_report` puts the JSON in `docs/bench/allocators-<profile>.json`, the curves in
+`allocators-<profile>.png` and `.html`, and rebuilds `allocators.md` (every profile measured so far)
+and the leverage map (`leverage.png`, `leverage.json`) from the profile files there.
 """
 
 from __future__ import annotations
@@ -41,33 +48,55 @@ import numpy as np
 from workbench.allocators._config import check_int
 from workbench.allocators.registry import get_allocator, shipped_allocators
 from workbench.errors import ConfigError
+from workbench.experiments.intervals import with_intervals
 
 REFERENCE = "uniform"
 PASS_K = (1, 8)
+PROFILE_RUNS: dict[str, list[str]] = {
+    "default": [],
+    "skewed": ["task.profile=skewed", "steps=120", "eval.every=20"],
+    "long": ["task.profile=long", "sampling.max_new_tokens=24", "steps=120", "eval.every=20"],
+}
+"""What each workload profile sets in `configs/organism.toml` for the comparison (before `--set`)."""
 DOCS_BENCH = Path(__file__).resolve().parents[2] / "docs" / "bench"
 
 
 def compare(allocators: list[str] | None = None, seeds: int = 3, *, base: Any = None,
             overrides: list[str] | None = None, tokens_per_step: int | None = None,
-            store: str | Path | None = None, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+            store: str | Path | None = None, progress: Callable[[str], None] | None = None,
+            profile: str = "default", seeds_for: dict[str, int] | None = None,
+            reference_last: bool = False) -> dict[str, Any]:
     """Run the comparison; returns the JSON object `workbench bench allocators --json` prints.
 
-    `base` is the experiment (a RunConfig; default `configs/organism.toml` with `overrides`). Runs go
-    to `store` when given (they stay there, to browse in the dashboard), else to a temporary store
-    that shares the default store's organism cache."""
+    `base` is the experiment (a RunConfig; default `configs/organism.toml` with the profile's
+    settings, then `overrides`). Runs go to `store` when given (they stay there, to browse in the
+    dashboard), else to a temporary store that shares the default store's organism cache. `seeds_for`
+    gives some allocators another number of seeds than `seeds`. `reference_last` (only with
+    `tokens_per_step`, which fixes the budget without uniform's first run) runs uniform's seeds after
+    the others, so that another process can run uniform's seeds into the same store meanwhile."""
     names = list(dict.fromkeys(allocators or shipped_allocators()))
     for name in names:
         get_allocator(name)  # an unknown name lists the valid ones
+    if profile not in PROFILE_RUNS:
+        raise ConfigError(f"bench allocators: profile {profile!r}; allowed: {', '.join(PROFILE_RUNS)}")
     check_int("bench allocators", "seeds", seeds, 1, 100)
+    seeds_for = dict(seeds_for or {})
+    for name, n in seeds_for.items():
+        get_allocator(name)
+        check_int("bench allocators", f"seeds for {name}", n, 1, 100)
     if tokens_per_step is not None:
         check_int("bench allocators", "tokens_per_step", tokens_per_step, 1, 10**9)
+    if reference_last and tokens_per_step is None:
+        raise ConfigError("bench allocators: running uniform last needs --tokens-per-step (uniform's first run "
+                          "sets the budget otherwise)")
     if REFERENCE not in names:
         names.insert(0, REFERENCE)
     names.sort(key=lambda n: n != REFERENCE)
     if base is None:
         from workbench.experiments.engine_bench import _base_config
 
-        base = _base_config(list(overrides or []))
+        overrides = PROFILE_RUNS[profile] + list(overrides or [])
+        base = _base_config(overrides)
     elif overrides:
         raise ConfigError("bench allocators: pass either a base config or overrides, not both")
     if base.eval.every <= 0:
@@ -78,18 +107,21 @@ def compare(allocators: list[str] | None = None, seeds: int = 3, *, base: Any = 
     say = progress or (lambda _msg: None)
 
     t0 = time.perf_counter()
-    runs: dict[str, list[dict[str, Any]]] = {}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     with _store(store, base) as root:
-        for name in names:
-            for seed in range(seeds):
+        order = names[1:] + names[:1] if reference_last else names
+        for name in order:
+            for seed in range(seeds_for.get(name, seeds)):
                 cfg = _config(base, name, seed, tokens_per_step)
                 say(f"{name} seed {seed}: {cfg.steps} steps, budget {cfg.allocator.budget} {cfg.allocator.budget_kind}")
                 runs.setdefault(name, []).append(_one_run(cfg, root, say))
             if name == REFERENCE and tokens_per_step is None:
                 tokens_per_step = max(1, int(round(statistics.median(runs[name][0]["tokens_per_step"]))))
-    return summarise(runs, tokens_per_step=tokens_per_step, seeds=seeds, steps=base.steps,
-                     minutes=(time.perf_counter() - t0) / 60, runs_kept=store is not None,
-                     overrides=list(overrides or []))
+    result = summarise(runs, tokens_per_step=tokens_per_step, seeds=seeds, steps=base.steps,
+                       minutes=(time.perf_counter() - t0) / 60, runs_kept=store is not None,
+                       overrides=list(overrides or []), profile=profile,
+                       seeds_by_allocator={n: len(rs) for n, rs in runs.items()})
+    return with_intervals(result, runs, REFERENCE)
 
 
 def _config(base: Any, name: str, seed: int, tokens_per_step: int | None) -> Any:
@@ -214,11 +246,15 @@ def summarise(runs: dict[str, list[dict[str, Any]]], **info: Any) -> dict[str, A
             "token_saving_vs_uniform": (ref_tokens / reach) if reach and ref_tokens else None,
             "minutes": float(np.mean([r["minutes"] for r in rs])),
             "curve": curves[name],
+            "curves_by_seed": [r["curve"] for r in rs],
+            "minutes_by_seed": [r["minutes"] for r in rs],
             "run_ids": [r["run_id"] for r in rs] if info.get("runs_kept") else [],
         })
     savings = [r["token_saving_vs_uniform"] for r in rows
                if r["allocator"] != REFERENCE and r["token_saving_vs_uniform"] is not None]
+    ref_zs = [r["zero_signal_frac"] for r in runs[REFERENCE] if r["zero_signal_frac"] is not None]
     return {"uniform_final_pass1": target, "best_token_saving_vs_uniform": max(savings) if savings else None,
+            "uniform_zero_signal_frac": float(np.mean(ref_zs)) if ref_zs else None,
             "best_allocator": next((r["allocator"] for r in rows if savings
                                     and r["token_saving_vs_uniform"] == max(savings)
                                     and r["allocator"] != REFERENCE), None),
@@ -228,41 +264,68 @@ def summarise(runs: dict[str, list[dict[str, Any]]], **info: Any) -> dict[str, A
 
 
 def write_report(result: dict[str, Any], out_dir: str | Path = DOCS_BENCH) -> list[Path]:
-    """allocators.json, .md, .html and .png under `out_dir`; returns the paths written."""
+    """allocators-<profile>.json, .html and .png under `out_dir`, then the overview of every profile
+    there (allocators.md, leverage.png, leverage.json); returns the paths written."""
+    from workbench.experiments.leverage import attach_prediction, write_overview
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "allocators.json", out / "allocators.md", out / "allocators.html", out / "allocators.png"]
+    stem = f"allocators-{result.get('profile', 'default')}"
+    attach_prediction(result, out)
+    paths = [out / f"{stem}.json", out / f"{stem}.html", out / f"{stem}.png"]
     paths[0].write_text(json.dumps(result, indent=2) + "\n")
-    paths[1].write_text(markdown_table(result))
-    _plotly_figure(result).write_html(paths[2], include_plotlyjs="cdn")
-    _png(result, paths[3])
-    return paths
+    _plotly_figure(result).write_html(paths[1], include_plotlyjs="cdn")
+    _png(result, paths[2])
+    return paths + write_overview(out)
 
 
-def markdown_table(result: dict[str, Any]) -> str:
-    def f(v: Any, fmt: str) -> str:
-        return "—" if v is None else format(v, fmt)
+def _f(v: Any, fmt: str) -> str:
+    return "—" if v is None else format(v, fmt)
 
+
+def _ci(v: Any, ci: Any, fmt: str) -> str:
+    return _f(v, fmt) + (f" [{format(ci[0], fmt)}, {format(ci[1], fmt)}]" if ci else "")
+
+
+def markdown_table(result: dict[str, Any], heading: str = "# Allocators on the model organism") -> str:
+    """One profile's comparison as markdown: what ran, the command, a row per allocator."""
+    seeds = result.get("seeds_by_allocator") or {r["allocator"]: result["seeds"] for r in result["allocators"]}
+    sets = result.get("overrides", [])
+    profile = result.get("profile", "default")
     lines = [
-        "# Allocators on the model organism",
+        heading,
         "",
-        f"{result['seeds']} seed(s) x {result['steps']} steps per allocator, {result['tokens_per_step']} generated "
-        f"tokens per step at most ({result.get('run_minutes', result['minutes']):.1f} minutes of runs in all). "
-        f"Uniform's final held-out pass@1: "
-        f"{result['uniform_final_pass1']:.3f}. Best token saving vs uniform: "
-        f"{f(result['best_token_saving_vs_uniform'], '.2f')} ({result['best_allocator'] or 'none reached it'}).",
-        f"Reproduce: `workbench bench allocators --json --seeds {result['seeds']} --steps {result['steps']} "
-        f"--allocators {','.join(r['allocator'] for r in result['allocators'])}"
-        f"{''.join(f' --set {o}' for o in result.get('overrides', []))}` (see `docs/allocators.md`).",
+        f"{result['steps']} steps per run, {result['tokens_per_step']} generated tokens per step at most "
+        f"({result.get('run_minutes', result['minutes']):.1f} minutes of runs in all). Uniform's final held-out "
+        f"pass@1: {result['uniform_final_pass1']:.3f}; uniform's zero-signal group fraction: "
+        f"{_f(result.get('uniform_zero_signal_frac'), '.3f')}. Best token saving vs uniform: "
+        f"{_ci(result['best_token_saving_vs_uniform'], result.get('best_saving_ci90'), '.2f')} "
+        f"({result['best_allocator'] or 'none reached it'}).",
+        f"Reproduce: `workbench bench allocators --json --profile {profile} --seeds {result['seeds']}"
+        + "".join(f" --seeds-for {n}={k}" for n, k in seeds.items() if k != result["seeds"])
+        + f" --allocators {','.join(r['allocator'] for r in result['allocators'])}"
+        + "".join(f" --set {o}" for o in sets if o not in _profile_sets(profile))
+        + " --keep-in store/bench-allocators` (see `docs/allocators.md`).",
         "",
-        "| allocator | final pass@1 | final pass@8 | generated tokens | zero-signal frac | tokens to uniform's final | saving |",
-        "|---|---|---|---|---|---|---|",
+        "Intervals are 90% bootstrap intervals over seeds; a saving is real (✓) when its interval excludes 1.0.",
+        "",
+        "| allocator | seeds | final pass@1 | final pass@8 | generated tokens | zero-signal frac "
+        "| tokens to uniform's final | saving | real | minutes per run |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["allocators"]:
-        lines.append(f"| `{r['allocator']}` | {r['final_pass1']:.3f} | {r['final_pass8']:.3f} | {r['final_tokens']:.0f} | "
-                     f"{f(r['zero_signal_frac'], '.3f')} | {f(r['tokens_to_uniform_final'], '.0f')} | "
-                     f"{f(r['token_saving_vs_uniform'], '.2f')} |")
+        real = ("" if r["allocator"] == REFERENCE or r.get("saving_ci90") is None
+                else "✓" if r.get("saving_real") else "✗")
+        lines.append(
+            f"| `{r['allocator']}` | {seeds.get(r['allocator'], '—')} | {_ci(r['final_pass1'], r.get('final_pass1_ci90'), '.3f')} "
+            f"| {_ci(r['final_pass8'], r.get('final_pass8_ci90'), '.3f')} | {r['final_tokens']:.0f} "
+            f"| {_f(r['zero_signal_frac'], '.3f')} | {_f(r['tokens_to_uniform_final'], '.0f')} "
+            f"| {_ci(r['token_saving_vs_uniform'], r.get('saving_ci90'), '.2f')} | {real} | {r['minutes']:.1f} |")
     return "\n".join(lines) + "\n"
+
+
+def _profile_sets(profile: str) -> list[str]:
+    return PROFILE_RUNS.get(profile, [])
 
 
 def _plotly_figure(result: dict[str, Any]) -> Any:
@@ -277,7 +340,8 @@ def _plotly_figure(result: dict[str, Any]) -> Any:
                                      name=r["allocator"], legendgroup=r["allocator"], showlegend=col == 1,
                                      line=dict(color=_COLOURS[i % len(_COLOURS)])), row=1, col=col)
     fig.update_xaxes(title_text="generated tokens")
-    fig.update_layout(title="Allocators on the model organism (mean over seeds)", height=450, width=1100)
+    fig.update_layout(title=f"Allocators on the model organism, profile {result.get('profile', 'default')} "
+                            "(mean over seeds)", height=450, width=1100)
     return fig
 
 
@@ -298,7 +362,7 @@ def _png(result: dict[str, Any], path: Path) -> None:
         ax.set_xlabel("generated tokens")
         ax.grid(alpha=0.3)
     axes[1].legend(fontsize=8, loc="lower right")
-    fig.suptitle("Allocators on the model organism (mean over seeds)")
+    fig.suptitle(f"Allocators on the model organism, profile {result.get('profile', 'default')} (mean over seeds)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

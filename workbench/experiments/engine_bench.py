@@ -23,10 +23,26 @@ DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "organism.tom
 WARMUP_STEPS = 2
 
 
-def _base_config(overrides: list[str]):
-    from workbench.config import load_config
+def _base_config(overrides: list[str], base: dict[str, Any] | None = None):
+    """The default experiment (or `base`, a run config as a dict) with `overrides` applied."""
+    from workbench.config import RunConfig, apply_overrides, load_config
 
+    if base is not None:
+        return RunConfig.from_dict(apply_overrides(dict(base), overrides))
     return load_config(DEFAULT_CONFIG if DEFAULT_CONFIG.is_file() else None, overrides)
+
+
+PEER_HINT = "add the peer with: pip install -e '.[trl]'"
+
+
+def missing_peer() -> str | None:
+    """None when TRL's GRPOTrainer can be benchmarked here, else the missing package's name."""
+    for name in ("trl", "datasets"):
+        try:
+            __import__(name)
+        except ImportError:
+            return name
+    return None
 
 
 @contextmanager
@@ -69,28 +85,32 @@ def rollout_vs_bare(cfg, store: Path, repeats: int = 7) -> dict[str, float]:
     """Our rollout phase (generate, decode, verify) against bare `model.generate` of the same grants."""
     import torch
 
-    from workbench.engine.loop import rollout_stage
+    from workbench.engine.loop import rollout_stage, stage_seeds
     from workbench.engine.setup import build_setup
     from workbench.engine.timing import PhaseTimer
     from workbench.rollout.base import SamplingParams
     from workbench.rollout.hf import bare_generate
 
-    s = build_setup(cfg, store_dir=store, run_id="bench")
+    s = build_setup(cfg.replace(rollout=type(cfg.rollout)()), store_dir=store, run_id="bench")  # in-process
     n = cfg.allocator.params.get("n", 8)
     rows = [i for i in range(cfg.allocator.prompts_per_step) for _ in range(n)]
     sampling = SamplingParams(temperature=cfg.sampling.temperature, max_new_tokens=cfg.sampling.max_new_tokens)
-    ours, bare = [], []
+    ours, bare, ours_tok, bare_tok = [], [], [], []
     for k in range(repeats + 1):
         t0 = time.perf_counter()
-        rollout_stage(s, rows, 0, cfg.sampling.temperature, torch.Generator().manual_seed(k), PhaseTimer())
+        r = rollout_stage(s, rows, 0, cfg.sampling.temperature, None, PhaseTimer(),
+                          seeds=stage_seeds(k, 0, 0, rows))
         t1 = time.perf_counter()
         torch.manual_seed(k)
-        bare_generate(s.model, s.tokenizer, [s.train_tok[i] for i in rows], sampling, device=s.device)
+        b = bare_generate(s.model, s.tokenizer, [s.train_tok[i] for i in rows], sampling, device=s.device)
         t2 = time.perf_counter()
         if k:  # the first pair warms up
             ours.append(t1 - t0)
             bare.append(t2 - t1)
-    return {"ours_s": _median(ours), "bare_s": _median(bare), "ratio": _median(ours) / _median(bare)}
+            ours_tok.append(int(r.lengths.sum()))
+            bare_tok.append(int((b.tokens != s.pad_id).sum()))
+    return {"ours_s": _median(ours), "bare_s": _median(bare), "ratio": _median(ours) / _median(bare),
+            "ours_tokens_per_s": sum(ours_tok) / sum(ours), "bare_tokens_per_s": sum(bare_tok) / sum(bare)}
 
 
 def trl_rollouts_per_s(cfg, store: Path, steps: int) -> dict[str, float]:
@@ -145,22 +165,32 @@ def trl_rollouts_per_s(cfg, store: Path, steps: int) -> dict[str, float]:
 
 
 def bench_engine(*, steps: int = 12, with_trl: bool = True, rounds: int = 2, overrides: list[str] | None = None,
-                 cache: str | os.PathLike | None = None) -> dict[str, Any]:
-    """The engine's speed figures on the default workload (see docs/engine.md)."""
+                 cache: str | os.PathLike | None = None, backend: str = "hf", workers: list[int] | None = None,
+                 base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The engine's speed figures on the default workload (see docs/engine.md).
+
+    `backend="ray"` also times the run with the Ray backend for each count in `workers`, interleaved
+    with the in-process runs: `ray[N].rollouts_per_s` and `rayN_vs_inprocess`. Without TRL installed
+    (`missing_peer()`), the peer is skipped and `trl_missing` names the package."""
     from workbench.commands.common import store_path
 
-    base = ["eval.at_start=false", "eval.every=0", "checkpoint.every=0", f"steps={steps + WARMUP_STEPS + 1}"]
-    base += list(overrides or [])
-    on_cfg = _base_config(base)
-    off_cfg = _base_config(base + ["logging.rollouts=false"])
+    base_over = ["eval.at_start=false", "eval.every=0", "checkpoint.every=0", f"steps={steps + WARMUP_STEPS + 1}"]
+    base_over += list(overrides or [])
+    on_cfg = _base_config(base_over, base)
+    off_cfg = _base_config(base_over + ["logging.rollouts=false"], base)
+    ray_cfgs = {n: _base_config(base_over + ["rollout.backend=\"ray\"", f"rollout.workers={n}"], base)
+                for n in (workers or [1, 2])} if backend == "ray" else {}
+    absent = missing_peer() if with_trl else None
     cache_dir = Path(cache) if cache else store_path(None)
-    with _temp_store(cache_dir, on_cfg) as store:
-        on, off = [], []
-        for _ in range(rounds):  # interleaved, so drifting machine load hits both sides alike
+    with _temp_store(cache_dir, on_cfg) as store, _ray_runtime(bool(ray_cfgs)):
+        on, off, ray_marks = [], [], {n: [] for n in ray_cfgs}
+        for _ in range(rounds):  # interleaved, so drifting machine load hits every side alike
             on += _timed_run(on_cfg, store)
             off += _timed_run(off_cfg, store)
+            for n, cfg in ray_cfgs.items():
+                ray_marks[n] += _timed_run(cfg, store)
         bare = rollout_vs_bare(on_cfg, store)
-        trl = trl_rollouts_per_s(on_cfg, store, steps) if with_trl else None
+        trl = trl_rollouts_per_s(on_cfg, store, steps) if with_trl and absent is None else None
     step_on, step_off = _median([m["wall_s"] for m in on]), _median([m["wall_s"] for m in off])
     wall = sum(m["wall_s"] for m in on)
     rollouts = _median([m["rollout/count"] for m in on])
@@ -180,7 +210,52 @@ def bench_engine(*, steps: int = 12, with_trl: bool = True, rounds: int = 2, ove
             "trl_steps_per_s": trl["steps_per_s"] if trl else None, "torch_threads": _threads(),
         },
     }
+    if with_trl and absent is not None:
+        out["trl_missing"] = f"{absent} is not installed: {PEER_HINT}"
+    if ray_cfgs:
+        out["inprocess_rollouts_per_s"] = out["rollouts_per_s"]
+        out["ray"] = {}
+        for n, marks in ray_marks.items():
+            step_s = _median([m["wall_s"] for m in marks])
+            out["ray"][str(n)] = _ray_figures(marks, step_s)
+            out[f"ray{n}_vs_inprocess"] = out["ray"][str(n)]["rollouts_per_s"] / out["rollouts_per_s"]
     return out
+
+
+def _ray_figures(marks: list[dict[str, Any]], step_s: float) -> dict[str, Any]:
+    """Rollouts/s of the Ray runs, their phase times (median per step) and each worker's own rate."""
+    workers = sorted({k.split("/")[2] for m in marks for k in m if k.startswith("perf/worker/")
+                      and k.endswith("/rollouts_per_s")})
+    return {
+        "rollouts_per_s": _median([m["rollout/count"] for m in marks]) / step_s,
+        "step_s": step_s,
+        "generate_s": _median([m.get("timing_s/generate", 0.0) for m in marks]),
+        "train_s": _median([m.get("timing_s/train", 0.0) for m in marks]),
+        "weight_sync_s": _median([m.get("timing_s/weight_sync", 0.0) for m in marks]),
+        "worker_rollouts_per_s": {w: _median([m[f"perf/worker/{w}/rollouts_per_s"] for m in marks
+                                              if f"perf/worker/{w}/rollouts_per_s" in m]) for w in workers},
+        "steps_timed": len(marks),
+    }
+
+
+@contextmanager
+def _ray_runtime(needed: bool) -> Iterator[None]:
+    """One local Ray runtime for every Ray run of the benchmark (not one per run)."""
+    if not needed:
+        yield
+        return
+    import ray
+
+    from workbench.rollout.ray_backend import start_local_ray
+
+    started = not ray.is_initialized()
+    if started:
+        start_local_ray(attempts=5, num_cpus=os.cpu_count())
+    try:
+        yield
+    finally:
+        if started:
+            ray.shutdown()
 
 
 def _threads() -> int:
@@ -230,3 +305,116 @@ def bench_learn(*, seeds: int = 3, store: str | os.PathLike | None = None, overr
         "steps": cfgs[0].steps,
         "run_ids": run_ids if store is not None else [],
     }
+
+
+# -- the engine on a GPU (dev/gpu-check.sh) ----------------------------------------------------------
+
+QWEN2_LIKE = dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                  num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=4096,
+                  tie_word_embeddings=True, rope_theta=1_000_000.0)
+"""The shape of Qwen2.5-0.5B (~494M parameters), randomly initialised: no weights to download."""
+
+
+def qwen2_like_config():
+    from transformers import Qwen2Config
+
+    from workbench.models.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+    return Qwen2Config(**QWEN2_LIKE, bos_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID)
+
+
+def count_parameters_meta(config) -> int:
+    """Parameters of a causal LM built from `config` on the meta device (no memory for weights)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def _wide_char_tokenizer(vocab_size: int):
+    """The organism's character tokenizer with filler tokens up to `vocab_size`, so that whatever a
+    random model generates decodes (fillers read `<t123>`; they are never produced by encoding)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    from workbench.models.tokenizer import BOS_ID, DEFAULT_ALPHABET, SPECIALS
+
+    vocab = {t: i for i, t in enumerate(list(SPECIALS) + list(DEFAULT_ALPHABET))}
+    vocab.update({f"<t{i}>": i for i in range(len(vocab), vocab_size)})
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    core.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", BOS_ID)])
+    return PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>",
+                                   unk_token="<unk>", padding_side="left", clean_up_tokenization_spaces=False)
+
+
+def _save_random_qwen2(root: Path) -> Path:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    target = root / "qwen2-like-random"
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(qwen2_like_config(), dtype=torch.bfloat16)
+    model.save_pretrained(target)
+    _wide_char_tokenizer(QWEN2_LIKE["vocab_size"]).save_pretrained(target)
+    return target
+
+
+def _gpu_figures(cfg, store: Path, with_bare: bool = True) -> dict[str, Any]:
+    """One short engine run on CUDA: step time by phase, generated tokens/s of the rollout phase (in
+    the run, and of one stage of the default grants next to bare `generate` of the same grants),
+    peak GPU memory."""
+    import torch
+
+    torch.cuda.reset_peak_memory_stats()
+    marks = _timed_run(cfg, store)
+    bare = rollout_vs_bare(cfg, store, repeats=3) if with_bare else {}
+    phases = sorted({k for m in marks for k in m if k.startswith("timing_s/")})
+    return {
+        "run_gen_tokens_per_s": _median([m["perf/gen_tokens_per_s"] for m in marks]),
+        "rollout_phase_tokens_per_s": bare.get("ours_tokens_per_s"),
+        "bare_generate_tokens_per_s": bare.get("bare_tokens_per_s"),
+        "rollout_vs_bare_ratio": bare.get("ratio"),
+        "step_s_by_phase": {k.removeprefix("timing_s/"): _median([m.get(k, 0.0) for m in marks]) for k in phases},
+        "rollouts_per_step": _median([m["rollout/count"] for m in marks]),
+        "peak_gpu_memory_gib": torch.cuda.max_memory_allocated() / 2**30,
+        "steps_timed": len(marks),
+    }
+
+
+def gpu_check(*, steps: int = 4, cache: str | os.PathLike | None = None) -> dict[str, Any]:
+    """`dev/gpu-check.sh`'s measurements: short engine runs on CUDA with the HF backend on (a) the
+    organism and (b) a random Qwen2-like ~0.5B model, and the same with vLLM when it is importable."""
+    import importlib.util
+
+    import torch
+
+    from workbench.commands.common import store_path
+    from workbench.errors import WorkbenchError
+
+    if not torch.cuda.is_available():
+        raise WorkbenchError("gpu check: needs a CUDA GPU and torch.cuda.is_available() is False")
+    common = ["model.device=\"cuda\"", "eval.at_start=false", "eval.every=0", "checkpoint.every=0",
+              f"steps={steps + WARMUP_STEPS + 1}"]
+    big = ["model.dtype=\"bfloat16\"", "allocator.prompts_per_step=16", "allocator.budget=128",
+           "sampling.max_new_tokens=64", "algorithm.kl_coef=0.001", "algorithm.micro_batch_size=32"]
+    out: dict[str, Any] = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}
+    cache_dir = Path(cache) if cache else store_path(None)
+    vllm = importlib.util.find_spec("vllm") is not None
+    with _temp_store(cache_dir, _base_config(common)) as store:
+        qwen = _save_random_qwen2(store)
+        cases = {"organism": common, "qwen2_like_0.5b": common + big + [f"model.path=\"{qwen}\""]}
+        for name, over in cases.items():
+            out[name] = {"hf": _gpu_figures(_base_config(over), store)}
+            if vllm:
+                try:
+                    out[name]["vllm"] = _gpu_figures(_base_config(over + ["rollout.backend=\"vllm\""]), store,
+                                                       with_bare=False)
+                except Exception as exc:  # noqa: BLE001 - record it and go on: the script reports everything
+                    out[name]["vllm"] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
+    out["vllm"] = "measured" if vllm else "not installed (pip install the 'gpu' extra to measure it)"
+    out["qwen2_like_parameters"] = count_parameters_meta(qwen2_like_config())
+    return out

@@ -25,6 +25,12 @@ Recipe (the defaults, `OrganismRecipe()`):
    discover it from zero rewards. Pass rates spread over [0, 1], and an allocator that stops
    spending rollouts on hopeless prompts visibly beats uniform allocation.
 
+6. **Workload profiles** (`task.profile`, issue #17) change the levels (the task's) and the warm
+   start's treatment of each level (`PROFILE_WARM_START`): "skewed" learns three easy additions
+   from clean answers, "3+2" from 40% near misses, and never sees its two multiplications, so pass
+   rates at the warm start are U-shaped; "long" learns worked multi-step sums with 40% near-miss
+   final values. The "default" profile is the recipe above, with the same hash as before profiles.
+
 Determinism: examples from string-seeded `random.Random`, weights from `torch.manual_seed`,
 `torch.use_deterministic_algorithms(True)` and a fixed thread count during the build: the same
 recipe gives bit-identical weights (the report checks this by building twice).
@@ -47,6 +53,13 @@ from workbench.errors import ConfigError
 from workbench.tasks.arithmetic import ArithmeticTask, ArithmeticTaskConfig
 from workbench.tasks.common import config_to_dict, require
 
+PROFILE_WARM_START: dict[str, dict[str, Any]] = {
+    "default": {"untaught_levels": ("3*2",), "level_corrupt": {}},
+    "skewed": {"untaught_levels": ("2*2", "3*2"), "level_corrupt": {"1+1": 0.0, "2+1": 0.0, "2+2": 0.0, "3+2": 0.4}},
+    "long": {"untaught_levels": (), "level_corrupt": {}},
+}
+"""Each workload profile's warm start: untaught levels and corrupted shares by level spec (levels not
+named get `corrupt_frac`), used where the recipe leaves `untaught_levels` / `level_corrupt` unset."""
 RECIPE_VERSION = 1
 """Bumped when the build code changes what a recipe produces (it is part of the hash)."""
 ARCHS = ("llama", "qwen2")
@@ -87,9 +100,13 @@ class OrganismRecipe:
     """Share of warm-start answers with one digit moved by +-1 (the room left for RL)."""
     level_weights: tuple[float, ...] = ()
     """Relative frequency of each task level in the warm start; empty: uniform."""
-    untaught_levels: tuple[str, ...] = ("3*2",)
+    level_corrupt: tuple[float, ...] = ()
+    """Share of corrupted answers per task level (one per level), overriding `corrupt_frac`; empty:
+    the profile's (skewed: 0 on the easy additions, 0.4 on "3+2"), else `corrupt_frac` everywhere."""
+    untaught_levels: tuple[str, ...] | None = None
     """Level specs left out of the warm start (when the task has them): beyond the organism's reach
-    by construction, they give zero-reward groups that RL cannot learn from and allocators can skip."""
+    by construction, they give zero-reward groups that RL cannot learn from and allocators can skip.
+    None: the profile's (default: "3*2"; skewed: "2*2" and "3*2"; long: none)."""
     seed: int = 0
     """Seed of the weights and of the warm-start examples."""
     threads: int = 2
@@ -98,6 +115,19 @@ class OrganismRecipe:
     25x the CPU time of a single-threaded one (threads spin while waiting for each other)."""
 
     def __post_init__(self) -> None:
+        warm = PROFILE_WARM_START[self.task.profile]
+        if self.untaught_levels is None:
+            object.__setattr__(self, "untaught_levels", warm["untaught_levels"])
+        object.__setattr__(self, "untaught_levels", tuple(self.untaught_levels))
+        if not self.level_corrupt and warm["level_corrupt"]:
+            by_spec = warm["level_corrupt"]
+            object.__setattr__(self, "level_corrupt",
+                               tuple(float(by_spec.get(spec, self.corrupt_frac)) for spec in self.task.levels))
+        require(
+            not self.level_corrupt or len(self.level_corrupt) == len(self.task.levels),
+            "organism.level_corrupt", f"needs one share per task level ({len(self.task.levels)})",
+        )
+        require(all(0 <= c < 1 for c in self.level_corrupt), "organism.level_corrupt", "each share must be in [0, 1)")
         require(self.arch in ARCHS, "organism.arch", f"{self.arch!r}; allowed: {', '.join(ARCHS)}")
         for name in ("hidden_size", "layers", "heads", "ffn_size", "max_positions", "steps", "batch_size", "threads"):
             require(getattr(self, name) >= 1, f"organism.{name}", f"must be >= 1, got {getattr(self, name)}")
@@ -137,9 +167,19 @@ class OrganismRecipe:
         out["task"] = config_to_dict(self.task)
         return out
 
+    def corrupt_share(self, level: int) -> float:
+        """Share of corrupted warm-start answers on task level `level` (1-based)."""
+        return self.level_corrupt[level - 1] if self.level_corrupt else self.corrupt_frac
+
     def hash(self) -> str:
-        """12 hex digits of the SHA-256 of the recipe (and RECIPE_VERSION) as canonical JSON."""
-        blob = json.dumps({"version": RECIPE_VERSION, **self.to_dict()}, sort_keys=True)
+        """12 hex digits of the SHA-256 of the recipe (and RECIPE_VERSION) as canonical JSON. Fields
+        added with the profiles are left out at their defaults, so older recipes keep their hash."""
+        data = self.to_dict()
+        if data["task"].get("profile") == "default":
+            del data["task"]["profile"]
+        if not data["level_corrupt"]:
+            del data["level_corrupt"]
+        blob = json.dumps({"version": RECIPE_VERSION, **data}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
@@ -267,6 +307,33 @@ def ensure_organism(
     return target
 
 
+def warm_start_pass_rates(path: str | os.PathLike, recipe: OrganismRecipe, samples: int = 16,
+                          seed: int = 0, max_new_tokens: int | None = None) -> list[dict[str, Any]]:
+    """Per held-out prompt of the recipe's task: level, spec and how many of `samples` answers at
+    temperature 1 were right (the pass-rate histogram of a workload profile at its warm start)."""
+    import torch
+
+    from workbench.models.loading import load_model
+    from workbench.models.sampling import sample_ids
+
+    model, tok = load_model(path)
+    task = ArithmeticTask(recipe.task)
+    prompts = task.eval_prompts()
+    ids = [tok(p.text)["input_ids"] for p in prompts]
+    width = max_new_tokens or max(len(task.completion(p.metadata["expr"], p.answer)) for p in prompts) + 2
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        outs = sample_ids(model, [i for i in ids for _ in range(samples)], eos_id=tok.eos_token_id,
+                          pad_id=tok.pad_token_id, max_new_tokens=width, temperature=1.0, generator=gen)
+    rows = []
+    for i, p in enumerate(prompts):
+        texts = tok.batch_decode(outs[i * samples:(i + 1) * samples], skip_special_tokens=True)
+        rows.append({"prompt_id": p.id, "level": p.level, "spec": p.metadata["spec"], "samples": samples,
+                     "correct": sum(task.verify(t, p).reward >= 0.5 for t in texts),
+                     "mean_len": sum(len(o) for o in outs[i * samples:(i + 1) * samples]) / samples})
+    return rows
+
+
 def read_meta(path: str | os.PathLike) -> dict[str, Any]:
     """The organism.json of a built organism directory."""
     return json.loads((Path(path) / META_FILE).read_text())
@@ -278,5 +345,6 @@ __all__ = [
     "ensure_organism",
     "organism_dir",
     "read_meta",
+    "warm_start_pass_rates",
     "small_recipe",
 ]

@@ -41,20 +41,25 @@ def make_examples(recipe: "OrganismRecipe", exclude: frozenset[str]) -> tuple[to
     leaving out `recipe.untaught_levels`; problems in `exclude` (the task's eval split) are redrawn,
     so eval stays held out.
     """
+    from workbench.tasks.arithmetic import ArithmeticTask
+
+    task = ArithmeticTask(recipe.task)
     rng = random.Random(f"organism:{recipe.seed}:examples")
     weights = list(recipe.level_weights) or [1.0] * len(recipe.task.levels)
-    taught = [(spec, w) for spec, w in zip(recipe.task.levels, weights) if spec not in recipe.untaught_levels]
-    levels, weights = [spec for spec, _ in taught], [w for _, w in taught]
+    taught = [(i, spec, w) for i, (spec, w) in enumerate(zip(recipe.task.levels, weights), start=1)
+              if spec not in recipe.untaught_levels]
+    levels, weights = [(i, spec) for i, spec, _ in taught], [w for _, _, w in taught]
     table = char_ids(recipe.alphabet)
     n = recipe.steps * recipe.batch_size
     seqs: list[tuple[list[int], int]] = []
     for _ in range(n):
-        spec = rng.choices(levels, weights)[0]
+        level, spec = rng.choices(levels, weights)[0]
         expr, answer = sample_problem(rng, spec)
         while expr in exclude:
             expr, answer = sample_problem(rng, spec)
-        if rng.random() < recipe.corrupt_frac:
+        if rng.random() < recipe.corrupt_share(level):
             answer = corrupt_answer(answer, rng)
+        answer = task.completion(expr, answer)  # the value, or worked steps ending in it ("long")
         prompt = [BOS_ID] + [table[c] for c in recipe.task.template.format(expr=expr)]
         seqs.append((prompt + [table[c] for c in answer] + [EOS_ID], len(prompt)))
     width = max(len(s) for s, _ in seqs)

@@ -45,9 +45,24 @@ class GenerationBatch:
     """[N] bool: True when the sequence ended with EOS ("stop"), False when it hit max_new_tokens ("length")."""
     gen_time_s: float
     """Wall time of the generation call."""
+    workers: list[str] | None = None
+    """[N] name of the worker that generated each sequence ("ray-0", ...); None: this process ("local")."""
+    has_entropy: bool = True
+    """False when the generator returned no entropy (vLLM): `entropy` holds zeros until the trainer's
+    forward pass fills it (`workbench.rollout.vllm_backend.trainer_entropy`)."""
 
     def finish_reasons(self) -> list[str]:
         return ["stop" if f else "length" for f in self.finished.tolist()]
+
+
+def group_seed(*key: int) -> int:
+    """A 63-bit sampling seed for one group of rollouts, from e.g. (run seed, step, stage, prompt index).
+
+    Derived from the key alone, never from the worker or the batch, so any split of a stage across
+    workers samples every group identically."""
+    import numpy as np
+
+    return int(np.random.SeedSequence([int(k) for k in key]).generate_state(1, dtype=np.uint64)[0] >> 1)
 
 
 @runtime_checkable
@@ -63,8 +78,12 @@ class RolloutBackend(Protocol):
         sampling: SamplingParams,
         *,
         generator: torch.Generator | None = None,
+        seeds: Sequence[int] | None = None,
     ) -> GenerationBatch:
-        """Sample one continuation per entry of `prompts` (token ids, BOS included)."""
+        """Sample one continuation per entry of `prompts` (token ids, BOS included).
+
+        `seeds` gives one seed per entry: entries sharing a seed form a group sampled from one stream
+        of its own (the engine's rollouts); without it `generator` drives the whole batch (evaluation)."""
         ...
 
     def update_weights(self, model: torch.nn.Module) -> None:

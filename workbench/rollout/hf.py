@@ -15,6 +15,10 @@ How it works:
    logits are then copied out to each of its samples.
 3. Each step: logits / temperature, keep the top-k, keep the top-p nucleus, renormalise, sample with
    the caller's `torch.Generator` (top_k == 1 takes the argmax: greedy, no randomness consumed).
+   Given per-row `seeds`, each group of rows sharing a seed draws one uniform per row and step from
+   its own generator and samples by inverse CDF, so a group's tokens do not depend on the rest of the
+   batch: the engine's seeds derive from (run seed, step, stage, prompt), and any split of a stage
+   across Ray workers gives the in-process rollouts.
 4. After a sequence's EOS its remaining positions hold the pad id and 0 logprob/entropy. Once at
    most half the working batch is unfinished (`compact_below`), finished rows leave the batch and the
    KV cache, so a long tail of long generations does not pay for the short ones.
@@ -88,10 +92,63 @@ def sampling_logprobs(logits: torch.Tensor, sampling: SamplingParams) -> torch.T
     return torch.log_softmax(x, dim=-1)
 
 
-def _sample(logp: torch.Tensor, greedy: bool, generator: torch.Generator | None) -> torch.Tensor:
+def _sample(logp: torch.Tensor, greedy: bool, generator: torch.Generator | None,
+            uniform: torch.Tensor | None = None) -> torch.Tensor:
     if greedy:
         return logp.argmax(dim=-1)
+    if uniform is not None:
+        return inverse_cdf_sample(logp, uniform)
     return torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
+
+
+def inverse_cdf_sample(logp: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """One token per row of `logp` [N, V] from one uniform draw per row ([N] in [0, 1)).
+
+    The token is the first whose cumulative probability exceeds `u` times the row's total, so a
+    token of probability 0 (filtered by top-k/top-p) is never taken. Each row depends only on its own
+    logits and its own draw: the basis of per-group seeds (see `GroupStreams`)."""
+    probs = logp.exp()
+    cdf = probs.cumsum(dim=-1)
+    target = (uniform.to(cdf.device, cdf.dtype) * cdf[:, -1]).unsqueeze(-1)
+    tok = torch.searchsorted(cdf, target, right=True).squeeze(-1)
+    over = tok >= logp.shape[-1]  # u * total rounded up to the total: take the last token with mass
+    if bool(over.any()):
+        vocab = torch.arange(logp.shape[-1], device=logp.device)
+        last = torch.where(probs[over] > 0, vocab, -1).amax(dim=-1)
+        tok[over] = last
+    return tok
+
+
+class GroupStreams:
+    """One random stream per group of rows: rows sharing a seed draw, in row order, from one
+    `torch.Generator` seeded with it, one uniform per row and per decoding step.
+
+    A group's draws therefore depend only on its seed and its size, never on which other groups share
+    the batch, the worker, or the batch's order: the same group sampled alone, in another batch or by
+    another worker gets the same tokens (given the same logits). Draws come `CHUNK` steps at a time
+    (one generator call per group per chunk, not per step)."""
+
+    CHUNK = 32
+
+    def __init__(self, seeds: Sequence[int]) -> None:
+        order: dict[int, list[int]] = {}
+        for row, seed in enumerate(seeds):
+            order.setdefault(int(seed), []).append(row)
+        self.sizes = [len(rows) for rows in order.values()]
+        self.generators = [torch.Generator().manual_seed(seed & (2**63 - 1)) for seed in order]
+        flat = [row for rows in order.values() for row in rows]
+        self.inverse = None if flat == list(range(len(flat))) else torch.argsort(torch.tensor(flat))
+        self.table: torch.Tensor | None = None
+        self.start = 0
+
+    def draw(self, step: int) -> torch.Tensor:
+        """[N] uniforms in [0, 1) for decoding step `step` (0, 1, ... in order), in row order."""
+        if self.table is None or step >= self.start + self.CHUNK:
+            self.start = step - step % self.CHUNK
+            parts = [torch.rand((k, self.CHUNK), generator=g).T for k, g in zip(self.sizes, self.generators)]
+            table = torch.cat(parts, dim=1)
+            self.table = table if self.inverse is None else table[:, self.inverse]
+        return self.table[step - self.start]
 
 
 def generator_for(device: torch.device, generator: torch.Generator | None) -> torch.Generator | None:
@@ -148,15 +205,21 @@ class HFBackend:
         self.policy_version += 1
 
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams, *,
-                 generator: torch.Generator | None = None) -> GenerationBatch:
-        """Sample one continuation per prompt; see GenerationBatch for the layout."""
+                 generator: torch.Generator | None = None, seeds: Sequence[int] | None = None) -> GenerationBatch:
+        """Sample one continuation per prompt; see GenerationBatch for the layout.
+
+        `seeds` (one per prompt) samples each group of rows sharing a seed from its own stream
+        (`GroupStreams`); without it the whole batch draws from `generator`."""
         validate_sampling(sampling)
+        if seeds is not None and len(seeds) != len(prompts):
+            raise WorkbenchError(f"generate: {len(seeds)} seeds for {len(prompts)} prompts (one per prompt)")
         start = time.perf_counter()
         was_training = self.model.training
         self.model.eval()
         try:
             with torch.inference_mode():
-                tokens, logprobs, entropy, lengths, finished = self._loop(prompts, sampling, generator)
+                streams = GroupStreams(seeds) if seeds is not None else None
+                tokens, logprobs, entropy, lengths, finished = self._loop(prompts, sampling, generator, streams)
         finally:
             self.model.train(was_training)
         return GenerationBatch(tokens=tokens, logprobs=logprobs, entropy=entropy, lengths=lengths,
@@ -167,7 +230,7 @@ class HFBackend:
                          use_cache=True, logits_to_keep=1)
         return out.logits[:, -1]
 
-    def _loop(self, prompts, sampling: SamplingParams, generator):
+    def _loop(self, prompts, sampling: SamplingParams, generator, streams: GroupStreams | None = None):
         """The KV-cache decoding loop; returns CPU tensors trimmed to the longest generation.
 
         `rows` maps each row of the working batch to its output row: when compaction drops finished
@@ -200,7 +263,8 @@ class HFBackend:
         steps = 0
         for t in range(t_max):
             logp = sampling_logprobs(logits, sampling)
-            tok = _sample(logp, greedy, generator)
+            uniform = streams.draw(t)[rows.cpu()] if streams is not None and not greedy else None
+            tok = _sample(logp, greedy, generator, uniform)
             alive = ~finished[rows]
             live_rows = rows[alive]
             tokens[live_rows, t] = tok[alive]

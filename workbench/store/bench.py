@@ -1,9 +1,21 @@
 """`workbench bench store`: ingest a synthetic run through the writer API, then time the readers.
 
-Ingest is timed inside `write_step` only (building the synthetic Arrow tables is not the store's
-work), as wall time and as this process's CPU time (the figure that stays comparable on a shared,
-busy machine); each reader query is timed `repeats` times after one warm-up call, with fresh random
-parameters each time, and reported as the 95th percentile in milliseconds.
+Ingest runs three patterns side by side on one store, interleaved so the machine's load falls on each
+alike:
+
+- step-per-commit, flat out: every step its own `write_step` transaction (the baseline);
+- group commit, flat out: steps handed to a `GroupWriter` as fast as it takes them (several whole
+  steps per transaction, up to `commit_max_rows` rollouts); `ingest_rollouts_per_s` and
+  `ingest_rollouts_per_cpu_s` are this pattern's;
+- the engine's pattern: a step every `engine_period_s` (~0.5 s), held until the "update" halfway
+  through it as the engine holds it; `visibility_lag_p95_s` is this pattern's time from a step's
+  hand-over to the end of the commit that made it visible.
+
+Records are built before each timed block (building synthetic Arrow tables is not the store's work).
+Times are wall and this process's CPU time (all threads: the writer's and the upkeep's included; the
+figure that stays comparable on a shared, busy machine). Each reader query is timed `repeats` times
+after one warm-up call, with fresh random parameters each time, and reported as the 95th percentile in
+milliseconds.
 """
 
 from __future__ import annotations
@@ -14,14 +26,21 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from workbench.errors import StoreError
+from workbench.store.group import GroupWriter
 from workbench.store.store import open_store
 from workbench.store.synthetic import Shape, SyntheticRun
+
+BASELINE_EVERY = 100
+"""Of every this many steps, the last `BASELINE_STEPS` go step-per-commit, the rest group-committed."""
+BASELINE_STEPS = 10
+CATALOGS = ("sqlite", "postgres")
 
 
 def _dir_bytes(path: Path) -> int:
@@ -40,48 +59,136 @@ def _p95(fn: Callable[[], Any], repeats: int) -> tuple[float, float, float]:
     return float(np.percentile(times, 95)), float(np.median(times)), float(np.percentile(cpu, 95))
 
 
+def _phase(step: int, steps: int, engine_steps: int) -> str:
+    if step >= steps - engine_steps:
+        return "engine"
+    return "baseline" if step % BASELINE_EVERY >= BASELINE_EVERY - BASELINE_STEPS else "group"
+
+
+class _Tally:
+    def __init__(self) -> None:
+        self.rollouts, self.wall_s, self.cpu_s = 0, 0.0, 0.0
+
+    def add(self, rollouts: int, wall_s: float, cpu_s: float) -> None:
+        self.rollouts += rollouts
+        self.wall_s += wall_s
+        self.cpu_s += cpu_s
+
+    def summary(self) -> dict[str, Any]:
+        return {"rollouts": self.rollouts, "wall_s": self.wall_s, "cpu_s": self.cpu_s,
+                "rollouts_per_s": self.rollouts / self.wall_s if self.wall_s > 0 else None,
+                "rollouts_per_cpu_s": self.rollouts / self.cpu_s if self.cpu_s > 0 else None}
+
+
+def _lag_summary(lags: list[float]) -> dict[str, Any]:
+    if not lags:
+        return {"steps": 0, "lag_p50_s": None, "lag_p95_s": None, "lag_max_s": None}
+    return {"steps": len(lags), "lag_p50_s": float(np.percentile(lags, 50)),
+            "lag_p95_s": float(np.percentile(lags, 95)), "lag_max_s": float(max(lags))}
+
+
 def bench_store(rollouts: int, *, path: str | os.PathLike[str] | None = None, repeats: int = 20,
                 seed: int = 0, keep: bool = False, progress: Callable[[int, int], None] | None = None,
-                compact: bool = False, threads: int | None = None,
-                upkeep_every: int | None = None) -> dict[str, Any]:
-    """Build a store of `rollouts` synthetic rollouts (512 per step transaction) and time the readers.
+                compact: bool = False, threads: int | None = None, upkeep_every: int | None = None,
+                catalog: str = "sqlite", commit_max_rows: int = 16384, engine_steps: int = 40,
+                engine_period_s: float = 0.5) -> dict[str, Any]:
+    """Build a store of `rollouts` synthetic rollouts (512 per step) and time the writer and readers.
 
     `path`: where to build it (default: a temp dir, removed afterwards unless `keep`); a path holding
     an interrupted build of the same size and seed resumes it (ingest figures then cover the steps
-    written by this call; `resumed_at_step` says where it went on), a finished one is only timed. `compact`: run
-    `compact` before timing the readers (reported separately as `compacted`). `threads`: DuckDB
-    threads of the store's connections (as `open_store`; the engine uses 1). `upkeep_every`: steps
-    between the writer's file merges (default `open_store`'s; 0 turns them off)."""
+    written by this call; `resumed_at_step` says where it went on), a finished one is only timed.
+    `catalog`: "sqlite" (a store directory) or "postgres" (a local PostgreSQL server started for the
+    bench, its data under the path, with the Parquet files beside it). `compact`: run `compact`
+    before timing the readers again (reported as `compacted`). `threads`: DuckDB threads of the
+    store's connections (as `open_store`; the engine uses 1). `upkeep_every`: steps between the
+    writer's file merges (default 100, also for PostgreSQL; 0 turns them off). `commit_max_rows`: the
+    group writer's cap. `engine_steps`: the last steps, written in the engine's pattern, one every
+    `engine_period_s`."""
+    if catalog not in CATALOGS:
+        raise StoreError(f"bench store: catalog {catalog!r} must be one of {CATALOGS}")
     shape = Shape()
     steps = max(1, math.ceil(rollouts / shape.rollouts_per_step))
+    engine_steps = max(0, min(int(engine_steps), steps // 4))
     root = Path(path) if path else Path(tempfile.mkdtemp(prefix="workbench-bench-store-"))
     rng = np.random.default_rng(seed + 1)
     try:
-        upkeep = {} if upkeep_every is None else {"upkeep_every": upkeep_every}
-        with open_store(root, threads=threads, **upkeep) as store:
+        with ExitStack() as stack:
+            upkeep = 100 if upkeep_every is None else upkeep_every
+            if catalog == "postgres":
+                from workbench.store.pglocal import local_postgres
+
+                url = stack.enter_context(local_postgres(root / "pg"))
+                store = stack.enter_context(open_store(catalog=url, data_path=str(root / "data"),
+                                                       threads=threads, upkeep_every=upkeep))
+            else:
+                store = stack.enter_context(open_store(root, threads=threads, upkeep_every=upkeep))
             run_id, start = _bench_run(store, rollouts, seed)
             syn = SyntheticRun(run_id, shape, seed=seed)
             for step in range(start):  # a resumed build: replay the generator to where it stopped
                 syn.step(step)
-            ingest_s, cpu_s, t_all = 0.0, 0.0, time.perf_counter()
-            for step in range(start, steps):
-                record = syn.step(step)
-                t, c = time.perf_counter(), time.process_time()
-                store.write_step(record)
-                ingest_s += time.perf_counter() - t
-                cpu_s += time.process_time() - c
-                if progress is not None:
-                    progress(step + 1, steps)
+            tallies = {"baseline": _Tally(), "group": _Tally(), "engine": _Tally()}
+            flat = GroupWriter(store, commit_max_rows=commit_max_rows, name="bench-flat")
+            paced = GroupWriter(store, commit_max_rows=commit_max_rows, name="bench-engine")
+            step = start
+            t_all = time.perf_counter()
+            try:
+                while step < steps:
+                    phase = _phase(step, steps, engine_steps)
+                    block = [step]
+                    while block[-1] + 1 < steps and _phase(block[-1] + 1, steps, engine_steps) == phase:
+                        block.append(block[-1] + 1)
+                    records = [syn.step(s) for s in block]
+                    t, c = time.perf_counter(), time.process_time()
+                    if phase == "baseline":
+                        for record in records:
+                            store.write_step(record)
+                    elif phase == "group":
+                        for record in records:
+                            flat.submit(record)
+                        flat.flush()
+                    else:
+                        for record in records:
+                            begin = time.perf_counter()
+                            paced.submit(record, hold=True)
+                            time.sleep(engine_period_s / 2)
+                            paced.release()  # the engine releases its step when the update starts
+                            time.sleep(max(0.0, begin + engine_period_s - time.perf_counter()))
+                        paced.flush()
+                    tallies[phase].add(len(records) * shape.rollouts_per_step,
+                                       time.perf_counter() - t, time.process_time() - c)
+                    step = block[-1] + 1
+                    if progress is not None:  # every step of the block is committed now
+                        for done in block:
+                            progress(done + 1, steps)
+            finally:
+                flat.close()
+                paced.close()
             wall_s = time.perf_counter() - t_all
+            store.wait_upkeep()
             total = steps * shape.rollouts_per_step
-            written = (steps - start) * shape.rollouts_per_step  # by this call
+            base, group = tallies["baseline"].summary(), tallies["group"].summary()
+            commits = flat.commits
             result: dict[str, Any] = {
                 "rollouts": total, "steps": steps, "rollouts_per_step": shape.rollouts_per_step,
-                "resumed_at_step": start or None, "threads": threads,
-                "ingest_rollouts_per_s": written / ingest_s if ingest_s > 0 else None, "ingest_s": ingest_s,
-                "ingest_wall_s": wall_s, "ingest_cpu_s": cpu_s,
-                "ingest_rollouts_per_cpu_s": written / cpu_s if cpu_s > 0 else None,
-                "bytes_per_rollout": _dir_bytes(root) / total,
+                "resumed_at_step": start or None, "threads": threads, "catalog": catalog,
+                "commit_max_rows": commit_max_rows, "upkeep_every": upkeep,
+                "ingest_rollouts_per_s": group["rollouts_per_s"],
+                "ingest_rollouts_per_cpu_s": group["rollouts_per_cpu_s"],
+                "visibility_lag_p95_s": _lag_summary(paced.lags)["lag_p95_s"],
+                "group_commit": {**group, **_lag_summary(flat.lags), "commits": len(commits),
+                                 "steps_per_commit_mean": (sum(c[0] for c in commits) / len(commits))
+                                 if commits else None},
+                "step_per_commit": base,
+                "group_vs_step_per_commit": {
+                    "wall": (group["rollouts_per_s"] / base["rollouts_per_s"])
+                    if group["rollouts_per_s"] and base["rollouts_per_s"] else None,
+                    "cpu": (group["rollouts_per_cpu_s"] / base["rollouts_per_cpu_s"])
+                    if group["rollouts_per_cpu_s"] and base["rollouts_per_cpu_s"] else None},
+                "engine_pattern": {**tallies["engine"].summary(), **_lag_summary(paced.lags),
+                                   "period_s": engine_period_s, "commits": len(paced.commits)},
+                "ingest_wall_s": wall_s,
+                "upkeep_longest_hold_s": store.longest_upkeep_hold_s,
+                "bytes_per_rollout": _dir_bytes(root / "data" if catalog == "postgres" else root) / total,
             }
             result["p95_ms"], result["median_ms"], result["p95_cpu_ms"] = _time_queries(
                 store, run_id, steps, shape, rng, repeats)
@@ -92,7 +199,8 @@ def bench_store(rollouts: int, *, path: str | os.PathLike[str] | None = None, re
                 compact_s = time.perf_counter() - t
                 p95, median, cpu = _time_queries(store, run_id, steps, shape, rng, repeats)
                 result["compacted"] = {"compact_s": compact_s, "p95_ms": p95, "median_ms": median, "p95_cpu_ms": cpu,
-                                       "bytes_per_rollout": _dir_bytes(root) / written}
+                                       "bytes_per_rollout": _dir_bytes(root / "data" if catalog == "postgres"
+                                                                       else root) / total}
             result["repeats"] = repeats
             result["store"] = str(root) if keep or path else None
             return result

@@ -51,19 +51,36 @@ def _file_size(path: Path) -> int:
     return path.stat().st_size if path.exists() else 0
 
 
-def _upkeep(store: Store, older_than_s: float, what: str) -> None:
+UPKEEP_MERGE_BELOW = 16 * 2**20
+"""The writer's upkeep merges only files smaller than this (bytes): a step's file (~0.7 MB of
+rollouts) is merged, a group commit's (16,384 rollouts, ~23 MB) is big enough and left alone, so
+upkeep does not rewrite what group commit already wrote well. `compact` merges up to the 32 MB target."""
+
+
+def _upkeep(store: Store, older_than_s: float, what: str, *, merge_below: int | None = None) -> float:
+    """Run the maintenance statements, each table's flush and merge as its own short hold of the
+    read lock, so readers (and the writer's commits) slip in between them instead of waiting for
+    the whole round. `merge_below`: merge only files smaller than this many bytes (default: the
+    store's target file size). Returns the longest single hold in seconds (what a reader may wait)."""
     interval = f"INTERVAL '{float(older_than_s)} seconds'"
-    statements = [
-        f"CALL ducklake_flush_inlined_data('{ALIAS}')",
-        f"CALL ducklake_merge_adjacent_files('{ALIAS}')",
+    size = "" if merge_below is None else f", max_file_size => {int(merge_below)}"
+    statements = []
+    for table in TABLES:
+        statements.append(f"CALL ducklake_flush_inlined_data('{ALIAS}', table_name => '{table}')")
+        statements.append(f"CALL ducklake_merge_adjacent_files('{ALIAS}', '{table}'{size})")
+    statements += [
         f"CALL ducklake_expire_snapshots('{ALIAS}', older_than => now() - {interval})",
         f"CALL ducklake_cleanup_old_files('{ALIAS}', older_than => now() - {interval})",
     ]
     if store.location.root is not None:
         statements.append(f"CALL ducklake_delete_orphaned_files('{ALIAS}', older_than => now() - {interval})")
-    with store._lake.maintaining(what):  # readers of this store wait: see connection.py
-        for statement in statements:
+    longest = 0.0
+    for statement in statements:
+        with store._lake.maintaining(what):  # readers of this store wait: see connection.py
+            t = time.perf_counter()
             store._lake.write(lambda cur, s=statement: cur.execute(s).arrow(), what, transaction=False)
+            longest = max(longest, time.perf_counter() - t)
+    return longest
 
 
 def upkeep(store: Store, *, older_than_s: float = 3600.0) -> float:
@@ -71,7 +88,8 @@ def upkeep(store: Store, *, older_than_s: float = 3600.0) -> float:
     steps, so a long run's store stays a few files per table (readers' scans open every file of a
     table: at 1M rollouts in one file per step, filtered queries took 5-8x longer). Returns seconds."""
     t = time.perf_counter()
-    _upkeep(store, older_than_s, "merge the store's small files")
+    hold = _upkeep(store, older_than_s, "merge the store's small files", merge_below=UPKEEP_MERGE_BELOW)
+    store.longest_upkeep_hold_s = max(hold, store.longest_upkeep_hold_s or 0.0)
     return time.perf_counter() - t
 
 

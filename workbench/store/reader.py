@@ -35,6 +35,10 @@ def rollout_where(run_id: str, filters: dict[str, Any]) -> tuple[str, list[Any]]
         if value is not None:
             clauses.append(condition)
             params.append(value)
+    # No stored id or label holds a NUL byte, and DuckLake's file pruning fails on a bound value that does:
+    # such a filter matches nothing, so say so in SQL without binding it.
+    if any(isinstance(v, str) and "\x00" in v for v in params):
+        return "false", []
     return " AND ".join(clauses), params
 
 
@@ -88,10 +92,37 @@ class ReaderMixin:
             select = "*"
         if int(limit) < 0 or int(offset) < 0:
             raise DataError(f"rollouts: limit ({limit}) and offset ({offset}) must be >= 0")
-        frame = self._lake.read(
-            f"SELECT {select} FROM rollouts WHERE {where} ORDER BY {ROLLOUT_ORDER} LIMIT ? OFFSET ?",
-            [*params, int(limit), int(offset)])
+        query = f"SELECT {select} FROM rollouts WHERE {where}{{window}} ORDER BY {ROLLOUT_ORDER} LIMIT ? OFFSET ?"
+        page = [int(limit), int(offset)]
+        for step_max in self._page_windows(run_id, filters, int(limit)):
+            # Rows are ordered by step first: when the rows up to `step_max` fill the page, the page
+            # of the whole run is that page (every later row sorts after them). Files and row groups
+            # outside the window are skipped by their step statistics.
+            frame = self._lake.read(query.format(window=" AND step <= ?"), [*params, step_max, *page])
+            if frame.height == int(limit):
+                break
+        else:
+            frame = self._lake.read(query.format(window=""), [*params, *page])
         return frame.select(list(columns)) if columns is not None else frame
+
+    def _page_windows(self, run_id: str, filters: dict[str, Any], limit: int) -> list[int]:
+        """Growing windows of steps (their last step) to try a page in before the whole run: the
+        first pages of a 10M-rollout run then read a few steps' rows, not the whole run's sort keys."""
+        if limit <= 0:
+            return []
+        bounds = self._lake.read("SELECT min(step) AS lo, max(step) AS hi FROM steps WHERE run_id = ?", [run_id])
+        lo, hi = bounds["lo"][0], bounds["hi"][0]
+        if lo is None:
+            return []
+        if filters.get("step_min") is not None:
+            lo = max(int(lo), int(filters["step_min"]))
+        if filters.get("step_max") is not None:
+            hi = min(int(hi), int(filters["step_max"]))
+        windows, width = [], 2
+        while lo + width - 1 < hi and len(windows) < 3:
+            windows.append(int(lo) + width - 1)
+            width *= 8
+        return windows
 
     def count_rollouts(self, run_id: str, **filters: Any) -> int:
         """How many of a run's rollouts match the filters (same keywords as `rollouts`)."""

@@ -42,6 +42,11 @@ class Store(WriterMixin, ReaderMixin):
         self.threads = threads
         self.upkeep_every = upkeep_every
         self._steps_written = 0
+        self._upkeep_lock = threading.Lock()
+        self._upkeep_thread: threading.Thread | None = None
+        self._upkeep_due = False
+        self.longest_upkeep_hold_s: float | None = None
+        """Longest single hold of the read lock by this Store's upkeep so far (seconds a read waited at most)."""
         self._lake = Lake(location, read_only=read_only, threads=threads)
         self._ro: Lake | None = None
         self._last_step: dict[str, int] = {}
@@ -53,7 +58,8 @@ class Store(WriterMixin, ReaderMixin):
             raise
 
     def close(self) -> None:
-        """Close the store's connections (idempotent)."""
+        """Close the store's connections (idempotent), after a running round of upkeep ends."""
+        self.wait_upkeep()
         self._lake.close()
         if self._ro is not None:
             self._ro.close()
@@ -70,29 +76,19 @@ class Store(WriterMixin, ReaderMixin):
     def sql(self, query: str, params: list[Any] | dict[str, Any] | None = None) -> pl.DataFrame:
         """Run one read-only SQL statement (SELECT, WITH, DESCRIBE, SHOW, EXPLAIN, ...) against the
         store's tables and return a DataFrame. Statements that write are refused, and the query runs on
-        a read-only attachment of the store, so nothing a SELECT calls can write either."""
-        check_read_only_sql(query)
-        if self.read_only:
-            return self._lake.read(query, params)
-        if self._ro is None:
-            with self._ro_lock:
-                if self._ro is None:
-                    self._ro = Lake(self.location, read_only=True, threads=self.threads)
-        return self._ro.read(query, params)
+        a read-only attachment of the store locked down by `console.py` (no files outside the store,
+        no extensions, no settings), so nothing a SELECT calls can write or reach out either."""
+        from workbench.store.console import run_console_sql
+
+        return run_console_sql(self, query, params)
 
 
 def check_read_only_sql(query: str) -> None:
-    """Raise StoreError unless `query` is exactly one statement that only reads."""
-    try:
-        statements = duckdb.extract_statements(query)
-    except duckdb.Error as exc:
-        raise StoreError(f"cannot parse query: {str(exc).splitlines()[0]}") from exc
-    if len(statements) != 1:
-        raise StoreError(f"query must be exactly one statement, got {len(statements)}")
-    kind = str(statements[0].type).rsplit(".", 1)[-1]
-    if kind not in READ_STATEMENTS:
-        raise StoreError(f"query is a {kind} statement; the SQL console is read-only "
-                         f"(allowed: {', '.join(sorted(READ_STATEMENTS))})")
+    """Raise StoreError unless `query` is exactly one statement the SQL console may run (one line
+    naming what is refused; see `workbench/store/console.py`)."""
+    from workbench.store.console import check_console_sql
+
+    check_console_sql(query)
 
 
 def open_store(path: str | os.PathLike[str] | None = None, *, catalog: str | None = None,
@@ -202,6 +198,8 @@ def _configure(cur: duckdb.DuckDBPyConnection) -> None:
         cur.execute(f"CALL lake.set_option('{key}', '{value}')")
     for table, limit in schema.INLINE_ROW_LIMIT.items():
         cur.execute(f"CALL lake.set_option('data_inlining_row_limit', {int(limit)}, table_name => '{table}')")
+    for statement in schema.layout_statements():
+        cur.execute(statement)
     cur.execute("INSERT INTO meta VALUES ('schema_version', ?), ('created_by', 'workbench')",
                 [str(schema.SCHEMA_VERSION)])
 

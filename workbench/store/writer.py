@@ -16,6 +16,7 @@ import duckdb
 import pyarrow as pa
 
 from workbench.errors import DataError, StoreError
+from workbench.faults import fault_point
 from workbench.store.connection import Lake
 from workbench.store.records import StepRecord, now_utc, rollouts_to_arrow, rows_to_arrow, step_row
 from workbench.store.schema import STEP_TABLES, TABLES
@@ -57,6 +58,9 @@ class WriterMixin:
     _last_step: dict[str, int]
     _steps_written: int
     upkeep_every: int
+    _upkeep_lock: Any
+    _upkeep_thread: Any
+    _upkeep_due: bool
 
     # -- runs ------------------------------------------------------------------------------
     def create_run(self, name: str, config: dict[str, Any], seed: int, *, parent_run_id: str | None = None,
@@ -103,56 +107,101 @@ class WriterMixin:
     def write_step(self, record: StepRecord) -> None:
         """Commit a whole training step in ONE transaction: a reader sees all of it or none of it.
         Refuses a step the run already has (roll the run back first, see `rollback_run`)."""
-        run_id, step = record.run_id, int(record.step)
-        fill = {"run_id": run_id, "step": step}
-        rollouts = rollouts_to_arrow(record.rollouts, run_id, step)
-        steps = rows_to_arrow("steps", [step_row(run_id, step, record.metrics)], {})
-        small = {
-            "allocations": rows_to_arrow("allocations", record.allocations, fill),
-            "prompt_stats": rows_to_arrow("prompt_stats", record.prompt_stats, fill),
-            "evals": rows_to_arrow("evals", record.evals, fill),
-            "events": rows_to_arrow("events", [_event_row(run_id, e, step) for e in record.events], {}),
-        }
-        prompts = rows_to_arrow("prompts", record.prompts, {"run_id": run_id})
+        self.write_steps([record])
 
-        self._check_new_step(run_id, step)
+    def write_steps(self, records: list[StepRecord]) -> None:
+        """Commit several whole steps (of one run or several) in ONE transaction: a reader sees all of
+        them or none of them. Every row is converted and checked before anything is written; a step
+        the store already has, or one given twice in `records`, refuses the whole batch (nothing of
+        it is written). Each table gets one Arrow concatenation and one INSERT, so a batch of many
+        steps pays the catalog's fixed commit cost once (group commit; bulk importers batch by rows)."""
+        records = list(records)
+        if not records:
+            return
+        seen: dict[tuple[str, int], int] = {}
+        for i, record in enumerate(records):
+            if not isinstance(record, StepRecord):
+                raise DataError(f"write_steps: record {i} is a {type(record).__name__}, not a StepRecord")
+            key = (record.run_id, int(record.step))
+            if key in seen:
+                raise DataError(f"write_steps: step {key[1]} of run {key[0]!r} is given twice in one batch "
+                                f"(records {seen[key]} and {i}); nothing was written")
+            seen[key] = i
+        batch = _StepBatch(records)
+        by_run: dict[str, list[int]] = {}
+        for run_id, step in seen:
+            by_run.setdefault(run_id, []).append(step)
+        for run_id, steps in by_run.items():
+            self._check_new_steps(run_id, steps)
 
         def tx(cur: duckdb.DuckDBPyConnection) -> None:
-            insert(cur, "rollouts", rollouts, fill)
-            for table, data in small.items():
-                insert(cur, table, data)
-            _insert_new_prompts(cur, run_id, prompts)
-            insert(cur, "steps", steps)
+            batch.insert(cur)
+            fault_point("commit")  # kill tests: rows inserted, COMMIT not reached
 
-        self._lake.write(tx, f"write step {step} of run {run_id}")
-        self._last_step[run_id] = max(step, self._last_step.get(run_id, step))
-        self._steps_written += 1
-        if self.upkeep_every and self._steps_written % self.upkeep_every == 0:
+        first = records[0]
+        what = (f"write step {first.step} of run {first.run_id}" if len(records) == 1
+                else f"write {len(records)} steps ({batch.rollout_rows} rollouts) of run(s) "
+                     f"{', '.join(sorted(by_run))}")
+        self._lake.write(tx, what)
+        for run_id, steps in by_run.items():
+            top = max(steps)
+            self._last_step[run_id] = max(top, self._last_step.get(run_id, top))
+        before = self._steps_written
+        self._steps_written += len(records)
+        if self.upkeep_every and self._steps_written // self.upkeep_every > before // self.upkeep_every:
             self._upkeep()
 
     def _upkeep(self) -> None:
-        """Merge small files (see `maintenance.upkeep`); a failure is logged, never raised: the step
-        is already committed and the next upkeep tries again."""
+        """Merge small files (see `maintenance.upkeep`) on a background thread, so the commit that
+        triggered it returns at once and later commits go on between its statements. One round at a
+        time: a round due while one runs starts when it ends. A failure is logged, never raised: the
+        steps are already committed and the next round tries again."""
+        import threading
+
+        with self._upkeep_lock:
+            if self._upkeep_thread is not None and self._upkeep_thread.is_alive():
+                self._upkeep_due = True
+                return
+            self._upkeep_due = False
+            self._upkeep_thread = threading.Thread(target=self._upkeep_rounds, name="store-upkeep", daemon=True)
+            self._upkeep_thread.start()
+
+    def _upkeep_rounds(self) -> None:
         from workbench.store.maintenance import upkeep
 
-        try:
-            seconds = upkeep(self)  # type: ignore[arg-type]
-            log.debug("store upkeep after %d steps took %.2f s", self._steps_written, seconds)
-        except StoreError as exc:
-            log.warning("store upkeep failed (steps are safe; it runs again later): %s", exc)
+        while True:
+            try:
+                seconds = upkeep(self)  # type: ignore[arg-type]
+                log.debug("store upkeep after %d steps took %.2f s", self._steps_written, seconds)
+            except StoreError as exc:
+                log.warning("store upkeep failed (steps are safe; it runs again later): %s", exc)
+            except Exception as exc:  # noqa: BLE001 - a closed store, say: never kill the process
+                log.warning("store upkeep stopped (steps are safe): %s", exc)
+            with self._upkeep_lock:
+                if not self._upkeep_due or self._lake._closed:
+                    self._upkeep_thread = None
+                    return
+                self._upkeep_due = False
 
-    def _check_new_step(self, run_id: str, step: int) -> None:
-        """Refuse a step the run already has. The run's last step is read from the store once per
+    def wait_upkeep(self, timeout_s: float | None = None) -> None:
+        """Wait for a running round of upkeep (if any) to end."""
+        thread = self._upkeep_thread
+        if thread is not None:
+            thread.join(timeout_s)
+
+    def _check_new_steps(self, run_id: str, steps: list[int]) -> None:
+        """Refuse steps the run already has. The run's last step is read from the store once per
         process and then tracked here, so the hot path costs no query (a step is written by one engine)."""
         if run_id not in self._last_step:
             frame = self._lake.read("SELECT max(step) AS last FROM steps WHERE run_id = ?", [run_id])
             last = frame["last"][0]
             self._last_step[run_id] = -(2**31) if last is None else int(last)
-        if step <= self._last_step[run_id]:
-            found = self._lake.read("SELECT count(*) AS n FROM steps WHERE run_id = ? AND step = ?",
-                                    [run_id, step])["n"][0]
-            if found:
-                raise StoreError(f"step {step} of run {run_id!r} is already in the store "
+        older = sorted({s for s in steps if s <= self._last_step[run_id]})
+        if older:
+            found = self._lake.read("SELECT step FROM steps WHERE run_id = ? AND list_contains(?, step) "
+                                    "ORDER BY step LIMIT 1", [run_id, older])
+            if found.height:
+                raise StoreError(f"step {found['step'][0]} of run {run_id!r} is already in the store "
                                  f"{self._lake.location.describe()}; roll the run back before rewriting it")
 
     def write_evals(self, run_id: str, step: int, rows: list[dict[str, Any]]) -> None:
@@ -261,6 +310,73 @@ class WriterMixin:
         for row in rows:
             row["args"] = json.loads(row["args"]) if row["args"] else {}
         return rows
+
+
+class _StepBatch:
+    """The rows of several StepRecords converted (and so validated) up front, one Arrow table per store
+    table, ready to be inserted in one transaction."""
+
+    def __init__(self, records: list[StepRecord]) -> None:
+        rollouts, steps, prompts_by_run = [], [], {}
+        small: dict[str, list[pa.Table]] = {"allocations": [], "prompt_stats": [], "evals": [], "events": []}
+        for record in records:
+            run_id, step = record.run_id, int(record.step)
+            fill = {"run_id": run_id, "step": step}
+            rollouts.append((rollouts_to_arrow(record.rollouts, run_id, step), run_id, step))
+            steps.append(rows_to_arrow("steps", [step_row(run_id, step, record.metrics)], {}))
+            small["allocations"].append(rows_to_arrow("allocations", record.allocations, fill))
+            small["prompt_stats"].append(rows_to_arrow("prompt_stats", record.prompt_stats, fill))
+            small["evals"].append(rows_to_arrow("evals", record.evals, fill))
+            small["events"].append(rows_to_arrow("events", [_event_row(run_id, e, step) for e in record.events], {}))
+            prompts_by_run.setdefault(run_id, []).extend(record.prompts)
+        self.rollouts, self.rollout_consts = _concat_filled(rollouts)
+        self.rollout_rows = self.rollouts.num_rows
+        self.steps = _concat(steps)
+        self.small = {table: _concat(parts) for table, parts in small.items()}
+        self.prompts = {}
+        for run_id, rows in prompts_by_run.items():
+            unique: dict[Any, dict[str, Any]] = {}
+            for row in rows:  # a prompt listed by two steps of the batch is stored once (the first)
+                key = row.get("prompt_id") if isinstance(row, dict) else id(row)
+                unique.setdefault(key, row)
+            self.prompts[run_id] = rows_to_arrow("prompts", list(unique.values()), {"run_id": run_id})
+
+    def insert(self, cur: duckdb.DuckDBPyConnection) -> None:
+        insert(cur, "rollouts", self.rollouts, self.rollout_consts)
+        for table, data in self.small.items():
+            insert(cur, table, data)
+        for run_id, data in self.prompts.items():
+            _insert_new_prompts(cur, run_id, data)
+        insert(cur, "steps", self.steps)  # last: a step's row marks it complete for pollers
+
+
+def _concat(parts: list[pa.Table]) -> pa.Table:
+    parts = [p for p in parts if p.num_rows] or parts[:1]
+    if len(parts) == 1:
+        return parts[0]
+    return pa.concat_tables(parts, promote_options="default")
+
+
+def _concat_filled(parts: list[tuple[pa.Table, str, int]]) -> tuple[pa.Table, dict[str, Any]]:
+    """Concatenate the rollouts of several steps. A run_id / step column an input leaves out is
+    filled: as one bound constant when the whole batch shares the value (the single-step path, no
+    column materialised), else as a column repeated per input."""
+    consts: dict[str, Any] = {}
+    columns = {"run_id": (pa.string(), 1), "step": (pa.int32(), 2)}
+    for name, (kind, pos) in columns.items():
+        values = {p[pos] for p in parts}
+        lacking = [i for i, p in enumerate(parts) if name not in p[0].column_names]
+        if not lacking:
+            continue
+        if len(lacking) == len(parts) and len(values) == 1:
+            consts[name] = next(iter(values))
+            continue
+        for i in lacking:
+            table, run_id, step = parts[i]
+            value = (run_id, step)[pos - 1]
+            table = table.append_column(pa.field(name, kind), pa.repeat(pa.scalar(value, kind), table.num_rows))
+            parts[i] = (table, run_id, step)
+    return _concat([p[0] for p in parts]), consts
 
 
 def _insert_new_prompts(cur: duckdb.DuckDBPyConnection, run_id: str, data: pa.Table) -> None:

@@ -8,6 +8,19 @@ then "3*2", multiplication, which the organism is never taught (beyond its reach
 pass rates spread over [0, 1]. Multi-step levels ("2+2+2") and other operations ("2*1", "3-2") are
 available through `levels`.
 
+Profiles (`profile`, issue #17) pick the levels and the answer format, so that allocators can be
+compared on workloads of different shapes (the organism's warm start follows the profile, see
+`workbench/models/organism.py`):
+
+- "default": the levels above; the answer is the value.
+- "skewed": `SKEWED_LEVELS`, three easy additions the warm start learns cleanly, one it learns with
+  near-miss answers, two multiplications it never sees: per-prompt pass rates are U-shaped (mostly
+  ~1 or 0), as in late-stage math RL; a small pool (1,536 train prompts) that a run revisits over
+  many epochs, as late-stage training does.
+- "long": `LONG_LEVELS`, sums of 2-4 terms answered with worked intermediate steps
+  ("12+34+56=" -> "46+56=102"): responses from 1 to ~17 tokens. Only the final value (after the
+  last "=") is verified.
+
 Problems are generated from the seed alone (Python's `random.Random` seeded with a string: the same
 on every platform and Python version), one stream per (split, level). Eval problems are drawn first;
 train problems never repeat an eval problem, and no problem appears twice within a split.
@@ -27,6 +40,11 @@ from workbench.tasks.verifiers import BUILTIN_METHODS, Verifier
 
 LEVEL_SPEC = re.compile(r"^[1-6](?:[+\-*][1-6]){1,3}$")
 DEFAULT_LEVELS = ("1+1", "2+1", "2+2", "3+2", "3*2")
+SKEWED_LEVELS = ("1+1", "2+1", "2+2", "3+2", "2*2", "3*2")
+LONG_LEVELS = ("1+1", "2+2", "2+2+2", "3+2+2", "2+2+2+2")
+PROFILE_LEVELS = {"default": DEFAULT_LEVELS, "skewed": SKEWED_LEVELS, "long": LONG_LEVELS}
+PROFILES = tuple(PROFILE_LEVELS)
+PROFILE_TRAIN_SIZE = {"default": 6000, "skewed": 1536, "long": 6000}
 
 
 @dataclass(frozen=True)
@@ -37,13 +55,20 @@ class ArithmeticTaskConfig:
     """Task kind; always "arithmetic" for this config."""
     seed: int = 0
     """Seed of the problem generator: the same seed gives the same prompts, ids and splits."""
-    levels: tuple[str, ...] = DEFAULT_LEVELS
+    profile: str = "default"
+    """Workload profile: "default", "skewed" (U-shaped pass rates at the warm start, most prompts
+    solved or unsolvable, as in late-stage math RL) or "long" (answers with worked steps of widely
+    varying length, only the final value verified). It sets the levels and the pool size when those are left unset
+    and the organism's warm start (see docs/allocators.md, "Workload profiles")."""
+    levels: tuple[str, ...] | None = None
     """Difficulty levels, easiest first; level i (1-based) is `levels[i-1]`. A spec gives the digits of
     each operand joined by its operator: "2+1" is 2-digit + 1-digit, "2+2+2" three 2-digit terms,
-    "2*1" multiplication. Operands have 1-6 digits; 2-4 terms; operators + - *."""
-    train_size: int = 6000
+    "2*1" multiplication. Operands have 1-6 digits; 2-4 terms; operators + - *. None: the profile's
+    levels (default profile: 1+1, 2+1, 2+2, 3+2, 3*2)."""
+    train_size: int | None = None
     """Train prompts in all, spread evenly over levels (a level with fewer distinct problems gets
-    what it has)."""
+    what it has). None: the profile's (default and long 6000; skewed 1536, a pool revisited over many
+    epochs, as in late-stage RL)."""
     eval_per_level: int = 32
     """Held-out eval prompts per level."""
     template: str = "{expr}="
@@ -56,6 +81,12 @@ class ArithmeticTaskConfig:
     def __post_init__(self) -> None:
         require(self.kind == "arithmetic", "task.kind", f"must be 'arithmetic' for this config, got {self.kind!r}")
         require(isinstance(self.seed, int), "task.seed", f"must be an integer, got {self.seed!r}")
+        require(self.profile in PROFILES, "task.profile", f"{self.profile!r}; allowed: {', '.join(PROFILES)}")
+        if self.levels is None:
+            object.__setattr__(self, "levels", PROFILE_LEVELS[self.profile])
+        object.__setattr__(self, "levels", tuple(self.levels))
+        if self.train_size is None:
+            object.__setattr__(self, "train_size", PROFILE_TRAIN_SIZE[self.profile])
         require(len(self.levels) >= 1, "task.levels", "needs at least one level")
         for i, spec in enumerate(self.levels):
             require(
@@ -86,6 +117,26 @@ def sample_problem(rng: random.Random, spec: str) -> tuple[str, str]:
     parts = re.split(r"([+\-*])", spec)
     expr = "".join(p if p in "+-*" else str(_operand(rng, int(p))) for p in parts)
     return expr, str(_evaluate(expr))
+
+
+def worked_answer(expr: str, final: str) -> str:
+    """The "long" profile's answer text: the running sum written out term by term, ending in `final`.
+
+    "12+34+56+7" -> "46+56=102+7=" + final (final is normally "109"); two terms -> just `final`.
+    Only additions are worked out; other expressions give `final` alone."""
+    terms = expr.split("+")
+    if len(terms) < 3 or any(not t.isdigit() for t in terms):
+        return final
+    total, parts = int(terms[0]) + int(terms[1]), []
+    for t in terms[2:]:
+        parts.append(f"{total}+{t}=")
+        total += int(t)
+    return "".join(parts) + final
+
+
+def final_value(response: str) -> str:
+    """What the "long" profile verifies: the text after the last "=" (the whole response when none)."""
+    return response.rsplit("=", 1)[-1]
 
 
 def _evaluate(expr: str) -> int:
@@ -172,6 +223,14 @@ class ArithmeticTask:
             out.extend(self._prompt("train", len(out), level, e, a) for e, a in problems)
         return out
 
+    def completion(self, expr: str, final: str) -> str:
+        """The text a model should produce for `expr` whose value is written `final` (the warm start's
+        target): `final` itself, or under the "long" profile the worked steps ending in it."""
+        return worked_answer(expr, final) if self.cfg.profile == "long" else final
+
     def verify(self, response: str, prompt: Prompt) -> VerifyResult:
-        """Judge a response against the prompt's answer (never raises)."""
+        """Judge a response against the prompt's answer (never raises); under the "long" profile only
+        the final value, after the last "=", is judged."""
+        if self.cfg.profile == "long":
+            response = final_value(response)
         return self.verifier(response, prompt.answer, prompt)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterator
@@ -72,10 +72,14 @@ class FileTaskConfig:
     """Refuse to load when more than this share of rows is bad."""
     max_rows: int | None = None
     """Read at most this many rows per file (None: all)."""
+    max_row_bytes: int = 1_000_000
+    """A JSONL line longer than this many bytes is a bad row (skipped and counted), never parsed: a
+    runaway line cannot exhaust memory or become a megabyte prompt."""
     seed: int = 0
     """Seed of the train/eval split (when `eval_path` is None)."""
 
     def __post_init__(self) -> None:
+        _check_types(self)
         require(self.kind == "file", "task.kind", f"must be 'file' for this config, got {self.kind!r}")
         require(bool(self.path), "task.path", "is required")
         require(self.format in FORMATS, "task.format", f"{self.format!r}; allowed: {', '.join(FORMATS)}")
@@ -91,6 +95,7 @@ class FileTaskConfig:
         require(0 <= self.max_bad_frac <= 1, "task.max_bad_frac", f"must be in [0, 1], got {self.max_bad_frac}")
         require(self.max_rows is None or self.max_rows >= 1, "task.max_rows", "must be >= 1 or None")
         require(self.verify_timeout_s > 0, "task.verify_timeout_s", "must be > 0")
+        require(self.max_row_bytes >= 1, "task.max_row_bytes", "must be >= 1")
         if self.verifier not in BUILTIN_METHODS and ":" not in self.verifier:
             raise ConfigError(f"task.verifier: {self.verifier!r}; allowed: math, exact or 'module:function'")
 
@@ -98,6 +103,30 @@ class FileTaskConfig:
     def from_dict(cls, data: dict) -> "FileTaskConfig":
         """Build from a plain dict (TOML/JSON), rejecting unknown keys by name."""
         return config_from_dict(cls, data, where="task")
+
+
+_TYPES = {"str": (str, "a string"), "float": ((int, float), "a number"), "int": (int, "an integer")}
+
+
+def _check_types(cfg: "FileTaskConfig") -> None:
+    """Each field's value has its declared type (ConfigError naming `task.<field>` otherwise)."""
+    for f in fields(cfg):
+        value = getattr(cfg, f.name)
+        kind = str(f.type).replace(" ", "")
+        optional = kind.endswith("|None")
+        if optional and value is None:
+            continue
+        base = kind.removesuffix("|None")
+        if base.startswith("tuple"):
+            ok = isinstance(value, tuple) and all(isinstance(v, str) for v in value)
+            want = "a list of field names"
+        elif base in _TYPES:
+            types, want = _TYPES[base]
+            ok = isinstance(value, types) and not isinstance(value, bool)
+        else:
+            continue
+        if not ok:
+            raise ConfigError(f"task.{f.name}: {value!r} is not allowed ({want}{' or none' if optional else ''})")
 
 
 @dataclass
@@ -127,7 +156,8 @@ class LoadReport:
         )
 
 
-def _read_rows(path: Path, fmt: str, max_rows: int | None, report: LoadReport) -> Iterator[tuple[int, Any]]:
+def _read_rows(path: Path, fmt: str, max_rows: int | None, report: LoadReport,
+               max_row_bytes: int = 0) -> Iterator[tuple[int, Any]]:
     """(row number, row dict or None when unreadable) for each row; bad JSON is reported here."""
     if fmt == "auto":
         fmt = "parquet" if path.suffix.lower() in (".parquet", ".pq") else "jsonl"
@@ -143,14 +173,28 @@ def _read_rows(path: Path, fmt: str, max_rows: int | None, report: LoadReport) -
                 return
             yield i, row
         return
-    with path.open(encoding="utf-8") as fh:
+    try:
+        fh = path.open("rb")
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read the data file: {exc.strerror}") from exc
+    with fh:
         row_no = 0
-        for line in fh:
-            if not line.strip():
+        for raw in fh:
+            if not raw.strip():
                 continue
             row_no += 1
             if max_rows is not None and row_no > max_rows:
                 return
+            if max_row_bytes and len(raw) > max_row_bytes:
+                report.add_bad(row_no, f"line of {len(raw):,} bytes, above task.max_row_bytes={max_row_bytes:,}")
+                report.rows += 1
+                continue
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                report.add_bad(row_no, f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})")
+                report.rows += 1
+                continue
             try:
                 yield row_no, json.loads(line)
             except json.JSONDecodeError as exc:
@@ -223,10 +267,11 @@ class FileTask:
     def _load(self, path_str: str) -> list[Prompt]:
         path = Path(path_str)
         if not path.is_file():
-            raise DataError(f"task.path: data file {path} does not exist")
+            what = "is a directory, not a data file" if path.is_dir() else "does not exist"
+            raise DataError(f"task.path: data file {path} {what}")
         report = LoadReport(str(path))
         prompts, ids = [], set()
-        for row_no, row in _read_rows(path, self.cfg.format, self.cfg.max_rows, report):
+        for row_no, row in _read_rows(path, self.cfg.format, self.cfg.max_rows, report, self.cfg.max_row_bytes):
             report.rows += 1
             result = self._row_prompt(row, row_no, path.stem)
             if isinstance(result, Prompt) and result.id in ids:

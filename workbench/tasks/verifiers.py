@@ -7,7 +7,7 @@ Three methods:
 - "math": the final answer is extracted from the response (`\\boxed{x}`, `#### x`, `Answer: x`,
   `A: x`, else the last number) and compared with the reference's: first as exact rationals
   (fast: "1,000" == "1000.0", "0.5" == "1/2"), then through `math-verify` (LaTeX, fractions, sets,
-  symbolic equality) under a per-call timeout.
+  symbolic equality) in a worker process killed when a comparison outlives the time limit.
 - "module:function": a user verifier, called as `fn(response, reference)` (or with a third keyword
   `prompt=` when it declares one), returning a bool or a float reward.
 
@@ -17,10 +17,15 @@ A verifier that raises or times out never crashes a run: it gives reward 0 and t
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import inspect
+import json
 import math
+import select
 import signal
+import subprocess
+import sys
 import threading
 from fractions import Fraction
 from typing import Any, Callable
@@ -56,16 +61,22 @@ def call_with_timeout(fn: Callable[[], Any], timeout_s: float | None) -> Any:
     if not timeout_s or timeout_s <= 0:
         return fn()
     if threading.current_thread() is threading.main_thread():
+        fired = []
+
         def _alarm(signum, frame):  # noqa: ARG001
+            fired.append(True)
             raise VerifierTimeout(f"timed out after {timeout_s:g} s")
 
         old = signal.signal(signal.SIGALRM, _alarm)
         signal.setitimer(signal.ITIMER_REAL, timeout_s)
         try:
-            return fn()
+            value = fn()
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, old)
+        if fired:  # the alarm fired inside code that caught it (math-verify catches Exception)
+            raise VerifierTimeout(f"timed out after {timeout_s:g} s")
+        return value
     box: dict[str, Any] = {}
 
     def _run() -> None:
@@ -125,14 +136,21 @@ def _as_rational(text: str) -> Fraction | None:
         return None
 
 
-def _math_verify_equal(pred: str, ref: str) -> bool:
-    """Equivalence through math-verify; both sides wrapped as LaTeX math (timeouts are ours)."""
+def _import_math_verify() -> Any:
+    """math-verify, imported outside any time limit (its first import, with sympy, takes seconds; an
+    import cut short by the alarm would leave half-initialised modules behind)."""
+    import math_verify
     import math_verify.grader
     import math_verify.parser
-    from math_verify import parse, verify
 
     # The timeout is ours (call_with_timeout); silence math-verify's warning that its own is off.
     math_verify.parser.TIMEOUT_WARNING_SHOWN = math_verify.grader.TIMEOUT_WARNING_SHOWN = True
+    return math_verify
+
+
+def _math_verify_equal(pred: str, ref: str) -> bool:
+    """Equivalence through math-verify; both sides wrapped as LaTeX math (timeouts are ours)."""
+    from math_verify import parse, verify
 
     def _parse(s: str):
         s = s.strip()
@@ -143,6 +161,95 @@ def _math_verify_equal(pred: str, ref: str) -> bool:
     if not gold or not target:
         return normalize_exact(pred) == normalize_exact(ref)
     return bool(verify(gold, target, timeout_seconds=None))
+
+
+class MathWorker:
+    """math-verify in a worker process, so that a time limit is a hard one.
+
+    An alarm cannot stop sympy inside one long C call (`\\boxed{9^{9^{9^{9^{9}}}}}` sent `evalf` into a
+    big-integer power that ignored SIGALRM for minutes, and would have hung the run). The worker is
+    started on first use (it imports math-verify once, outside any limit), answers one comparison at
+    a time over a pipe, and is killed when a comparison outlives its limit; the next call starts a
+    fresh one. A round trip costs tens of microseconds next to math-verify's milliseconds, and only
+    answers the exact-rational fast path cannot settle get here."""
+
+    START_TIMEOUT_S = 120.0
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen | None = None
+        self._lock = threading.Lock()
+        self.restarts = 0
+
+    def _start(self) -> subprocess.Popen:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "from workbench.tasks.verifiers import math_worker_main; math_worker_main()"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, encoding="utf-8",
+            errors="replace")
+        if not select.select([proc.stdout], [], [], self.START_TIMEOUT_S)[0] or proc.stdout.readline().strip() != "ready":
+            proc.kill()
+            proc.wait()
+            raise RuntimeError("the math-verify worker did not start")
+        atexit.register(_kill, proc)
+        return proc
+
+    def equal(self, pred: str, ref: str, timeout_s: float) -> bool:
+        """math-verify's equivalence of `pred` and `ref`; VerifierTimeout after `timeout_s`."""
+        with self._lock:
+            proc = self._proc
+            if proc is None or proc.poll() is not None:
+                proc = self._proc = self._start()
+            assert proc.stdin is not None and proc.stdout is not None
+            try:
+                proc.stdin.write(json.dumps([pred, ref]) + "\n")
+                proc.stdin.flush()
+            except OSError as exc:
+                self._stop()
+                raise RuntimeError(f"the math-verify worker is gone ({exc})") from exc
+            if not select.select([proc.stdout], [], [], timeout_s)[0]:
+                self._stop()
+                raise VerifierTimeout(f"timed out after {timeout_s:g} s")
+            line = proc.stdout.readline()
+            if not line:
+                self._stop()
+                raise RuntimeError("the math-verify worker exited")
+            ok, error = json.loads(line)
+            if error:
+                raise RuntimeError(error)
+            return bool(ok)
+
+    def _stop(self) -> None:
+        if self._proc is not None:
+            _kill(self._proc)
+            self._proc = None
+            self.restarts += 1
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def math_worker_main() -> None:
+    """The worker's loop: one JSON `[pred, ref]` a line in, one `[equal, error]` a line out."""
+    _import_math_verify()
+    out = sys.stdout
+    out.write("ready\n")
+    out.flush()
+    for line in sys.stdin:
+        try:
+            pred, ref = json.loads(line)
+            reply = [_math_verify_equal(pred, ref), None]
+        except Exception as exc:  # noqa: BLE001 - reported to the caller as the verdict
+            reply = [False, f"{type(exc).__name__}: {exc}"]
+        out.write(json.dumps(reply) + "\n")
+        out.flush()
+
+
+MATH_WORKER = MathWorker()
 
 
 def verify_math(response: str, reference: str, timeout_s: float | None = DEFAULT_TIMEOUT_S) -> VerifyResult:
@@ -159,7 +266,11 @@ def verify_math(response: str, reference: str, timeout_s: float | None = DEFAULT
     if normalize_exact(pred) == normalize_exact(ref):
         return CORRECT
     try:
-        ok = call_with_timeout(lambda: _math_verify_equal(pred, ref), timeout_s)
+        if timeout_s and timeout_s > 0:
+            ok = MATH_WORKER.equal(pred, ref, timeout_s)
+        else:
+            _import_math_verify()
+            ok = _math_verify_equal(pred, ref)
     except VerifierTimeout as exc:
         return error_result(f"math-verify {exc}")
     except Exception as exc:  # noqa: BLE001 - a verifier must never crash the run

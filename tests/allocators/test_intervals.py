@@ -1,0 +1,104 @@
+"""Bootstrap intervals over seeds (workbench/experiments/intervals.py) on synthetic curves whose answer
+is known, and the simulator's prediction from a measured pass-rate population."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from workbench.allocators.simulate import SimConfig, predict_savings, simulate_one
+from workbench.errors import ConfigError
+from workbench.experiments.intervals import bootstrap_mean, bootstrap_saving, first_crossing, with_intervals
+from workbench.experiments.leverage import zero_signal_chance
+
+
+def _seeds(rng, n_seeds, tokens_per_step, steps=12, slope=0.02, noise=0.01):
+    """Per-seed curves: pass@1 rises linearly in steps with seed noise; tokens per step fixed."""
+    out = []
+    for _ in range(n_seeds):
+        p = 0.3 + slope * np.arange(steps + 1) + rng.normal(0, noise, steps + 1) * (np.arange(steps + 1) > 0)
+        out.append([{"step": s, "tokens": float(s * tokens_per_step), "pass1": float(p[s]),
+                     "pass8": float(min(1.0, p[s] + 0.3))} for s in range(steps + 1)])
+    return out
+
+
+def test_first_crossing_interpolates():
+    grid = np.array([0.0, 10.0, 20.0])
+    assert first_crossing(grid, np.array([0.1, 0.3, 0.5]), 0.4) == pytest.approx(15.0)
+    assert first_crossing(grid, np.array([0.1, 0.3, 0.5]), 0.05) == 0.0
+    assert first_crossing(grid, np.array([0.1, 0.3, 0.5]), 0.6) is None
+
+
+def test_a_known_saving_is_inside_its_interval_and_counts_as_real():
+    rng = np.random.default_rng(0)
+    uniform = _seeds(rng, 5, 1000)
+    half = _seeds(rng, 5, 500)  # the same learning per step at half the tokens: a 2x saving
+    b = bootstrap_saving(uniform, half, replicates=500)
+    lo, hi = b["saving_ci90"]
+    assert lo <= 2.0 <= hi and lo > 1.0 and b["real"]
+    assert b["saving"] == pytest.approx(2.0, rel=0.15) and b["reached_frac"] > 0.9
+
+
+def test_identical_allocators_have_an_interval_containing_one():
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        a, b = _seeds(rng, 5, 1000, noise=0.02), _seeds(rng, 5, 1000, noise=0.02)
+        out = bootstrap_saving(a, b, replicates=500, seed=seed)
+        assert out["saving_ci90"][0] <= 1.0 <= out["saving_ci90"][1] and not out["real"]
+
+
+def test_an_allocator_that_never_gets_there_has_no_real_saving():
+    rng = np.random.default_rng(1)
+    out = bootstrap_saving(_seeds(rng, 3, 1000), _seeds(rng, 3, 1000, slope=0.005), replicates=300)
+    assert out["saving_ci90"] == [0.0, 0.0] and out["reached_frac"] == 0.0 and not out["real"]
+
+
+def test_bootstrap_mean_interval_covers_the_mean_and_shrinks_with_agreement():
+    wide = bootstrap_mean([0.2, 0.5, 0.8])
+    narrow = bootstrap_mean([0.49, 0.5, 0.51])
+    assert wide[0] <= 0.5 <= wide[1] and narrow[0] <= 0.5 <= narrow[1]
+    assert narrow[1] - narrow[0] < (wide[1] - wide[0]) / 10
+
+
+def test_with_intervals_marks_the_best_allocators_interval():
+    rng = np.random.default_rng(2)
+    runs = {"uniform": [{"curve": c, "minutes": 1.0} for c in _seeds(rng, 4, 1000)],
+            "fast": [{"curve": c, "minutes": 1.0} for c in _seeds(rng, 3, 400)]}
+    result = {"best_allocator": "fast", "allocators": [{"allocator": n} for n in runs]}
+    with_intervals(result, runs, "uniform", replicates=300)
+    fast = result["allocators"][1]
+    assert result["best_saving_ci90"] == fast["saving_ci90"] and fast["saving_real"] and fast["seeds"] == 3
+    assert fast["saving_ci90"][0] <= 2.5 <= fast["saving_ci90"][1]
+
+
+def test_zero_signal_chance_is_the_unbiased_all_agree_estimate():
+    assert zero_signal_chance(0, 16) == 1.0 and zero_signal_chance(16, 16) == 1.0
+    assert zero_signal_chance(8, 16) == pytest.approx(2 / 12870)
+    # averaged over Binomial(16, p) draws it equals p^8 + (1-p)^8
+    p = 0.7
+    from math import comb
+    expect = sum(comb(16, c) * p**c * (1 - p) ** (16 - c) * zero_signal_chance(c, 16) for c in range(17))
+    assert expect == pytest.approx(p**8 + (1 - p) ** 8)
+
+
+def test_simulator_population_from_measured_rates():
+    rates = (0.0,) * 40 + (1.0,) * 40 + (0.5,) * 20
+    cfg = SimConfig(population=100, prompts_per_step=16, steps=6, initial_pass=rates)
+    row = simulate_one("uniform", {}, cfg, seed=0)
+    # 80% of prompts are all-or-nothing and stay so: most groups carry no signal
+    assert row["zero_signal_frac"] > 0.6 and row["curve"][0][0] == 0.0 and len(row["curve"]) == 7
+    with pytest.raises(ConfigError, match="initial_pass"):
+        SimConfig(initial_pass=(1.5,))
+
+
+def test_predicted_saving_of_a_skipper_on_a_u_shaped_population():
+    rates = (0.0,) * 45 + (1.0,) * 25 + tuple(np.linspace(0.1, 0.9, 30))
+    cfg = SimConfig(population=200, prompts_per_step=16, steps=40, budget_factor=1.0, budget_kind="tokens",
+                    tokens_per_rollout=4, initial_pass=rates)
+    pred = predict_savings(["selective"], cfg, seeds=2)
+    assert pred["allocators"]["uniform"]["predicted_saving"] == pytest.approx(1.0)
+    assert pred["uniform_zero_signal_frac"] > 0.6
+    # GRESO skips prompts whose history shows no signal: fewer zero-signal groups, tokens saved
+    sel = pred["allocators"]["selective"]
+    assert sel["zero_signal_frac"] < pred["uniform_zero_signal_frac"]
+    assert sel["predicted_saving"] is not None and sel["predicted_saving"] > 1.0

@@ -1,0 +1,113 @@
+"""In a real browser (Debian's chromium through Playwright, against `workbench app`): a run imported
+from another engine opened on every page with no exception, its charts drawn, and nothing offered to
+steer it; and the Runs page answering at `/runs` as well as at `/`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+import synth
+from test_browser import ARTIFACTS, CHROMIUM, IDLE, ROOT, _free_port, _idle, _wait_until
+
+PAGES = ["runs", "live", "rollouts", "prompt", "allocation", "compare"]
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.browser,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed"),
+]
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory):
+    path = tmp_path_factory.mktemp("browser-imported") / "store"
+    synth.fill(path, steps=4)
+    return path, synth.fill_imported(path, steps=8, sparse=("p07",))
+
+
+@pytest.fixture(scope="module")
+def server(lake):
+    root, _ = lake
+    port = _free_port()
+    log = open(root.parent / "app.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workbench.cli", "app", "--store", str(root), "--port", str(port), "--headless"],
+        stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True,
+    )
+
+    def healthy():
+        try:
+            return urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).read() == b"ok"
+        except OSError:
+            assert proc.poll() is None, (root.parent / "app.log").read_text()
+            return False
+
+    _wait_until("the app's health check", healthy, timeout=120)
+    yield f"http://127.0.0.1:{port}"
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+    log.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", "--no-first-run"])
+        yield b
+        b.close()
+
+
+def _visit(page, url):
+    page.goto(url)
+    page.wait_for_selector("[data-testid='stApp']", timeout=120_000)
+    _idle(page)
+    assert page.locator("[data-testid='stException']").count() == 0, url
+    assert page.get_by_text("Page not found").count() == 0, url
+
+
+def test_the_runs_page_answers_at_root_and_at_runs(server, browser):
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    for path in ("", "runs"):
+        _visit(page, f"{server}/{path}")
+        assert page.locator("h1").filter(has_text="Runs").count() == 1, path
+        assert page.locator("[data-testid='stDataFrame']").count() >= 1, path
+    assert page.url.rstrip("/").endswith("/runs")
+    page.close()
+
+
+def test_an_imported_run_on_every_page(lake, server, browser):
+    _, run_id = lake
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    for name in PAGES:
+        _visit(page, f"{server}/{name}?run={run_id}" + ("&refresh=0" if name == "live" else ""))
+        assert page.locator(IDLE).count() == 1
+        if name != "runs":
+            picker = "stMultiSelect" if name == "compare" else "stSelectbox"
+            box = page.locator(f"[data-testid='{picker}']").first  # the run picker shows the imported run
+            shown = box.inner_text() + " ".join(i.input_value() for i in box.locator("input").all())
+            assert "verl-import · imported" in shown, (name, shown)
+        if name in ("live", "allocation", "compare", "prompt"):  # their charts are drawn, not left blank
+            page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / f"dashboard-imported-{name}.png"), full_page=True)
+        if name == "live":
+            assert page.get_by_text("read-only").count() >= 1
+            assert page.get_by_role("button", name="Pause").count() == 0
+            assert page.get_by_role("button", name="Set budget").count() == 0
+        if name == "allocation":
+            assert page.get_by_text("logged no allocation decisions").count() == 1
+    page.close()

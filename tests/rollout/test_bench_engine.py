@@ -1,0 +1,52 @@
+"""`workbench bench engine` without TRL installed: it measures the rest, prints JSON, and says in one
+line on stderr how to add the peer (the import failure is simulated in-process)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.engine.conftest import _tiny_config, organism_store  # noqa: F401 - fixture
+
+
+@pytest.fixture
+def no_trl(monkeypatch):
+    monkeypatch.setitem(sys.modules, "trl", None)  # `import trl` now raises ImportError
+
+
+def test_missing_peer_is_detected(no_trl):
+    from workbench.experiments.engine_bench import missing_peer
+
+    assert missing_peer() == "trl"
+
+
+def test_bench_engine_json_without_trl(no_trl, organism_store, tmp_path, monkeypatch):  # noqa: F811
+    from workbench.cli import app
+    from workbench.config import to_toml
+    from workbench.experiments import engine_bench
+
+    config = tmp_path / "tiny.toml"
+    config.write_text(to_toml(_tiny_config()))
+    monkeypatch.setattr(engine_bench, "DEFAULT_CONFIG", config)
+    monkeypatch.setenv("WORKBENCH_STORE", str(organism_store))
+    res = CliRunner().invoke(app, ["bench", "engine", "--json", "--steps", "1"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["rollouts_per_s"] > 0 and out["trl_rollouts_per_s"] is None and out["ratio_vs_trl"] is None
+    assert "pip install -e '.[trl]'" in out["trl_missing"]
+    err = [line for line in res.stderr.splitlines() if "TRL" in line or "trl" in line]  # (model loading bars aside)
+    assert len(err) == 1 and "trl is not installed: add the peer with: pip install -e '.[trl]'" in err[0]
+
+
+def test_bench_engine_rejects_bad_options():
+    from workbench.cli import app
+
+    from workbench.errors import ConfigError
+
+    res = CliRunner().invoke(app, ["bench", "engine", "--backend", "ray", "--workers", "1,x"])
+    assert isinstance(res.exception, ConfigError) and "--workers: '1,x' is not a comma-separated" in str(res.exception)
+    res = CliRunner().invoke(app, ["bench", "engine", "--backend", "vllm"])
+    assert isinstance(res.exception, ConfigError) and "--backend: 'vllm' is not allowed" in str(res.exception)

@@ -1,0 +1,159 @@
+"""Rollout workers as Ray actors on a real local Ray runtime (one per module): same rollouts as the
+in-process backend with 1 or 2 workers, weights reach every worker, a killed worker is restarted and
+its share regenerated, and an engine run with 2 workers equals the in-process run, worker by worker."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+import torch
+
+from workbench.rollout.base import SamplingParams
+from workbench.rollout.hf import HFBackend
+from f32 import assert_f32_close
+from tests.engine.conftest import _tiny_config, organism_store, store_dir  # noqa: F401 - fixtures
+
+ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.slow
+
+SAMPLE = SamplingParams(temperature=1.0, max_new_tokens=10)
+
+
+@pytest.fixture(scope="module")
+def ray_runtime():
+    from workbench.rollout.ray_backend import start_local_ray
+
+    start_local_ray(attempts=5, num_cpus=2, object_store_memory=256 * 2**20)
+    yield
+    ray.shutdown()
+
+
+def _rows(prompts, n=4):
+    rows = [p for p in prompts for _ in range(n)]
+    return rows, [7000 + i // n for i in range(len(rows))]
+
+
+def _backend(model, tokenizer, workers):
+    from workbench.rollout.ray_backend import RayBackend, RayOptions
+
+    return RayBackend(model, HFBackend(model, tokenizer), RayOptions(workers=workers, start_timeout_s=300))
+
+
+def test_one_and_two_workers_equal_in_process(ray_runtime, model, tokenizer, prompts, model_factory):
+    rows, seeds = _rows(prompts)
+    want = HFBackend(model, tokenizer).generate(rows, SAMPLE, seeds=seeds)
+    for workers in (1, 2):
+        backend = _backend(model_factory(), tokenizer, workers)  # its own trainer model: updated below
+        try:
+            got = backend.generate(rows, SAMPLE, seeds=seeds)
+            assert torch.equal(got.tokens, want.tokens) and torch.equal(got.lengths, want.lengths)
+            assert_f32_close(got.logprobs, want.logprobs, terms=64)
+            assert_f32_close(got.entropy, want.entropy, terms=64)
+            assert set(got.workers) == {f"ray-{i}" for i in range(workers)}
+            for g in range(len(prompts)):  # a prompt's rollouts stay on one worker
+                assert len(set(got.workers[4 * g:4 * g + 4])) == 1
+            m = backend.take_metrics()
+            assert m["rollout/workers"] == workers
+            assert sum(m[f"perf/worker/ray-{i}/rollouts"] for i in range(workers)) == len(rows)
+            assert all(m[f"perf/worker/ray-{i}/rollouts_per_s"] > 0 for i in range(workers))
+            # new weights reach every worker before its next generation
+            other = model_factory(seed=3)
+            backend.update_weights(other)
+            assert backend.policy_version == 1
+            again = backend.generate(rows, SAMPLE, seeds=seeds)
+            assert torch.equal(again.tokens, HFBackend(other, tokenizer).generate(rows, SAMPLE, seeds=seeds).tokens)
+            # calls without seeds (evaluation) run in the trainer's process on the trainer's model
+            g = torch.Generator().manual_seed(1)
+            ev = backend.generate(rows, SAMPLE, generator=g)
+            assert ev.workers is None
+        finally:
+            backend.close()
+    assert ray.is_initialized()  # a runtime the backend did not start is left running
+
+
+def test_killed_worker_is_restarted_and_its_share_regenerated(ray_runtime, model, tokenizer, prompts, model_factory):
+    rows, seeds = _rows(prompts)
+    backend = _backend(model_factory(), tokenizer, 2)
+    try:
+        other = model_factory(seed=3)
+        backend.update_weights(other)
+        want = HFBackend(other, tokenizer).generate(rows, SAMPLE, seeds=seeds)
+        backend.inject_fault(0)  # ray-0 kills its own process (as kill -9) inside its next call
+        got = backend.generate(rows, SAMPLE, seeds=seeds)
+        assert torch.equal(got.tokens, want.tokens)
+        events = backend.take_events()
+        assert [e["data"]["worker"] for e in events] == ["ray-0"] and "died while generating" in events[0]["message"]
+        # kill -9 from outside while idle: Ray restarts it; it reloads the latest weights first
+        pid = backend.worker_pids()["ray-1"]
+        os.kill(pid, signal.SIGKILL)
+        time.sleep(0.5)
+        got = backend.generate(rows, SAMPLE, seeds=seeds)
+        assert torch.equal(got.tokens, want.tokens)
+        events = backend.take_events()
+        assert events and all(e["data"]["worker"] == "ray-1" for e in events)
+        assert backend.worker_pids()["ray-1"] != pid
+    finally:
+        backend.close()
+
+
+def _rollouts(store, run_id):
+    return store.sql("SELECT step, stage, prompt_id, idx, token_ids, worker, logprob_sum FROM rollouts "
+                     "WHERE run_id = ? ORDER BY step, stage, prompt_id, idx", [run_id])
+
+
+def test_engine_run_with_two_workers_equals_in_process(ray_runtime, store_dir):  # noqa: F811
+    from workbench.engine import run
+    from workbench.store import open_store
+
+    killed: list[int] = []
+
+    def kill_a_worker(step, m):
+        if step == 1:  # kill -9 one actor between steps: the next step names it, nothing is lost
+            for pid in _actor_pids():
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+                break
+
+    base = dict(steps=3, eval__every=0, checkpoint__every=0)
+    with open_store(store_dir) as st:
+        a = run(_tiny_config(**base), store=st, store_dir=store_dir)
+        b = run(_tiny_config(**base, rollout__backend="ray", rollout__workers=2, rollout__start_timeout_s=300),
+                store=st, store_dir=store_dir, on_step=kill_a_worker)
+        ra, rb = _rollouts(st, a), _rollouts(st, b)
+        assert ra.height == rb.height == 3 * 32
+        assert ra["token_ids"].to_list() == rb["token_ids"].to_list()
+        assert set(ra["worker"]) == {"local"} and set(rb["worker"]) == {"ray-0", "ray-1"}
+        assert rb.select("step", "stage", "prompt_id", "idx").is_duplicated().sum() == 0
+        assert st.evals(a)["correct"].to_list() == st.evals(b)["correct"].to_list()  # same held-out pass@1
+        steps = st.run_steps(b)
+        per_step = [_as_dict(m) for m in steps.sort("step")["metrics"].to_list()]
+        assert any("timing_s/weight_sync" in m for m in per_step)  # every step that updated the policy
+        for m in per_step:
+            assert m["rollout/workers"] == 2
+            assert m["perf/worker/ray-0/rollouts_per_s"] > 0 and m["perf/worker/ray-1/rollouts_per_s"] > 0
+        assert killed
+        ev = st.events(b)
+        restarts = ev.filter(ev["kind"] == "worker_restart")
+        assert restarts.height >= 1 and restarts["message"].str.contains("rollout worker ray-").all()
+
+
+def _actor_pids() -> list[int]:
+    """Processes of this runtime's rollout actors (Ray titles them `ray::RolloutWorker...`)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if f.read().startswith(b"ray::RolloutWorker"):
+                        pids.append(int(entry))
+            except OSError:
+                continue
+    return sorted(pids)
+
+
+def _as_dict(m) -> dict:
+    """A `steps.metrics` MAP value as read back (a dict, or a list of key/value records)."""
+    return m if isinstance(m, dict) else {d["key"]: d["value"] for d in m}

@@ -1,0 +1,178 @@
+"""Group commit in the engine's StepWriter: steps that arrive during a commit go together in the next
+transaction, up to `commit_max_rows`; an idle writer commits at once; a held step is handed over after
+`commit_interval_s`; flush re-raises a failed commit; readers see whole steps only."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from workbench.engine.steplog import StepWriter
+from workbench.store.synthetic import SyntheticRun
+from tests.store.conftest import SMALL
+
+
+class SlowStore:
+    """Wraps a Store: each write_steps call sleeps first (a busy catalog), and records its batch.
+    With `gate`, the first commit also waits until the test sets it."""
+
+    def __init__(self, store, delay_s: float = 0.0, fail_at: int | None = None,
+                 gate: threading.Event | None = None) -> None:
+        self.store, self.delay_s, self.fail_at, self.gate = store, delay_s, fail_at, gate
+        self.started = threading.Event()
+        self.batches: list[list[int]] = []
+
+    def write_steps(self, records):
+        self.started.set()
+        if self.gate is not None:
+            assert self.gate.wait(60)
+        time.sleep(self.delay_s)
+        steps = [r.step for r in records]
+        if self.fail_at is not None and self.fail_at in steps:
+            raise RuntimeError(f"commit of step {self.fail_at} failed")
+        self.store.write_steps(records)
+        self.batches.append(steps)
+
+    def write_step(self, record):
+        self.write_steps([record])
+
+
+def _write(writer: StepWriter, record) -> None:
+    writer.write(record.step, record.metrics, record.rollouts, record.allocations, record.prompt_stats,
+                 record.evals, record.prompts, record.events)
+
+
+def test_steps_arriving_during_a_commit_go_together(store):
+    run_id = store.create_run("gc", {}, seed=1)
+    syn = SyntheticRun(run_id, SMALL, seed=1)
+    gate = threading.Event()
+    slow = SlowStore(store, gate=gate)
+    writer = StepWriter(slow, run_id, background=True, hold=False, commit_max_rows=10_000)
+    try:
+        _write(writer, syn.step(0))
+        assert slow.started.wait(30)  # the idle writer took the first step at once
+        for step in range(1, 6):
+            _write(writer, syn.step(step))  # arrive while that commit runs
+        gate.set()
+        writer.flush()
+    finally:
+        gate.set()
+        writer.close()
+    assert slow.batches == [[0], [1, 2, 3, 4, 5]]  # the others went together
+    assert store.run_steps(run_id)["step"].to_list() == list(range(6))
+    assert len(writer.lags) == 6 and len(writer.commits) == len(slow.batches)
+
+
+def test_groups_are_capped_at_commit_max_rows(store):
+    run_id = store.create_run("cap", {}, seed=1)
+    syn = SyntheticRun(run_id, SMALL, seed=1)  # 16 rollouts per step
+    gate = threading.Event()
+    slow = SlowStore(store, gate=gate)
+    writer = StepWriter(slow, run_id, background=True, hold=False, commit_max_rows=40)
+    try:
+        _write(writer, syn.step(0))
+        assert slow.started.wait(30)
+        for step in range(1, 6):  # 80 rollouts wait: not over 2 x 40, so no write blocks
+            _write(writer, syn.step(step))
+        gate.set()
+        writer.flush()
+    finally:
+        gate.set()
+        writer.close()
+    assert slow.batches == [[0], [1, 2], [3, 4], [5]]  # 2 x 16 <= 40 < 3 x 16
+    assert store.count_rollouts(run_id) == 6 * SMALL.rollouts_per_step
+
+
+def test_held_step_is_committed_after_the_interval(store):
+    run_id = store.create_run("hold", {}, seed=1)
+    syn = SyntheticRun(run_id, SMALL, seed=1)
+    writer = StepWriter(store, run_id, background=True, commit_interval_s=0.3)
+    try:
+        _write(writer, syn.step(0))  # held: the loop does not release it
+        deadline = time.monotonic() + 30
+        while store.run_steps(run_id).height == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert store.run_steps(run_id)["step"].to_list() == [0]
+        assert writer.lags[0] >= 0.3
+        _write(writer, syn.step(1))
+        writer.release()
+        writer.flush()
+        assert store.run_steps(run_id)["step"].to_list() == [0, 1]
+    finally:
+        writer.close()
+
+
+def test_a_step_with_evals_is_flushed_at_once(store):
+    run_id = store.create_run("eval", {}, seed=1)
+    syn = SyntheticRun(run_id, SMALL, seed=1)
+    writer = StepWriter(store, run_id, background=True, commit_interval_s=60)
+    try:
+        record = syn.step(0)
+        record.evals = [{"prompt_id": "e1", "samples": 4, "correct": 2}]
+        _write(writer, record)
+        assert store.run_steps(run_id)["step"].to_list() == [0]  # visible when write returns
+        assert store.evals(run_id)["correct"].to_list() == [2]
+    finally:
+        writer.close()
+
+
+def test_flush_reraises_a_failed_commit_and_drops_the_waiting_steps(store):
+    run_id = store.create_run("fail", {}, seed=1)
+    syn = SyntheticRun(run_id, SMALL, seed=1)
+    gate = threading.Event()
+    slow = SlowStore(store, fail_at=1, gate=gate)
+    writer = StepWriter(slow, run_id, background=True, hold=False, commit_max_rows=32)
+    _write(writer, syn.step(0))
+    assert slow.started.wait(30)
+    for step in range(1, 4):  # [1, 2] fails; [3] waits and is dropped
+        _write(writer, syn.step(step))
+    gate.set()
+    with pytest.raises(RuntimeError, match="commit of step 1 failed"):
+        writer.flush()
+    writer.flush()  # raised once; nothing is left waiting
+    writer.close()
+    assert slow.batches == [[0]]
+    assert store.run_steps(run_id)["step"].to_list() == [0]
+    # a checkpoint taken before the failure covers only committed steps: roll back, regenerate
+    store.rollback_run(run_id, 0)
+    store.write_steps([syn.step(s) for s in (1, 2, 3)])
+    assert store.run_steps(run_id)["step"].to_list() == [0, 1, 2, 3]
+
+
+def test_readers_see_whole_steps_while_groups_commit(store):
+    run_id = store.create_run("whole", {}, seed=1)
+    syn = SyntheticRun(run_id, SMALL, seed=1)
+    records = [syn.step(s) for s in range(24)]
+    writer = StepWriter(SlowStore(store, delay_s=0.05), run_id, background=True, hold=False,
+                        commit_max_rows=64)
+    seen: list[tuple[int, int]] = []
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.is_set():
+            frame = store.sql("SELECT (SELECT count(*) FROM rollouts WHERE run_id = $r) AS n, "
+                              "(SELECT count(*) FROM steps WHERE run_id = $r) AS s", {"r": run_id})
+            seen.append((int(frame["n"][0]), int(frame["s"][0])))
+
+    reader = threading.Thread(target=poll)
+    reader.start()
+    try:
+        for record in records:
+            _write(writer, record)
+        writer.close()
+    finally:
+        done.set()
+        reader.join()
+    assert seen and all(n == s * SMALL.rollouts_per_step for n, s in seen)
+    assert store.run_steps(run_id).height == 24
+
+
+def test_synchronous_writer_commits_each_step(store):
+    run_id = store.create_run("sync", {}, seed=1)
+    syn = SyntheticRun(run_id, SMALL, seed=1)
+    writer = StepWriter(store, run_id, background=False)
+    _write(writer, syn.step(0))
+    assert store.run_steps(run_id)["step"].to_list() == [0]
+    writer.close()

@@ -1,0 +1,173 @@
+"""Other engines' runs: `workbench import FORMAT PATH`, `workbench replay RUN`, `workbench bench import`
+(see docs/import.md). Thin: parse, call workbench.integrations / workbench.analysis.replay, print."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from workbench.commands.common import JsonOpt, StoreOpt, print_json, store_path
+from workbench.errors import DataError
+
+
+def _weights(text: str | None) -> dict[str, float] | None:
+    if not text:
+        return None
+    out = {}
+    for item in text.split(","):
+        key, sep, value = item.partition("=")
+        try:
+            out[key.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not key.strip():
+            raise DataError(f"--reward-weights {item!r}: expected column=weight (for example correct=1.0)")
+    return out
+
+
+def _print_report(out: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print_json(out)
+        return
+    steps = (f"steps {out['first_step']}..{out['last_step']}" if out["steps_imported"] else "no new steps")
+    typer.echo(f"{out['run_id']}: imported {out['steps_imported']} step(s) ({steps}), {out['rollouts']:,} "
+               f"rollouts, {out['eval_steps_imported']} eval step(s) ({out['eval_samples']:,} samples)")
+    if out["skipped_rows"] or out["skipped_files"]:
+        typer.echo(f"skipped {out['skipped_rows']} bad row(s)/file(s):", err=True)
+        for s in out["skipped"]:
+            typer.echo(f"  {s['count']:>6}  {s['reason']}  (first at {s['first']})", err=True)
+
+
+def import_cmd(
+    fmt: Annotated[str, typer.Argument(metavar="FORMAT", help="verl | trl | nemo-rl | jsonl")],
+    path: Annotated[Path, typer.Argument(help="The dump folder (verl: trainer.rollout_data_dir; trl: "
+                                              "output_dir or its completions/; nemo-rl: the logger's folder) "
+                                              "or, for jsonl, a file or folder.")],
+    name: Annotated[Optional[str], typer.Option("--name", help="Run name (default: FORMAT-<folder name>). "
+                                                "The same folder and name import into the same run.")] = None,
+    store: StoreOpt = None,
+    follow: Annotated[bool, typer.Option("--follow", help="Keep watching the folder and import each new "
+                                         "step file once complete (Ctrl-C to stop).")] = False,
+    skip_bad: Annotated[bool, typer.Option("--skip-bad", help="Import what is good; print counts of the "
+                                           "bad rows skipped and why.")] = False,
+    val_dir: Annotated[Optional[Path], typer.Option("--val-dir", help="verl: the trainer.validation_data_dir "
+                                                    "folder (imported as evals).")] = None,
+    fmap: Annotated[Optional[str], typer.Option("--map", help="jsonl: field=key pairs, e.g. prompt=question,"
+                                                "response=completion,reward=score,step=iter")] = None,
+    reward_weights: Annotated[Optional[str], typer.Option(
+        "--reward-weights", help="trl: reward column=weight pairs (GRPOConfig.reward_weights); default: "
+        "every float column besides step/advantage, weight 1.")] = None,
+    tokenizer: Annotated[Optional[Path], typer.Option("--tokenizer", help="verl/trl/jsonl: a local Hugging "
+                                                      "Face tokenizer folder; response lengths in tokens are "
+                                                      "counted by re-tokenising the text.")] = None,
+    poll_s: Annotated[float, typer.Option("--poll-s", help="--follow: seconds between polls.")] = 2.0,
+    idle_exit_s: Annotated[float, typer.Option("--idle-exit-s", help="--follow: stop after this many "
+                                               "seconds without a new step (0: never).")] = 0.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Import a verl, TRL or NeMo-RL rollout dump (or any JSONL/Parquet through --map) as a run; run it
+    again (or --follow) to add only new steps."""
+    from workbench.integrations import get_format
+    from workbench.integrations.common import Importer
+    from workbench.store import open_store
+
+    module = get_format(fmt)
+    if not path.exists():
+        raise DataError(f"{path}: no such file or folder")
+    options: dict[str, Any] = {}
+    if val_dir is not None:
+        options["val_dir"] = str(val_dir.resolve())
+    if fmap is not None:
+        from workbench.integrations.jsonl import parse_map
+
+        options["map"] = parse_map(fmap)
+    elif module.name == "jsonl":
+        from workbench.integrations.jsonl import parse_map
+
+        parse_map(None)  # raises, naming the required fields
+    if tokenizer is not None:
+        options["tokenizer"] = str(tokenizer.resolve())
+    weights = _weights(reward_weights)
+    if weights:
+        options["reward_weights"] = weights
+    with open_store(store_path(store)) as s:
+        imp = Importer(s, module, path, name=name, options=options, skip_bad=skip_bad)
+        report = imp.run_once()
+        _print_report(report.as_dict(imp.problems), as_json)
+        if not follow:
+            return
+        from workbench.integrations.follow import follow as follow_loop
+
+        typer.echo(f"following {imp.path} (every {poll_s:g} s; Ctrl-C to stop)", err=True)
+        follow_loop(imp, poll_s=poll_s, idle_exit_s=idle_exit_s,
+                    on_report=lambda r: _print_report(r.as_dict(imp.problems), as_json))
+
+
+def replay_cmd(
+    run: Annotated[str, typer.Argument(help="Run id (an imported run or one of ours).")],
+    allocator: Annotated[Optional[list[str]], typer.Option("--allocator", "-a", help="Allocator to replay "
+                                                           "(repeatable; default: the run's own).")] = None,
+    param: Annotated[Optional[list[str]], typer.Option("--param", "-p", help="name=value for the allocator "
+                                                       "(repeatable; with one --allocator).")] = None,
+    every: Annotated[bool, typer.Option("--all", help="Replay every registered allocator with its "
+                                        "default parameters.")] = False,
+    seed: Annotated[Optional[int], typer.Option("--seed", help="Seed of the replay (default: the run's).")] = None,
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Replay a run's logged outcomes under our allocators: rollouts, generated tokens, informative groups
+    and zero-signal fraction each would have had, beside what the run itself did."""
+    from workbench.allocators import available_allocators
+    from workbench.control.commands import parse_params
+    from workbench.integrations.whatif import whatif_rows
+    from workbench.store import open_store
+
+    names = list(available_allocators()) if every else list(allocator or [])
+    params = parse_params(param or [])
+    if params and len(names) != 1:
+        raise DataError("replay: -p/--param needs exactly one --allocator")
+    with open_store(store_path(store), read_only=True) as s:
+        chosen = {name: (params or None) for name in names} or None
+        out = whatif_rows(s, run, chosen, seed=seed)
+    logged, rows = out["logged"], out["replays"]
+    if as_json:
+        print_json(out)
+        return
+    cols = ["label", "rollouts", "tokens", "groups", "informative_groups", "informative_per_1k",
+            "zero_signal_frac"]
+    typer.echo("  ".join(f"{c:>18}" for c in cols))
+    for row in [logged, *rows]:
+        typer.echo("  ".join(f"{row[c]:>18.3f}" if isinstance(row.get(c), float) else f"{str(row.get(c)):>18}"
+                             for c in cols))
+
+
+def bench_import_cmd(
+    rollouts: Annotated[int, typer.Option("--rollouts", help="Responses in the generated verl dump.")] = 1_000_000,
+    prompts_per_step: Annotated[int, typer.Option("--prompts-per-step")] = 512,
+    group: Annotated[int, typer.Option("--group", help="Responses per prompt.")] = 8,
+    response_chars: Annotated[int, typer.Option("--response-chars", help="Mean response length.")] = 1200,
+    workdir: Annotated[Optional[Path], typer.Option("--workdir", help="Where the temporary dump and store "
+                                                    "go (default: the system's temp folder).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Generate a verl dump of --rollouts responses, import it into a fresh store, print rollouts,
+    rollouts_per_s, bytes_per_rollout and the parse/write split."""
+    from workbench.integrations.bench import bench_import
+
+    out = bench_import(rollouts, prompts_per_step=prompts_per_step, group=group, response_chars=response_chars,
+                       workdir=str(workdir) if workdir else None)
+    if as_json:
+        print_json(out)
+        return
+    for k, v in out.items():
+        sys.stdout.write(f"{k}: {v}\n")
+
+
+def register(app: typer.Typer, bench: typer.Typer) -> None:
+    """Add `workbench import`, `workbench replay` and `workbench bench import`."""
+    app.command("import")(import_cmd)
+    app.command("replay")(replay_cmd)
+    bench.command("import")(bench_import_cmd)

@@ -1,0 +1,65 @@
+"""Reliability benchmarks: `workbench bench chaos` (crash anywhere: SIGKILL at random moments, resume,
+compare with an uninterrupted run) and `workbench bench soak` (runs, dashboard, notebook reader and
+live control on one store for minutes). See docs/reliability.md."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from workbench.commands.common import JsonOpt, print_json
+
+
+def register(app: typer.Typer, bench: typer.Typer) -> None:
+    """Add `workbench bench chaos` and `workbench bench soak`."""
+
+    @bench.command("chaos")
+    def bench_chaos(
+        kills: Annotated[int, typer.Option("--kills", help="SIGKILLs of the run, each followed by a resume.")] = 20,
+        seed: Annotated[int, typer.Option("--seed", help="Seed of the kill schedule (points, counts, delays).")] = 0,
+        steps: Annotated[int, typer.Option("--steps", help="Training steps of the shortened experiment.")] = 24,
+        organism: Annotated[str, typer.Option("--organism", help="small (built in seconds) or default "
+                                              "(the default experiment's, built once in minutes).")] = "small",
+        store: Annotated[Optional[Path], typer.Option("--store", help="Store directory to run in (kept "
+                                                      "afterwards). Default: a temporary one, removed after.")] = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Crash anywhere: kill a run at random moments (generation, update, store commit, checkpoint,
+        evaluation, control, timer), resume after each, compare every stored row with an uninterrupted run."""
+        from workbench.errors import WorkbenchError
+        from workbench.experiments.chaos import bench_chaos as run_bench
+
+        if organism not in ("small", "default"):
+            raise WorkbenchError(f"bench chaos: --organism must be small or default, got {organism!r}")
+        out = run_bench(kills, seed=seed, steps=steps, organism=organism, store_dir=store)
+        if as_json:
+            print_json(out)
+            return
+        typer.echo(f"kills {out['kills']} (by point {out['kills_by_point']}), resumed {out['resumed']}, "
+                   f"steps lost {out['steps_lost']}, duplicated {out['steps_duplicated']}, rows mismatched "
+                   f"{out['rows_mismatched']}, final equal {out['final_equal']}")
+
+    @bench.command("soak")
+    def bench_soak(
+        minutes: Annotated[float, typer.Option("--minutes", help="How long everything runs at once.")] = 10.0,
+        catalog: Annotated[str, typer.Option("--catalog", help="sqlite (a store directory) or postgres "
+                                             "(a throw-away local PostgreSQL server holds the catalog).")] = "sqlite",
+        seed: Annotated[int, typer.Option("--seed", help="Seed of the control commands.")] = 0,
+        workdir: Annotated[Optional[Path], typer.Option("--workdir", help="Directory to run in (kept "
+                                                        "afterwards). Default: a temporary one, removed after.")] = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Load: three runs writing one store, every dashboard page each second, a notebook-style reader
+        scanning rollouts, control commands every few seconds; failures, torn reads, p95 latency."""
+        from workbench.experiments.soak import bench_soak as run_bench
+
+        out = run_bench(minutes, catalog=catalog, seed=seed, workdir=workdir)
+        if as_json:
+            print_json(out)
+            return
+        typer.echo(f"commits {out['commits']}, failed {out['failed_commits']}; reader queries "
+                   f"{out['reader_queries']}, errors {out['reader_errors']}, torn {out['torn_reads']}; controls "
+                   f"applied {out['controls_applied']}, rejected {out['controls_rejected']}; p95 reader ms "
+                   f"{out['p95_reader_ms']}")

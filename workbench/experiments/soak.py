@@ -1,0 +1,426 @@
+"""`workbench bench soak`: several runs, the dashboard, a notebook-style reader and live control on one
+store at once, for minutes; counts every failure a user could see.
+
+What runs at once (each a separate process, except the controller):
+
+- three engine processes (`workbench.engine.run`, the small organism, 8 prompts x 4 rollouts per
+  step, group commit on, an evaluation every 20 steps, a checkpoint every 25) writing one store;
+- the dashboard: every page script (`workbench.commands.app.PAGES`) run with Streamlit's AppTest,
+  each page once per second, the data cache cleared before each run so every run reads the store;
+- a notebook-style reader: a full scan of every run's rollouts (per-token entropy included) into
+  Polars, then the entropy-by-step analysis, and a whole-step check in ONE statement (one snapshot):
+  for every visible step, its `steps` row, its on-policy rollouts (as many as `steps.rollouts`), its
+  allocations and prompt_stats must all be there; a step seen partly is a torn read;
+- a controller (this process): every few seconds a command to a random run through the control API
+  (budget, temperature, allocator parameters, eval interval, pause then resume), and now and then an
+  invalid one inserted raw, which the engine must reject while the run goes on.
+
+At the end every run is stopped with the `stop` command and the store is read once more.
+
+Figures: `commits` (snapshots committed during the soak, every writer: steps, heartbeats, controls,
+events), `failed_commits` (runs failed and commit errors in their logs), `reader_queries`,
+`reader_errors`, `torn_reads`, `controls_applied`, `controls_rejected` (and how many of them were the
+invalid ones sent on purpose), p95 reader latency per reader. Target: 0 failed commits, 0 reader
+errors, 0 torn reads, every rejection an intended one.
+
+`catalog="postgres"` starts a throw-away PostgreSQL server (the installed binaries, a temporary
+directory, a Unix socket, no TCP) and puts the catalog there, the Parquet files in a local directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from workbench.errors import WorkbenchError
+
+RUNS = 3
+
+
+def soak_overrides() -> dict[str, Any]:
+    """A run that goes on until stopped, with short steps (so commits come often)."""
+    from workbench.models.organism import small_recipe
+
+    recipe = small_recipe().to_dict()
+    return {
+        "name": "soak",
+        "steps": 1_000_000,
+        "model.organism": recipe,
+        "model.threads": 1,
+        "task": {"kind": "arithmetic", **recipe["task"]},
+        "allocator.prompts_per_step": 8,
+        "allocator.budget": 32,
+        "allocator.params": {"n": 4},
+        "eval.every": 20,
+        "eval.at_start": False,
+        "eval.samples": 4,
+        "eval.max_prompts": 12,
+        "checkpoint.every": 25,
+        "logging.heartbeat_s": 1.0,
+        "logging.background_writes": True,
+    }
+
+
+# -- the store: a directory (SQLite catalog) or a PostgreSQL catalog ----------------------------------
+
+def open_spec(spec: dict[str, str], **kw: Any) -> Any:
+    """Open the store a spec names: {"path": dir} or {"catalog": url, "data_path": dir}."""
+    from workbench.store import open_store
+
+    if "path" in spec:
+        return open_store(spec["path"], **kw)
+    return open_store(catalog=spec["catalog"], data_path=spec["data_path"], **kw)
+
+
+@contextmanager
+def postgres_catalog() -> Iterator[str]:
+    """A throw-away PostgreSQL server for the soak's catalog (three engines, the readers and the
+    control loop each hold connections: room for 200); yields its catalog URL."""
+    from workbench.store.pglocal import local_postgres
+
+    with local_postgres(max_connections=200) as url:  # StoreError names what is missing
+        yield url
+
+
+# -- the processes ------------------------------------------------------------------------------------
+
+def _engine_main(spec: dict[str, str], store_dir: str, run_id: str, config: str) -> None:
+    from workbench.config import load_config
+    from workbench.engine import run
+
+    with open_spec(spec, threads=1) as store:
+        run(load_config(config), store=store, run_id=run_id, store_dir=store_dir)
+
+
+def _p95(values: list[float]) -> float | None:
+    if not values:
+        return None
+    v = sorted(values)
+    return round(v[min(len(v) - 1, int(0.95 * len(v)))], 1)
+
+
+def _pages_main(spec: dict[str, str], seconds: float, out: str) -> None:
+    """Run every dashboard page once per second (cache cleared first); counts and latencies."""
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    from workbench.commands.app import MAIN, PAGES
+
+    if "path" in spec:
+        os.environ["WORKBENCH_STORE"] = spec["path"]
+    else:  # the dashboard opens a store by directory; hand it the catalog's store instead
+        import app.data
+
+        app.data.open_store = lambda _location: open_spec(spec)
+    at = AppTest.from_file(str(MAIN), default_timeout=120)
+    queries, errors, lat, messages = 0, 0, [], []
+    end = time.monotonic() + seconds
+    at.run()
+    while time.monotonic() < end:
+        t_round = time.monotonic()
+        for page in PAGES.values():
+            if time.monotonic() >= end:
+                break
+            t0 = time.perf_counter()
+            try:
+                at.switch_page(page)
+                st.cache_data.clear()
+                at.run()
+                failed = [str(e.value) for e in at.exception]
+            except Exception as exc:  # noqa: BLE001 - counted and reported
+                failed = [f"{type(exc).__name__}: {exc}"]
+            lat.append((time.perf_counter() - t0) * 1000.0)
+            queries += 1
+            if failed:
+                errors += 1
+                messages.append(f"{page}: {failed[0][:300]}")
+        time.sleep(max(0.0, 1.0 - (time.monotonic() - t_round)))
+    Path(out).write_text(json.dumps({"queries": queries, "errors": errors, "p95_ms": _p95(lat),
+                                     "p50_ms": _p50(lat), "messages": messages[:10]}))
+
+
+def _p50(values: list[float]) -> float | None:
+    return round(statistics.median(values), 1) if values else None
+
+
+WHOLE_STEPS = """
+WITH s AS (SELECT run_id, step, rollouts FROM steps WHERE list_contains($runs, run_id)),
+     r AS (SELECT run_id, step, count(*) FILTER (WHERE NOT off_policy) AS n FROM rollouts
+           WHERE list_contains($runs, run_id) GROUP BY ALL),
+     a AS (SELECT run_id, step, count(*) AS n FROM allocations WHERE list_contains($runs, run_id) GROUP BY ALL),
+     p AS (SELECT run_id, step, count(*) AS n FROM prompt_stats WHERE list_contains($runs, run_id) GROUP BY ALL),
+     k AS (SELECT run_id, step FROM s UNION SELECT run_id, step FROM r UNION SELECT run_id, step FROM a
+           UNION SELECT run_id, step FROM p)
+SELECT count(*) AS steps,
+       count(*) FILTER (WHERE s.rollouts IS NULL OR coalesce(r.n, 0) <> s.rollouts OR a.n IS NULL
+                        OR p.n IS NULL) AS torn
+FROM k LEFT JOIN s USING (run_id, step) LEFT JOIN r USING (run_id, step)
+       LEFT JOIN a USING (run_id, step) LEFT JOIN p USING (run_id, step)
+"""
+"""One statement, so one snapshot: how many steps are visible and how many are visible only in part."""
+
+
+def _scan_main(spec: dict[str, str], runs: list[str], seconds: float, out: str) -> None:
+    """Notebook-style: scan every run's rollouts, analyse, check whole steps; counts and latencies."""
+    from workbench.analysis import entropy_by_step
+
+    queries = errors = torn = scans = 0
+    lat: list[float] = []
+    messages: list[str] = []
+    rows_seen = 0
+    with open_spec(spec, read_only=True) as store:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            for run_id in runs:
+                t0 = time.perf_counter()
+                try:
+                    frame = store.sql("SELECT run_id, step, stage, prompt_id, idx, reward, length, entropy_mean, "
+                                      "token_entropy FROM rollouts WHERE run_id = ? ORDER BY step, stage, "
+                                      "prompt_id, idx", [run_id])
+                    if frame.height:
+                        entropy_by_step(frame)
+                    rows_seen = max(rows_seen, frame.height)
+                    scans += 1
+                except Exception as exc:  # noqa: BLE001
+                    errors += 1
+                    messages.append(f"scan {run_id}: {exc}"[:300])
+                lat.append((time.perf_counter() - t0) * 1000.0)
+                queries += 1
+            t0 = time.perf_counter()
+            try:
+                row = store.sql(WHOLE_STEPS, {"runs": runs}).to_dicts()[0]
+                if row["torn"]:
+                    torn += int(row["torn"])
+                    messages.append(f"torn read: {row}")
+            except Exception as exc:  # noqa: BLE001
+                errors += 1
+                messages.append(f"whole-step check: {exc}"[:300])
+            lat.append((time.perf_counter() - t0) * 1000.0)
+            queries += 1
+            time.sleep(0.5)
+    Path(out).write_text(json.dumps({"queries": queries, "errors": errors, "torn": torn, "scans": scans,
+                                     "largest_scan_rows": rows_seen, "p95_ms": _p95(lat), "p50_ms": _p50(lat),
+                                     "messages": messages[:10]}))
+
+
+def _spawn(args: list[str], log: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    env.pop("WORKBENCH_FAULT", None)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        return subprocess.Popen([sys.executable, "-m", "workbench.experiments.soak", *args], cwd=root,
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True, env=env)
+
+
+# -- the controller -----------------------------------------------------------------------------------
+
+INVALID = [
+    ("set_budget", {"kind": "rollouts", "amount": 0}),
+    ("set_temperature", {"temperature": -1.0}),
+    ("set_allocator_params", {"params": {"no_such_field": 1}}),
+    ("explode", {}),
+]
+"""Commands inserted raw now and then: the engine must reject each and go on."""
+
+
+def _control_round(store: Any, run_id: str, rng: random.Random, sent: dict[str, int]) -> None:
+    from workbench.control import api
+
+    kind = rng.choice(["budget", "temperature", "params", "eval", "pause", "invalid"])
+    if kind == "budget":
+        api.set_budget(store, run_id, rng.choice([24, 32, 40]), who="soak")
+    elif kind == "temperature":
+        api.set_temperature(store, run_id, rng.choice([0.8, 1.0, 1.2]), who="soak")
+    elif kind == "params":
+        api.set_allocator_params(store, run_id, {"n": rng.choice([2, 4])}, who="soak")
+    elif kind == "eval":
+        api.set_eval_interval(store, run_id, rng.choice([10, 20]), who="soak")
+    elif kind == "pause":
+        cid = api.pause(store, run_id, who="soak")
+        api.wait(store, run_id, cid, timeout_s=60)
+        time.sleep(rng.uniform(0.5, 2.0))
+        api.resume(store, run_id, who="soak")
+        sent["pause_resume"] += 1
+    else:
+        command, args = rng.choice(INVALID)
+        store.add_control(run_id, command, args, who="soak-invalid")
+        sent["invalid"] += 1
+    sent["issued"] += 2 if kind == "pause" else 1
+
+
+# -- the bench ----------------------------------------------------------------------------------------
+
+def bench_soak(minutes: float = 10.0, *, catalog: str = "sqlite", seed: int = 0,
+               control_every_s: float = 4.0, models: Path | str | None = None,
+               workdir: Path | str | None = None) -> dict[str, Any]:
+    """Run the soak for `minutes` (see the module docstring); its figures."""
+    if catalog not in ("sqlite", "postgres"):
+        raise WorkbenchError(f"bench soak: --catalog must be sqlite or postgres, got {catalog!r}")
+    if minutes <= 0:
+        raise WorkbenchError(f"bench soak: --minutes must be > 0, got {minutes}")
+    tmp = Path(tempfile.mkdtemp(prefix="workbench-soak-")) if workdir is None else Path(workdir)
+    tmp.mkdir(parents=True, exist_ok=True)
+    root = (tmp / "store").absolute()
+    root.mkdir(exist_ok=True)
+    if models is not None and not (root / "models").exists():
+        (root / "models").symlink_to(Path(models).absolute())
+    try:
+        if catalog == "postgres":
+            with postgres_catalog() as url:
+                return _soak({"catalog": url, "data_path": str(root / "data")}, root, minutes, seed,
+                             control_every_s, catalog)
+        return _soak({"path": str(root)}, root, minutes, seed, control_every_s, catalog)
+    finally:
+        if workdir is None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _soak(spec: dict[str, str], root: Path, minutes: float, seed: int, control_every_s: float,
+          catalog: str) -> dict[str, Any]:
+    from workbench.config import to_toml
+    from workbench.control import api
+    from workbench.control.launch import resolve_config
+    from workbench.engine.setup import model_path
+
+    cfg = resolve_config(None, soak_overrides())
+    model_path(cfg, root)  # build the organism first (not part of the soak)
+    (root / "soak").mkdir(exist_ok=True)
+    config = root / "soak" / "config.toml"
+    config.write_text(to_toml(cfg))
+    with open_spec(spec) as store:
+        runs = [store.create_run(f"soak-{i}", cfg.to_dict(), cfg.seed, status="created") for i in range(RUNS)]
+        snap0 = _snapshot(store)
+    logs = root / "soak"
+    engines = [_spawn(["engine", json.dumps(spec), str(root), rid, str(config)], logs / f"{rid}.log")
+               for rid in runs]
+    procs: list[subprocess.Popen] = list(engines)
+    rng = random.Random(seed)
+    sent = {"issued": 0, "invalid": 0, "pause_resume": 0}
+    control_errors: list[str] = []
+    t0 = time.monotonic()
+    try:
+        with open_spec(spec) as store:
+            _wait_steps(store, runs, engines, logs)
+            seconds = minutes * 60.0
+            readers = [
+                _spawn(["pages", json.dumps(spec), str(seconds), str(logs / "pages.json")], logs / "pages.log"),
+                _spawn(["scan", json.dumps(spec), ",".join(runs), str(seconds), str(logs / "scan.json")],
+                       logs / "scan.log"),
+            ]
+            procs += readers
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                time.sleep(min(rng.uniform(0.5, 1.5) * control_every_s, max(0.0, end - time.monotonic())))
+                if time.monotonic() >= end:
+                    break
+                try:
+                    _control_round(store, rng.choice(runs), rng, sent)
+                except Exception as exc:  # noqa: BLE001 - counted and reported
+                    control_errors.append(f"{type(exc).__name__}: {exc}"[:300])
+            for p in readers:
+                p.wait(timeout=300)
+            for rid in runs:
+                try:
+                    api.stop(store, rid, who="soak")
+                except Exception as exc:  # noqa: BLE001 - a run that failed already
+                    control_errors.append(f"stop {rid}: {exc}"[:300])
+            for p in engines:
+                p.wait(timeout=300)
+            soak_s = time.monotonic() - t0
+            result = _figures(store, runs, snap0, logs, sent, control_errors)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    result.update(minutes=minutes, catalog=catalog, runs=RUNS, wall_s=round(soak_s, 1), seed=seed)
+    return result
+
+
+def _snapshot(store: Any) -> int:
+    return int(store.sql("SELECT max(snapshot_id) AS s FROM lake.snapshots()")["s"][0])
+
+
+def _wait_steps(store: Any, runs: list[str], engines: list[subprocess.Popen], logs: Path) -> None:
+    """Wait until every run has committed a step (start-up is not part of the soak)."""
+    deadline = time.monotonic() + 600
+    while True:
+        steps = store.sql("SELECT run_id, count(*) AS n FROM steps WHERE list_contains(?, run_id) GROUP BY ALL",
+                          [runs])
+        if steps.height == len(runs):
+            return
+        for p, rid in zip(engines, runs):
+            if p.poll() is not None:
+                raise WorkbenchError(f"bench soak: run {rid} exited ({p.returncode}) before its first step; "
+                                     f"see {logs / (rid + '.log')}")
+        if time.monotonic() > deadline:
+            raise WorkbenchError("bench soak: the runs took no step within 600 s")
+        time.sleep(0.5)
+
+
+def _figures(store: Any, runs: list[str], snap0: int, logs: Path, sent: dict[str, int],
+             control_errors: list[str]) -> dict[str, Any]:
+    pages = json.loads((logs / "pages.json").read_text())
+    scan = json.loads((logs / "scan.json").read_text())
+    status = {rid: store.run(rid) for rid in runs}
+    failed_runs = {rid: row.get("error") for rid, row in status.items() if row["status"] not in ("stopped",)}
+    commit_errors = []
+    for rid in runs:
+        text = (logs / f"{rid}.log").read_text(errors="replace")
+        commit_errors += [line[:300] for line in text.splitlines() if "StoreError" in line or "failed:" in line]
+    controls = store.sql("SELECT status, who, count(*) AS n FROM controls WHERE list_contains(?, run_id) "
+                         "GROUP BY ALL", [runs]).to_dicts()
+    count = lambda st, who=None: sum(r["n"] for r in controls  # noqa: E731
+                                     if r["status"] == st and (who is None or r["who"] == who))
+    steps = store.sql("SELECT count(*) AS n FROM steps WHERE list_contains(?, run_id)", [runs])["n"][0]
+    rollouts = store.sql("SELECT count(*) AS n FROM rollouts WHERE list_contains(?, run_id)", [runs])["n"][0]
+    final = store.sql(WHOLE_STEPS, {"runs": runs}).to_dicts()[0]
+    return {
+        "commits": _snapshot(store) - snap0,
+        "failed_commits": len(commit_errors) + len(failed_runs),
+        "reader_queries": pages["queries"] + scan["queries"],
+        "reader_errors": pages["errors"] + scan["errors"],
+        "torn_reads": scan["torn"] + int(final["torn"]),
+        "controls_applied": count("applied"),
+        "controls_rejected": count("rejected"),
+        "controls_rejected_intended": count("rejected", "soak-invalid"),
+        "controls_pending": count("pending"),
+        "controls_issued": sent["issued"] + len(runs),
+        "control_api_errors": len(control_errors),
+        "p95_reader_ms": {"pages": pages["p95_ms"], "scan": scan["p95_ms"]},
+        "p50_reader_ms": {"pages": pages["p50_ms"], "scan": scan["p50_ms"]},
+        "page_runs": pages["queries"],
+        "rollout_scans": scan["scans"],
+        "largest_scan_rows": scan["largest_scan_rows"],
+        "steps_committed": int(steps),
+        "rollouts_committed": int(rollouts),
+        "final_status": {rid: row["status"] for rid, row in status.items()},
+        "errors": (pages["messages"] + scan["messages"] + control_errors + commit_errors
+                   + [f"{rid}: {e}" for rid, e in failed_runs.items()])[:20],
+    }
+
+
+if __name__ == "__main__":
+    role, args = sys.argv[1], sys.argv[2:]
+    if role == "engine":
+        _engine_main(json.loads(args[0]), args[1], args[2], args[3])
+    elif role == "pages":
+        _pages_main(json.loads(args[0]), float(args[1]), args[2])
+    elif role == "scan":
+        _scan_main(json.loads(args[0]), args[1].split(","), float(args[2]), args[3])
+    else:
+        raise SystemExit(f"unknown role {role}")

@@ -1,0 +1,699 @@
+"""Live logging from TRL's `GRPOTrainer` into a workbench store, so the Run page shows a TRL run while
+it trains.
+
+    from workbench.integrations.trl import WorkbenchGRPOTrainer, with_workbench
+    trainer = WorkbenchGRPOTrainer(model=..., reward_funcs=..., args=GRPOConfig(...), train_dataset=...,
+                                   store="store", run_name="my-trl-run")
+    trainer.train()                       # status running -> finished (failed on an exception)
+    MyTrainer = with_workbench(MyGRPOSubclass)   # the same for a user's own subclass
+
+What is captured, and where (TRL 1.16, read in `trl/trainer/grpo_trainer.py`):
+1. Completions are taken where TRL scores them: `_calculate_rewards` sees the prompts, completion texts,
+   completion token ids and returns every reward function's value per completion; right after,
+   `_generate_and_score_completions` returns the advantages, masks and (when TRL has them) the
+   behaviour log-probs (`sampling_per_token_logps` from vLLM, else `old_per_token_logps`).
+   TrainerCallbacks never see completions.
+2. Per-token entropy is computed by TRL in its loss (`_get_per_token_logps_and_entropies(...,
+   compute_entropy=True)`) and not kept. A row-id tensor travels with each generation batch through
+   TRL's shuffle and split, so the entropies (and log-probs) of the first update that uses each
+   completion are caught there and mapped back to their completion.
+3. One store step per optimizer step, numbered as TRL's `global_step`. A generation batch's
+   completions belong to the step it was generated for, written once; a step is ready when it has
+   ended, TRL has logged it (if it logs that step), and every completion of it has been through the
+   loss. Ready steps go to a background thread when the next update starts (as the engine's
+   StepWriter: TRL's generation is a Python loop the writer's Python work would slow), which commits
+   them with `Store.write_steps` (several whole steps per transaction when they queue up) and
+   heart-beats the run; `train()` returns after the last commit.
+
+`python -m workbench.integrations.trl` measures the overhead (see `measure_overhead`, docs/trl.md).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from workbench.errors import WorkbenchError
+
+TESTED_TRL = ("1.16",)
+"""TRL major.minor versions this module is tested with (it reads private methods of GRPOTrainer)."""
+HEARTBEAT_S = 5.0
+
+
+def check_trl_version(version: str | None = None) -> str:
+    """The installed TRL version, if tested; else WorkbenchError naming installed and tested versions."""
+    if version is None:
+        try:
+            import trl
+        except ImportError as exc:
+            raise WorkbenchError("workbench.integrations.trl needs TRL: install the trl extra "
+                                 "(pip install -e '.[trl]')") from exc
+        version = trl.__version__
+    if ".".join(version.split(".")[:2]) not in TESTED_TRL:
+        tested = ", ".join(v + ".x" for v in TESTED_TRL)
+        raise WorkbenchError(f"workbench.integrations.trl is tested with TRL {tested}; "
+                             f"TRL {version} is installed (it hooks GRPOTrainer internals that change between "
+                             f"versions). Install a tested version, e.g. pip install 'trl=={TESTED_TRL[-1]}.*'")
+    return version
+
+
+def prompt_id(text: str) -> str:
+    """The stable id of a prompt text (BLAKE2b, 8-byte digest, hex), the importers' rule (`common.prompt_ids`)."""
+    import polars as pl
+
+    from workbench.integrations.common import prompt_ids
+
+    return str(prompt_ids(pl.Series([text]))[0])
+
+
+def _text(x: Any) -> str:
+    """A prompt or completion as text: strings as they are, chat messages as `role: content` lines."""
+    if isinstance(x, str):
+        return x
+    if isinstance(x, list):
+        lines = []
+        for m in x:
+            if isinstance(m, dict):
+                content = m.get("content", "")
+                if isinstance(content, list):
+                    content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+                lines.append(f"{m.get('role', '?')}: {content}")
+            else:
+                lines.append(str(m))
+        return "\n".join(lines)
+    return str(x)
+
+
+@dataclass
+class _Batch:
+    """One generation batch (rows in TRL's order: `num_generations` consecutive rows per prompt)."""
+
+    step: int
+    first_row: int
+    policy_version: int
+    prompts: list[str]
+    responses: list[str]
+    answers: list[str | None]
+    token_ids: list[list[int]]
+    rewards: np.ndarray
+    rewards_per_func: np.ndarray
+    advantages: np.ndarray
+    group: np.ndarray
+    logprobs: list[np.ndarray | None]
+    entropy: list[np.ndarray | None] = field(default_factory=list)
+    seen: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    used: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    off_policy: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+
+    def __post_init__(self) -> None:
+        n = len(self.prompts)
+        self.entropy = [None] * n
+        self.seen, self.used, self.off_policy = np.zeros(n, bool), np.zeros(n, bool), np.zeros(n, bool)
+
+
+@dataclass
+class _Step:
+    step: int
+    logged: bool
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+class _Writer:
+    """The background thread: builds each step's rows and commits queued steps together."""
+
+    def __init__(self, store: Any, run_id: str, static: dict[str, Any], heartbeat_s: float = HEARTBEAT_S) -> None:
+        self.store, self.run_id, self.static, self.heartbeat_s = store, run_id, static, heartbeat_s
+        self.error: BaseException | None = None
+        self.steps_written = 0
+        self.stop_requested = False
+        self.last_step: int | None = None
+        self.cpu_s = 0.0
+        """CPU seconds this thread spent building rows, committing, heart-beating and reading controls."""
+        self._signal: object = object()  # the last control signal seen (never equal at first)
+        self._queue: queue.Queue = queue.Queue(maxsize=256)
+        self._prompts_seen: set[str] = set()
+        self._thread = threading.Thread(target=self._work, name=f"trl-writer-{run_id}", daemon=True)
+        self._thread.start()
+
+    def put(self, step: int, batches: list[_Batch], metrics: dict[str, Any]) -> None:
+        if self.error is not None:
+            raise WorkbenchError(f"writing run {self.run_id} to the store failed: {self.error}") from self.error
+        self._queue.put((step, batches, metrics))
+
+    def close(self) -> None:
+        """Commit everything handed over, stop the thread, re-raise a failed commit."""
+        self._queue.put(None)
+        self._thread.join()
+        if self.error is not None:
+            raise WorkbenchError(f"writing run {self.run_id} to the store failed: {self.error}") from self.error
+
+    def _work(self) -> None:
+        last_beat = time.monotonic()
+        done = False
+        while not done:
+            try:
+                items = [self._queue.get(timeout=self.heartbeat_s)]
+            except queue.Empty:
+                items = []
+            while True:
+                try:
+                    items.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            done = any(i is None for i in items)
+            if self.error is not None:
+                continue
+            cpu0 = time.thread_time()
+            try:
+                records = [self._record(*i) for i in items if i is not None]
+                if records:
+                    self.store.write_steps(records)
+                    self.steps_written += len(records)
+                    self.last_step = records[-1].step
+                if time.monotonic() - last_beat >= self.heartbeat_s:
+                    self.store.heartbeat(self.run_id)
+                    last_beat = time.monotonic()
+                if not done:
+                    self._controls()
+            except BaseException as exc:  # noqa: BLE001 - handed to the training thread at the next step
+                self.error = exc
+            self.cpu_s += time.thread_time() - cpu0
+
+    def _controls(self) -> None:
+        """Apply `stop` (TRL stops after the current optimizer step); reject every other command: TRL's
+        trainer has no budget, allocator, temperature or pause to set."""
+        signal = self.store.control_signal(self.run_id)
+        if signal is not None and signal == self._signal:
+            return
+        self._signal = signal
+        for row in self.store.pending_controls(self.run_id):
+            if row["command"] == "stop" and not self.stop_requested:
+                self.store.set_run_status(self.run_id, "stopping")  # the status before the outcome
+                self.store.resolve_control(row["control_id"], "applied", step=self.last_step,
+                                           reason="TRL stops after the current optimizer step")
+                self.stop_requested = True
+            else:
+                self.store.resolve_control(row["control_id"], "rejected", reason=(
+                    f"a TRL run applies only stop; {row['command']!r} cannot be applied to TRL's trainer"
+                    if row["command"] != "stop" else "the run is already stopping"))
+
+    def _record(self, step: int, batches: list[_Batch], metrics: dict[str, Any]):
+        import polars as pl
+
+        from workbench.integrations.common import prompt_ids
+        from workbench.store import StepRecord
+
+        prompts = [p for b in batches for p in b.prompts]
+        if not prompts:
+            return StepRecord(self.run_id, step, metrics={**metrics, "rollout/count": 0}, rollouts=[])
+        pids = prompt_ids(pl.Series(prompts, dtype=pl.Utf8)).to_list()
+        rows = self._rollouts(batches, pids)
+        m = dict(metrics)
+        m.update(self._rollout_metrics(batches, rows))
+        n = rows.num_rows
+        answers = [a for b in batches for a in b.answers]
+        new = []
+        for pid, text, answer in zip(pids, prompts, answers):
+            if pid not in self._prompts_seen:
+                self._prompts_seen.add(pid)
+                new.append(dict(prompt_id=pid, split="train", text=text, answer=answer))
+        ids, sizes = np.unique(np.asarray(pids), return_counts=True)
+        allocs = [dict(prompt_id=str(p), stage=0, allocator="trl", asked=int(k), granted=int(k),
+                       reason=f"TRL GRPOTrainer: num_generations={self.static['num_generations']}",
+                       budget_kind="rollouts", budget=n, budget_left=0, used_in_update=True)
+                  for p, k in zip(ids, sizes)]
+        return StepRecord(self.run_id, step, metrics=m, rollouts=rows, allocations=allocs, prompts=new)
+
+    def _rollouts(self, batches: list[_Batch], pids: list[str]) -> pa.Table:
+        counter: dict[str, int] = {}
+        idx = []
+        for p in pids:
+            idx.append(counter.get(p, 0))
+            counter[p] = idx[-1] + 1
+        ids = [t for b in batches for t in b.token_ids]
+        lengths = [len(t) for t in ids]
+        eos = set(self.static["eos_token_ids"])
+        ent = [e for b in batches for e in b.entropy]
+        lp = [e for b in batches for e in b.logprobs]
+        cat = np.concatenate
+        rewards = cat([b.rewards for b in batches]).astype(np.float32)
+        f32 = pa.list_(pa.float32())
+
+        def lists(values: list[np.ndarray | None]) -> pa.Array:
+            return pa.array([None if v is None else v.astype(np.float32) for v in values], f32)
+
+        def stat(values: list[np.ndarray | None], fn) -> pa.Array:  # noqa: ANN001
+            return pa.array([None if v is None or not len(v) else float(fn(v)) for v in values], pa.float32())
+
+        return pa.table({
+            "stage": pa.array([0] * len(pids), pa.int32()),
+            "prompt_id": pa.array(pids, pa.string()),
+            "idx": pa.array(idx, pa.int32()),
+            "policy_version": pa.array([b.policy_version for b in batches for _ in b.prompts], pa.int32()),
+            "response": pa.array([r for b in batches for r in b.responses], pa.string()),
+            "token_ids": pa.array(ids, pa.list_(pa.int32())),
+            "token_entropy": lists(ent),
+            "reward": pa.array(rewards, pa.float32(), mask=np.isnan(rewards)),
+            "finish_reason": pa.array(["stop" if t and t[-1] in eos else "length" for t in ids], pa.string()),
+            "length": pa.array(lengths, pa.int32()),
+            "logprob_sum": stat(lp, np.sum),
+            "entropy_mean": stat(ent, np.mean),
+            "entropy_max": stat(ent, np.max),
+            "advantage": pa.array(cat([b.advantages for b in batches]).astype(np.float32)),
+            "temperature": pa.array([self.static["temperature"]] * len(pids), pa.float32()),
+            "off_policy": pa.array(cat([b.off_policy for b in batches])),
+            "used_in_update": pa.array(cat([b.used for b in batches])),
+            "worker": pa.array([self.static["worker"]] * len(pids), pa.string()),
+            "token_logprobs": lists(lp),
+        })
+
+    def _rollout_metrics(self, batches: list[_Batch], rows: pa.Table) -> dict[str, Any]:
+        n = rows.num_rows
+        if n == 0:
+            return {}
+        rewards = np.concatenate([b.rewards for b in batches]).astype(np.float64)
+        lengths = np.asarray(rows["length"].to_pylist())
+        signal = []
+        for b in batches:
+            for g in np.unique(b.group):
+                r = b.rewards[b.group == g]
+                r = r[~np.isnan(r)]
+                signal.append(len(r) > 1 and bool(np.any(r != r[0])))
+        m: dict[str, Any] = {
+            "rollout/count": n, "rollout/prompts": len(set(rows["prompt_id"].to_pylist())),
+            "rollout/tokens_generated": int(lengths.sum()), "rollout/length_mean": float(lengths.mean()),
+            "rollout/stop_frac": float(np.mean([f == "stop" for f in rows["finish_reason"].to_pylist()])),
+            "rollout/reward_mean": float(np.nanmean(rewards)) if not np.isnan(rewards).all() else None,
+            "rollout/reward_std": float(np.nanstd(rewards)) if not np.isnan(rewards).all() else None,
+            "rollout/frac_zero_signal_groups": float(1 - np.mean(signal)),
+            "rollout/temperature": self.static["temperature"], "policy_version": batches[0].policy_version,
+            "alloc/allocator": "trl", "alloc/budget_kind": "rollouts", "alloc/budget": n,
+        }
+        per_func = np.concatenate([b.rewards_per_func for b in batches])
+        for j, name in enumerate(self.static["reward_funcs"]):
+            col = per_func[:, j]
+            if not np.isnan(col).all():
+                m[f"rollout/reward_{name}_mean"] = float(np.nanmean(col))
+        ent = [e for b in batches for e in b.entropy if e is not None and len(e)]
+        if ent:
+            tok = np.concatenate(ent)
+            m["rollout/entropy_mean"] = float(tok.mean())
+            for p, v in zip((10, 50, 90), np.quantile(tok, [0.1, 0.5, 0.9])):
+                m[f"rollout/entropy_p{p}"] = float(v)
+        return {k: v for k, v in m.items() if v is not None}
+
+
+TRL_TO_STEP = {"loss": "train/loss", "grad_norm": "train/grad_norm", "learning_rate": "train/lr", "kl": "train/kl",
+               "clip_ratio/region_mean": "train/clip_frac", "entropy": "rollout/entropy_mean"}
+"""TRL's logged names -> our step metric names (every numeric TRL value is also kept as `trl/<name>`)."""
+
+
+class _WorkbenchMixin:
+    """Hooks a GRPOTrainer (see the module docstring); made into classes by `with_workbench`."""
+
+    def __init__(self, *args: Any, store: Any = None, run_name: str | None = None, answer_column: str = "answer",
+                 heartbeat_s: float = HEARTBEAT_S, **kwargs: Any) -> None:
+        check_trl_version()
+        if store is None:
+            raise WorkbenchError("WorkbenchGRPOTrainer: store= is required (a store directory or an open Store)")
+        super().__init__(*args, **kwargs)
+        if self.accelerator.num_processes > 1:
+            raise WorkbenchError(f"WorkbenchGRPOTrainer: {self.accelerator.num_processes} processes; live logging "
+                                 "is tested single-process only (write TRL's completions files and import them)")
+        from transformers import TrainerCallback
+
+        outer = self
+
+        class _StepHook(TrainerCallback):
+            def on_step_end(self, args, state, control, **kw):  # noqa: ANN001
+                outer._wb_step_end(state.global_step, bool(control.should_log))
+                if outer._wb_writer is not None and outer._wb_writer.stop_requested:
+                    control.should_training_stop = True  # a `stop` from the dashboard or CLI
+
+        self.add_callback(_StepHook())
+        self._wb_store_arg, self._wb_answer_column, self._wb_heartbeat_s = store, answer_column, heartbeat_s
+        self._wb_run_name = run_name or getattr(self.args, "run_name", None) or Path(self.args.output_dir).name
+        self._wb_writer: _Writer | None = None
+        self.workbench_run_id: str | None = None
+        self.workbench_writer_stats: dict[str, Any] = {}
+        self._wb_reset()
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def train(self, *args: Any, **kwargs: Any):
+        from workbench.store import Store, open_store
+
+        own = not isinstance(self._wb_store_arg, Store)
+        # one DuckDB thread, as the engine's: more fight torch's threads on a small machine
+        store = open_store(self._wb_store_arg, threads=1) if own else self._wb_store_arg
+        self._wb_reset()
+        try:
+            run_id = store.create_run(self._wb_run_name, self._wb_config(), int(self.args.seed), status="running",
+                                      source="trl")
+        except BaseException:
+            if own:
+                store.close()
+            raise
+        self.workbench_run_id = run_id
+        self._wb_writer = _Writer(store, run_id, self._wb_static(), self._wb_heartbeat_s)
+        status, error, trained = "finished", None, False
+        try:
+            result = super().train(*args, **kwargs)
+            trained = True
+            if self._wb_writer is not None and self._wb_writer.stop_requested:
+                status = "stopped"
+            return result
+        except KeyboardInterrupt:
+            status, error = "stopped", "interrupted (KeyboardInterrupt)"
+            raise
+        except BaseException as exc:
+            status, error = "failed", f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:500]
+            raise
+        finally:
+            writer, self._wb_writer = self._wb_writer, None
+            write_error: WorkbenchError | None = None
+            try:
+                self._wb_release(writer, final=True)
+            except WorkbenchError as exc:
+                write_error = exc
+            try:
+                writer.close()
+            except WorkbenchError as exc:
+                write_error = write_error or exc
+            self.workbench_writer_stats = {"steps_written": writer.steps_written, "writer_cpu_s": writer.cpu_s}
+            if write_error is not None and status == "finished":
+                status, error = "failed", str(write_error).splitlines()[0][:500]
+            try:
+                store.set_run_status(run_id, status, error=error)
+            finally:
+                if own:
+                    store.close()
+            if write_error is not None and trained:
+                raise write_error  # noqa: B012 - training itself succeeded: the failed write is the error
+
+    def _wb_reset(self) -> None:
+        self._wb_batches: list[_Batch] = []
+        self._wb_steps: list[_Step] = []
+        self._wb_ready: list[tuple[int, list[_Batch], dict[str, Any]]] = []
+        self._wb_rows = 0
+        self._wb_scored: dict[str, Any] | None = None
+        self._wb_capture: list | None = None
+        self._wb_t = {"generate": 0.0, "verify": 0.0, "log": 0.0, "mark": time.perf_counter()}
+
+    def _wb_config(self) -> dict[str, Any]:
+        import trl
+
+        args = self.args.to_dict() if hasattr(self.args, "to_dict") else {}
+        model = getattr(getattr(self.model, "config", None), "_name_or_path", None)
+        return {"source": "trl", "trl_version": trl.__version__, "model": {"path": model},
+                "reward_funcs": list(self.reward_func_names), "reward_weights": self.reward_weights.tolist(),
+                "allocator": {"name": "uniform", "params": {"n": int(self.num_generations)}},
+                "sampling": {"temperature": float(self.args.temperature)}, "trl_args": args}
+
+    def _wb_static(self) -> dict[str, Any]:
+        worker = f"vllm-{self.args.vllm_mode}" if self.use_vllm else "local"
+        return {"num_generations": int(self.num_generations), "eos_token_ids": list(self.eos_token_ids),
+                "temperature": float(self.args.temperature), "reward_funcs": list(self.reward_func_names),
+                "worker": worker}
+
+    # -- capture ------------------------------------------------------------------------------
+    def _generate(self, prompts: list):
+        t0 = time.perf_counter()
+        try:
+            return super()._generate(prompts)
+        finally:
+            if self.model.training:
+                self._wb_t["generate"] += time.perf_counter() - t0
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # noqa: ANN001
+        t0 = time.perf_counter()
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        t1 = time.perf_counter()
+        if self._wb_writer is not None and self.model.training:
+            col = self._wb_answer_column
+            self._wb_scored = dict(
+                prompts=[_text(p) for p in prompts], responses=[_text(c) for c in completions],
+                answers=[None if x.get(col) is None else str(x.get(col)) for x in inputs],
+                token_ids=[list(map(int, ids)) for ids in completion_ids_list],
+                rewards_per_func=rewards_per_func.detach().float().cpu())
+            self._wb_t["log"] += time.perf_counter() - t1
+            self._wb_t["verify"] += t1 - t0
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs):  # noqa: ANN001
+        output = super()._generate_and_score_completions(inputs)
+        scored, self._wb_scored = self._wb_scored, None
+        if self._wb_writer is None or scored is None or not self.model.training:
+            return output
+        t0 = time.perf_counter()
+        n = len(scored["prompts"])
+        rpf = scored["rewards_per_func"]
+        rewards = (rpf * self.reward_weights.float().unsqueeze(0)).nansum(dim=1)
+        rewards[torch.isnan(rpf).all(dim=1)] = torch.nan
+        lengths = [len(t) for t in scored["token_ids"]]
+        behaviour = output.get("sampling_per_token_logps")
+        if behaviour is None:
+            behaviour = output.get("old_per_token_logps")
+        logprobs: list[np.ndarray | None] = [None] * n
+        if behaviour is not None:
+            b = behaviour.detach().float().cpu().numpy()
+            logprobs = [b[i, :k] for i, k in enumerate(lengths)]
+        batch = _Batch(step=self.state.global_step + 1, first_row=self._wb_rows,
+                       policy_version=self.state.global_step, prompts=scored["prompts"],
+                       responses=scored["responses"], answers=scored["answers"], token_ids=scored["token_ids"],
+                       rewards=rewards.numpy(), rewards_per_func=rpf.numpy(),
+                       advantages=output["advantages"].detach().float().cpu().numpy(),
+                       group=np.arange(n) // int(self.num_generations), logprobs=logprobs)
+        self._wb_batches.append(batch)
+        output["_wb_rows"] = torch.arange(self._wb_rows, self._wb_rows + n)
+        self._wb_rows += n
+        self._wb_t["log"] += time.perf_counter() - t0
+        return output
+
+    def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any):
+        out = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        if self._wb_capture is not None:
+            self._wb_capture.append((out[0].detach(), out[1].detach() if out[1] is not None else None))
+        return out
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):  # noqa: ANN001
+        rows = inputs.get("_wb_rows") if isinstance(inputs, dict) else None
+        if rows is None or self._wb_writer is None:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        if self._wb_ready:  # the update's large kernels run without the GIL: commit while they run
+            ready, self._wb_ready = self._wb_ready, []
+            for item in ready:
+                self._wb_writer.put(*item)
+        self._wb_capture = []
+        try:
+            loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        finally:
+            captured, self._wb_capture = self._wb_capture, None
+        t0 = time.perf_counter()
+        self._wb_first_pass(rows, inputs["completion_mask"], captured[0] if len(captured) == 1 else None)
+        self._wb_t["log"] += time.perf_counter() - t0
+        return loss
+
+    def _wb_first_pass(self, rows: torch.Tensor, mask: torch.Tensor, captured) -> None:  # noqa: ANN001
+        logps = ent = None
+        if captured is not None:
+            logps = captured[0].float().cpu().numpy()
+            ent = captured[1].float().cpu().numpy() if captured[1] is not None else None
+        used = (mask.sum(dim=1) > 0).cpu().numpy()
+        by_start = {b.first_row: b for b in self._wb_batches}
+        starts = sorted(by_start)
+        for j, r in enumerate(rows.tolist()):
+            pos = int(np.searchsorted(starts, r, side="right")) - 1
+            b = by_start[starts[pos]] if pos >= 0 else None
+            if b is None or r - b.first_row >= len(b.prompts) or b.seen[r - b.first_row]:
+                continue  # a later pass over a completion (num_iterations > 1): already handed over
+            i = r - b.first_row
+            b.seen[i], b.used[i] = True, bool(used[j])
+            b.off_policy[i] = self.state.global_step + 1 > b.step
+            k = len(b.token_ids[i])
+            if ent is not None:
+                b.entropy[i] = ent[j, :k]
+            if b.logprobs[i] is None and logps is not None and b.step == self.state.global_step + 1:
+                b.logprobs[i] = logps[j, :k]  # TRL keeps no old log-probs when the policy has not moved
+
+    # -- steps --------------------------------------------------------------------------------
+    def _wb_step_end(self, step: int, will_log: bool) -> None:
+        if self._wb_writer is None:
+            return
+        now = time.perf_counter()
+        t = self._wb_t
+        metrics = {"timing_s/step": now - t["mark"], "timing_s/generate": t["generate"], "timing_s/verify": t["verify"],
+                   "timing_s/log": t["log"]}
+        self._wb_t = {"generate": 0.0, "verify": 0.0, "log": 0.0, "mark": now}
+        self._wb_steps.append(_Step(step, logged=not will_log, metrics=metrics))
+        self._wb_release(self._wb_writer)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        super().log(logs, start_time)
+        if self._wb_writer is None or not self.model.training or "loss" not in logs:
+            return
+        pending = [s for s in self._wb_steps if s.step == self.state.global_step and not s.logged]
+        if pending:
+            s = pending[0]
+            s.logged = True
+            for key, value in logs.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value):
+                    s.metrics[f"trl/{key}"] = float(value)
+                    if key in TRL_TO_STEP:
+                        s.metrics.setdefault(TRL_TO_STEP[key], float(value))
+            self._wb_release(self._wb_writer)
+
+    def _wb_release(self, writer: _Writer | None, final: bool = False) -> None:
+        """Make ready, in step order, each step that has ended, been logged and whose completions have
+        all been through the loss; ready steps go to the writer when the next update starts (generation
+        is a Python loop that the writer's Python work would slow) or at the end of training, with
+        everything left."""
+        if writer is None:
+            return
+        if final:
+            ended = {s.step for s in self._wb_steps}
+            for st in sorted({b.step for b in self._wb_batches} - ended):
+                self._wb_steps.append(_Step(st, logged=True))  # generated, but the step never ended
+        while self._wb_steps:
+            s = self._wb_steps[0]
+            mine = [b for b in self._wb_batches if b.step == s.step]
+            logged = s.logged or len(self._wb_steps) > 1  # TRL logs a step before the next one ends
+            if not final and (not logged or not all(b.seen.all() for b in mine)):
+                return
+            self._wb_steps.pop(0)
+            self._wb_batches = [b for b in self._wb_batches if b.step != s.step]
+            self._wb_ready.append((s.step, mine, s.metrics))
+        if final:
+            ready, self._wb_ready = self._wb_ready, []
+            for item in ready:
+                writer.put(*item)
+
+
+def with_workbench(trainer_cls: type) -> type:
+    """A subclass of `trainer_cls` (GRPOTrainer or a subclass of it) that logs to a workbench store;
+    it takes `store=` (a directory or an open Store), `run_name=`, `answer_column=` ("answer": the
+    dataset column stored as each prompt's reference answer, if present) besides the trainer's own
+    arguments."""
+    check_trl_version()
+    from trl import GRPOTrainer
+
+    if not (isinstance(trainer_cls, type) and issubclass(trainer_cls, GRPOTrainer)):
+        raise WorkbenchError(f"with_workbench: {trainer_cls!r} is not a subclass of trl.GRPOTrainer")
+    if issubclass(trainer_cls, _WorkbenchMixin):
+        return trainer_cls
+    return type(f"Workbench{trainer_cls.__name__}", (_WorkbenchMixin, trainer_cls),
+                {"__module__": trainer_cls.__module__, "__doc__": trainer_cls.__doc__})
+
+
+def __getattr__(name: str) -> Any:
+    if name == "WorkbenchGRPOTrainer":  # built on first use, so importing this module does not import TRL
+        from trl import GRPOTrainer
+
+        cls = with_workbench(GRPOTrainer)
+        cls.__module__ = __name__
+        globals()[name] = cls
+        return cls
+    raise AttributeError(name)
+
+
+def measure_overhead(*, steps: int = 4, prompts: int = 32, generations: int = 8, rounds: int = 2,
+                     recipe: str = "small", store: str | Path | None = None) -> dict[str, Any]:
+    """TRL steps/s with and without the logger, side by side on the same workload (the organism, its
+    arithmetic prompts, `prompts` x `generations` completions of at most 8 tokens per step, CPU).
+    Runs alternate (plain, logged) `rounds` times; each run's first step is a warm-up. Reports the
+    median step wall time and the median process CPU time per step (all threads, the writer's too):
+    on a loaded machine the wall time is noisy and the CPU time says what the logger costs."""
+    import contextlib
+    import io
+    import tempfile
+
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from workbench.models import load_model
+    from workbench.models.organism import OrganismRecipe, ensure_organism, small_recipe
+    from workbench.tasks import ArithmeticTask, verify
+
+    rec = small_recipe() if recipe == "small" else OrganismRecipe()
+    cache = Path(store) if store else Path(tempfile.gettempdir()) / "workbench-test-organisms"
+    path = ensure_organism(cache, rec)
+    data = Dataset.from_list([{"prompt": p.text, "answer": p.answer} for p in ArithmeticTask(rec.task).train_prompts()])
+
+    def reward(prompts, completions, answer, **_):  # noqa: ANN001
+        return [verify(c, a, method="exact").reward for c, a in zip(completions, answer)]
+
+    costs: list[tuple[float, float]] = []  # per logged run: median training-thread hook s, writer CPU s per step
+
+    def one(logged: bool, tmp: Path) -> tuple[list[float], list[float]]:
+        marks: list[tuple[float, float]] = []
+
+        class Timer(TrainerCallback):
+            def on_step_end(self, args, state, control, **kw):  # noqa: ANN001
+                marks.append((time.perf_counter(), time.process_time()))
+
+        model, tokenizer = load_model(str(path))
+        args = GRPOConfig(
+            output_dir=str(tmp / "out"), per_device_train_batch_size=prompts * generations,
+            num_generations=generations, max_completion_length=8, temperature=1.0, top_k=0, top_p=1.0, beta=0.0,
+            loss_type="dapo", scale_rewards="group", learning_rate=1e-4, max_steps=steps + 1, logging_steps=1,
+            report_to="none", save_strategy="no", use_cpu=True, bf16=False, use_vllm=False, num_iterations=1,
+            gradient_accumulation_steps=1, dataloader_num_workers=0, seed=0, disable_dropout=True, disable_tqdm=True)
+        cls, extra = (with_workbench(GRPOTrainer), dict(store=tmp / "store", run_name="overhead")) if logged \
+            else (GRPOTrainer, {})
+        trainer = cls(model=model, reward_funcs=reward, args=args, train_dataset=data, processing_class=tokenizer,
+                      callbacks=[Timer()], **extra)
+        with contextlib.redirect_stdout(io.StringIO()):
+            trainer.train()  # the logged run's last commit is waited for inside train(): not in a step's time
+        walls = [b[0] - a[0] for a, b in zip(marks, marks[1:])]
+        cpus = [b[1] - a[1] for a, b in zip(marks, marks[1:])]
+        if logged:
+            from workbench.store import open_store
+
+            with open_store(tmp / "store", read_only=True) as s:
+                hook = float(s.run_steps(trainer.workbench_run_id)["time_log_s"].median())
+            stats = trainer.workbench_writer_stats
+            costs.append((hook, stats["writer_cpu_s"] / max(stats["steps_written"], 1)))
+        return walls, cpus
+
+    res: dict[bool, tuple[list[float], list[float]]] = {False: ([], []), True: ([], [])}
+    torch.use_deterministic_algorithms(False)
+    with tempfile.TemporaryDirectory(prefix="trl-overhead-") as tmp:
+        for r in range(rounds):
+            for logged in (False, True):
+                walls, cpus = one(logged, Path(tmp) / f"{logged}-{r}")
+                res[logged][0].extend(walls)
+                res[logged][1].extend(cpus)
+    med = {k: (float(np.median(w)), float(np.median(c))) for k, (w, c) in res.items()}
+    return {"workload": f"{prompts} prompts x {generations} completions per step, organism recipe {recipe}",
+            "steps_timed_per_run": steps, "rounds": rounds,
+            "plain_steps_per_s": 1 / med[False][0], "logged_steps_per_s": 1 / med[True][0],
+            "wall_overhead_pct": 100 * (med[True][0] / med[False][0] - 1),
+            "plain_cpu_s_per_step": med[False][1], "logged_cpu_s_per_step": med[True][1],
+            "cpu_overhead_pct": 100 * (med[True][1] / med[False][1] - 1),
+            "hook_s_per_step": float(np.median([c[0] for c in costs])),
+            "writer_cpu_s_per_step": float(np.median([c[1] for c in costs])),
+            "trl_version": check_trl_version(), "torch_threads": torch.get_num_threads()}
+
+
+if __name__ == "__main__":  # python -m workbench.integrations.trl [--steps N --rounds R --recipe small|default]
+    import argparse
+    import json
+
+    ap = argparse.ArgumentParser(description="TRL steps/s with and without the workbench logger")
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--prompts", type=int, default=32)
+    ap.add_argument("--generations", type=int, default=8)
+    ap.add_argument("--recipe", choices=["small", "default"], default="small")
+    ap.add_argument("--store", default=None, help="where the organism is cached (default: the temp dir)")
+    ns = ap.parse_args()
+    print(json.dumps(measure_overhead(steps=ns.steps, rounds=ns.rounds, prompts=ns.prompts,
+                                      generations=ns.generations, recipe=ns.recipe, store=ns.store), indent=2))

@@ -1,0 +1,446 @@
+"""Rollout workers as Ray actors (`rollout.backend = "ray"`).
+
+`RayBackend` keeps `rollout.workers` actors (`RolloutWorker`), each holding a copy of the policy and a
+generation backend (`HFBackend` on the CPU or on the GPU Ray assigns it; `VLLMBackend` on a GPU). The
+engine talks to it through the same `RolloutBackend` interface as the in-process backend:
+
+1. Split: a stage's rows are grouped by sampling seed (one group = one prompt's rollouts of the
+   stage), and the groups are dealt to the workers largest first, each to the least-loaded worker,
+   weighing a group by its expected tokens (prompt tokens + rollouts x expected new tokens)
+   (`split_groups`). Results come back in the engine's row order, each row naming its worker.
+2. Seeds: each group samples from its own stream seeded by the engine from (run seed, step, stage,
+   prompt) (`group_seed`), so 1, 2 or N workers give the rollouts of the in-process backend.
+3. Weights: after each policy update the trainer's state dict is put once in Ray's object store and
+   every worker loads it before its next generation (`update_weights`; the step's
+   `timing_s/weight_sync`). Each call also carries the policy version, so a restarted worker (which
+   comes back with its first weights) reloads the latest before generating. Between GPUs, an NCCL
+   broadcast from the trainer would replace the object store in `update_weights` (docs/engine.md).
+4. Failures: a worker that dies (its process killed) is restarted by Ray (`max_restarts`) and its
+   share of the stage is generated again; the step's events name the worker. Nothing reaches the
+   store before the whole stage is back, so nothing is written twice.
+5. Evaluation (calls without `seeds`) runs in the trainer's process on the trainer's model.
+
+Per-worker figures for the step (`take_metrics`): `perf/worker/<name>/rollouts_per_s` (rows over the
+worker's own generation time) and `rollout/workers`.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from workbench.errors import WorkbenchError
+from workbench.rollout.base import GenerationBatch, SamplingParams
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    """What the Ray backend needs from `[rollout]` (see `workbench.config.RolloutConfig`)."""
+
+    workers: int = 1
+    worker_backend: str = "hf"
+    address: str = ""
+    num_cpus: int = 0
+    worker_cpus: float = 0.0
+    worker_gpus: float = 0.0
+    max_restarts: int = 3
+    start_timeout_s: float = 120.0
+    deterministic: bool = True
+    model_path: str | None = None
+    """The model directory as the workers' nodes see it (vLLM workers load from it)."""
+    gpu_memory_utilization: float = 0.3
+
+    @classmethod
+    def from_config(cls, cfg: Any, *, model_path: str | None = None) -> "RayOptions":
+        r = cfg.rollout
+        return cls(workers=r.workers, worker_backend=r.worker_backend, address=r.ray_address,
+                   num_cpus=r.num_cpus, worker_cpus=r.worker_cpus, worker_gpus=r.worker_gpus,
+                   max_restarts=r.max_restarts, start_timeout_s=r.start_timeout_s,
+                   deterministic=cfg.model.deterministic, model_path=model_path,
+                   gpu_memory_utilization=r.gpu_memory_utilization)
+
+
+# -- pure parts: the split and the reassembly -------------------------------------------------------
+
+def split_groups(seeds: Sequence[int], prompt_lengths: Sequence[int], new_tokens: float,
+                 workers: int) -> list[list[int]]:
+    """Row indices per worker: rows sharing a seed stay together; groups are dealt largest first to
+    the least-loaded worker, a group weighing its prompt once (prefilled once) plus `new_tokens` per
+    row. Deterministic; each worker's rows keep the engine's order."""
+    if len(seeds) != len(prompt_lengths):
+        raise WorkbenchError(f"split_groups: {len(seeds)} seeds for {len(prompt_lengths)} prompts")
+    groups: dict[int, list[int]] = {}
+    for row, seed in enumerate(seeds):
+        groups.setdefault(int(seed), []).append(row)
+    weight = {s: prompt_lengths[rows[0]] + len(rows) * new_tokens for s, rows in groups.items()}
+    order = sorted(groups, key=lambda s: (-weight[s], groups[s][0]))
+    load = [0.0] * workers
+    share: list[list[int]] = [[] for _ in range(workers)]
+    for s in order:
+        w = min(range(workers), key=lambda i: (load[i], i))
+        load[w] += weight[s]
+        share[w].extend(groups[s])
+    return [sorted(rows) for rows in share]
+
+
+def merge_batches(parts: list[tuple[list[int], GenerationBatch, str]], n: int, pad_token_id: int,
+                  gen_time_s: float) -> GenerationBatch:
+    """One GenerationBatch of `n` rows from (row indices, batch, worker name) parts."""
+    width = max((b.tokens.shape[1] for _, b, _ in parts), default=0)
+    tokens = torch.full((n, width), pad_token_id, dtype=torch.long)
+    logprobs = torch.zeros((n, width), dtype=torch.float32)
+    entropy = torch.zeros((n, width), dtype=torch.float32)
+    lengths = torch.zeros(n, dtype=torch.long)
+    finished = torch.zeros(n, dtype=torch.bool)
+    workers = [""] * n
+    for rows, b, name in parts:
+        idx = torch.as_tensor(rows, dtype=torch.long)
+        t = b.tokens.shape[1]
+        tokens[idx, :t] = b.tokens.long()
+        logprobs[idx, :t] = b.logprobs.float()
+        entropy[idx, :t] = b.entropy.float()
+        lengths[idx] = b.lengths.long()
+        finished[idx] = b.finished.bool()
+        for r in rows:
+            workers[r] = name
+    return GenerationBatch(tokens=tokens, logprobs=logprobs, entropy=entropy, lengths=lengths,
+                           finished=finished, gen_time_s=gen_time_s, workers=workers)
+
+
+def pack_state(model: torch.nn.Module) -> list[tuple[str, str, np.ndarray]]:
+    """The model's state dict as (name, dtype, CPU array): numpy arrays travel through Ray's object
+    store without a copy and are read in place by each worker (bfloat16 travels as its int16 bits)."""
+    out = []
+    for name, t in model.state_dict().items():
+        t = t.detach().to("cpu").contiguous()
+        dtype = str(t.dtype).removeprefix("torch.")
+        arr = t.view(torch.int16).numpy() if t.dtype == torch.bfloat16 else t.numpy()
+        out.append((name, dtype, arr))
+    return out
+
+
+def unpack_state(packed: list[tuple[str, str, np.ndarray]]) -> dict[str, torch.Tensor]:
+    out = {}
+    with warnings.catch_warnings():  # arrays read in place from the object store are read-only:
+        warnings.simplefilter("ignore", UserWarning)  # load_state_dict only copies out of them
+        for name, dtype, arr in packed:
+            t = torch.from_numpy(arr)
+            out[name] = t.view(torch.bfloat16) if dtype == "bfloat16" else t
+    return out
+
+
+# -- the actor --------------------------------------------------------------------------------------
+
+class RolloutWorker:
+    """One Ray actor: a copy of the policy and a generation backend (see the module docstring)."""
+
+    def __init__(self, name: str, kind: str, model_cls: Any, model_config: Any, dtype: str,
+                 state: list, eos_token_ids: list[int], pad_token_id: int, threads: int, gpus: float,
+                 deterministic: bool, model_path: str | None = None, vllm_options: dict | None = None) -> None:
+        torch.set_num_threads(max(1, threads))
+        torch.use_deterministic_algorithms(deterministic, warn_only=gpus > 0)
+        self.name, self.kind, self.version, self.fault = name, kind, 0, None
+        self.device = "cuda" if gpus > 0 else "cpu"
+        if kind == "vllm":
+            from workbench.rollout.vllm_backend import VLLMBackend
+
+            self.backend = VLLMBackend.from_path(model_path, eos_token_ids=eos_token_ids,
+                                                 pad_token_id=pad_token_id, **(vllm_options or {}))
+            self.model = None
+        else:
+            from workbench.rollout.hf import HFBackend
+
+            model = model_cls(model_config)
+            model = model.to(getattr(torch, dtype)).to(self.device)
+            model.load_state_dict(unpack_state(state))
+            self.model = model.eval()
+            self.backend = HFBackend(self.model, None, self.device, eos_token_ids=eos_token_ids,
+                                     pad_token_id=pad_token_id)
+
+    def info(self) -> dict[str, Any]:
+        import ray
+
+        return dict(name=self.name, pid=os.getpid(), node=ray.get_runtime_context().get_node_id(),
+                    device=self.device, host=socket.gethostname(), threads=torch.get_num_threads())
+
+    def load(self, box: list, version: int) -> float:
+        """Load the weights in `box[0]` (an object-store reference); returns the seconds it took."""
+        import ray
+
+        t0 = time.perf_counter()
+        state = unpack_state(ray.get(box[0]))
+        if self.model is not None:
+            self.model.load_state_dict(state)
+        else:
+            self.backend.load_weights(state.items())
+        self.version = version
+        return time.perf_counter() - t0
+
+    def generate(self, prompts: list[list[int]], sampling: SamplingParams, seeds: list[int], version: int,
+                 box: list | None, fault: str | None = None) -> dict[str, Any]:
+        """Sample the rows; reload the latest weights first when this worker's are older."""
+        load_s = self.load(box, version) if box and version != self.version else 0.0
+        if fault == "kill":  # fault injection for tests: die like a `kill -9` mid-call
+            os.kill(os.getpid(), 9)
+        batch = self.backend.generate(prompts, sampling, seeds=seeds)
+        return dict(batch=batch, pid=os.getpid(), load_s=load_s)
+
+
+# -- the driver side ----------------------------------------------------------------------------------
+
+def start_local_ray(attempts: int = 3, **kwargs: Any) -> None:
+    """`ray.init` of a local runtime without dashboard, tried again when its node misses Ray's fixed
+    30 s start-up deadline (seen on an overloaded machine: its agent process started too slowly)."""
+    import ray
+
+    kwargs = dict(dict(include_dashboard=False, log_to_driver=False, configure_logging=False), **kwargs)
+    for attempt in range(attempts):
+        try:
+            ray.init(**kwargs)
+            return
+        except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception for this
+            if "timed out during startup" not in str(exc) or attempt + 1 == attempts:
+                raise
+            ray.shutdown()
+
+
+def connect(options: RayOptions) -> bool:
+    """Join or start Ray; returns True when this call started it (and its owner should shut it down)."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    address = options.address.strip()
+    if address and address != "auto":
+        host, _, port = address.rpartition(":")
+        if address.startswith("ray://"):
+            host, port = address[6:].rpartition(":")[0], address.rpartition(":")[2]
+        try:
+            with socket.create_connection((host or "127.0.0.1", int(port)), timeout=min(10.0, options.start_timeout_s)):
+                pass
+        except (OSError, ValueError) as exc:
+            raise WorkbenchError(f"rollout.ray_address: cannot reach a Ray cluster at {address!r} ({exc}); "
+                                 f"start one with `ray start --head` or leave the field empty for a local runtime")
+    try:
+        if address:
+            ray.init(address=address, log_to_driver=False, configure_logging=False)
+        else:
+            start_local_ray(num_cpus=options.num_cpus or os.cpu_count())
+    except ConnectionError as exc:
+        raise WorkbenchError(f"rollout.ray_address: cannot reach a Ray cluster at {address!r}: "
+                             f"{str(exc).splitlines()[0]}") from None
+    return True
+
+
+class RayBackend:
+    """RolloutBackend over `options.workers` Ray actors; `local` (the trainer's in-process backend)
+    serves evaluation and owns the policy version."""
+
+    def __init__(self, model: torch.nn.Module, local: Any, options: RayOptions) -> None:
+        import ray
+
+        self.options, self.local = options, local
+        self.pad_token_id = int(local.pad_token_id)
+        self.expected_new_tokens: float | None = None
+        """Mean generated tokens per rollout so far (the engine keeps it); None: max_new_tokens."""
+        self._started = connect(options)
+        self._box: list | None = None
+        self._synced = 0
+        self._metrics: dict[str, float] = {}
+        self._events: list[dict[str, Any]] = []
+        self._faults: dict[int, str] = {}
+        try:
+            self._start_workers(model)
+        except BaseException:
+            self.close()
+            raise
+
+    # the policy version is the local backend's (the engine sets it on resume)
+    @property
+    def policy_version(self) -> int:
+        return self.local.policy_version
+
+    @policy_version.setter
+    def policy_version(self, value: int) -> None:
+        self.local.policy_version = value
+
+    def _cpus_per_worker(self) -> float:
+        import ray
+
+        if self.options.worker_cpus:
+            return self.options.worker_cpus
+        if self.options.address:
+            return 1.0
+        total = ray.cluster_resources().get("CPU", 1.0)
+        return max(1.0, float(int(total // self.options.workers)))
+
+    def _start_workers(self, model: torch.nn.Module) -> None:
+        import ray
+
+        o = self.options
+        cpus = self._cpus_per_worker()
+        actor = ray.remote(RolloutWorker).options(num_cpus=cpus, num_gpus=o.worker_gpus, max_restarts=o.max_restarts,
+                                                  max_task_retries=0)
+        self._init_state = ray.put(pack_state(model))
+        dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+        vllm = dict(gpu_memory_utilization=o.gpu_memory_utilization, sleep=False) if o.worker_backend == "vllm" else None
+        self.names = [f"ray-{i}" for i in range(o.workers)]
+        self.workers = [actor.remote(name, o.worker_backend, type(model), model.config, dtype, self._init_state,
+                                     list(self.local.eos_token_ids), self.pad_token_id, int(cpus), o.worker_gpus,
+                                     o.deterministic, o.model_path, vllm) for name in self.names]
+        try:
+            infos = ray.get([w.info.remote() for w in self.workers], timeout=o.start_timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            raise WorkbenchError(
+                f"rollout.workers: {o.workers} Ray workers asking for {cpus:g} CPUs and {o.worker_gpus:g} GPUs each "
+                f"did not start within {o.start_timeout_s:g} s (cluster resources: {ray.cluster_resources()}); "
+                f"lower rollout.workers / rollout.worker_cpus / rollout.worker_gpus") from None
+        except ray.exceptions.RayTaskError as exc:
+            raise WorkbenchError(f"rollout.workers: a Ray worker failed to start: {exc.cause!r}") from None
+        self.info = {i["name"]: i for i in infos}
+
+    # -- the RolloutBackend interface ---------------------------------------------------------------
+
+    def update_weights(self, model: torch.nn.Module) -> None:
+        """Bump the policy version, put the new weights in the object store once and have every worker
+        load them (the step's `timing_s/weight_sync` when the engine times this call)."""
+        import ray
+
+        self.local.update_weights(model)
+        self._box = [ray.put(pack_state(model))]
+        version = self.policy_version
+        try:
+            ray.get([w.load.remote(self._box, version) for w in self.workers])
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+            pass  # a worker died: Ray restarts it and the next generate call reloads these weights
+        self._synced = version
+
+    def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams, *,
+                 generator: torch.Generator | None = None, seeds: Sequence[int] | None = None) -> GenerationBatch:
+        if seeds is None:
+            return self.local.generate(prompts, sampling, generator=generator)
+        start = time.perf_counter()
+        new = self.expected_new_tokens or sampling.max_new_tokens
+        shares = split_groups(seeds, [len(p) for p in prompts], new, len(self.workers))
+        pending = {i: rows for i, rows in enumerate(shares) if rows}
+        calls = {i: self._submit(i, rows, prompts, sampling, seeds) for i, rows in pending.items()}
+        parts = []
+        for i, rows in pending.items():
+            out = self._collect(i, calls[i], rows, prompts, sampling, seeds)
+            parts.append((rows, out["batch"], self.names[i]))
+            self._note(i, len(rows), out)
+        batch = merge_batches(parts, len(prompts), self.pad_token_id, time.perf_counter() - start)
+        if not all(b.has_entropy for _, b, _ in parts):  # vLLM workers: entropy from the trainer's model
+            from workbench.rollout.vllm_backend import trainer_entropy
+
+            batch.entropy = trainer_entropy(self.local.model, prompts, batch, sampling, self.pad_token_id)
+        return batch
+
+    def _submit(self, i: int, rows: list[int], prompts, sampling, seeds):
+        version = self.policy_version if self._box is not None else 0
+        fault = self._faults.pop(i, None)
+        return self.workers[i].generate.remote([list(prompts[r]) for r in rows], sampling,
+                                               [int(seeds[r]) for r in rows], version, self._box, fault)
+
+    def _collect(self, i: int, ref, rows, prompts, sampling, seeds) -> dict[str, Any]:
+        """The worker's result; when it died, wait for Ray's restart and generate its share again."""
+        import ray
+
+        for attempt in range(self.options.max_restarts + 1):
+            try:
+                return ray.get(ref)
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+                name, pid = self.names[i], self.info[self.names[i]]["pid"]
+                self._events.append(dict(level="warning", kind="worker_restart", message=(
+                    f"rollout worker {name} (pid {pid}) died while generating {len(rows)} rollouts; "
+                    f"Ray restarts it and its share of the stage is generated again"),
+                    data=dict(worker=name, pid=pid, rows=len(rows), attempt=attempt + 1)))
+                if attempt == self.options.max_restarts or not self._wait_alive(i):
+                    raise WorkbenchError(f"rollout worker {name} died and was not restarted (rollout.max_restarts "
+                                         f"= {self.options.max_restarts}): {str(exc).splitlines()[0]}") from None
+                ref = self._submit(i, rows, prompts, sampling, seeds)
+            except ray.exceptions.RayTaskError as exc:
+                raise exc.as_instanceof_cause() from None
+        raise AssertionError("unreachable")
+
+    def _wait_alive(self, i: int) -> bool:
+        """Wait (up to `start_timeout_s`) for Ray to bring worker `i` back; False when it stays dead."""
+        import ray
+
+        deadline = time.monotonic() + self.options.start_timeout_s
+        while time.monotonic() < deadline:
+            try:
+                info = ray.get(self.workers[i].info.remote(), timeout=max(1.0, deadline - time.monotonic()))
+                self.info[info["name"]] = info
+                return True
+            except ray.exceptions.ActorUnavailableError:  # restarting: ask again shortly
+                time.sleep(0.2)
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                return False
+        return False
+
+    def _note(self, i: int, rows: int, out: dict[str, Any]) -> None:
+        name = self.names[i]
+        old = self.info[name]["pid"]
+        if out["pid"] != old:
+            self.info[name]["pid"] = out["pid"]
+            if not any(e["data"].get("worker") == name for e in self._events):
+                self._events.append(dict(level="warning", kind="worker_restart", message=(
+                    f"rollout worker {name} was restarted by Ray (pid {old} -> {out['pid']}); "
+                    f"it reloaded the policy's latest weights before generating"),
+                    data=dict(worker=name, pid=old, new_pid=out["pid"])))
+        m = self._metrics
+        m[f"_rows/{name}"] = m.get(f"_rows/{name}", 0.0) + rows
+        m[f"_time/{name}"] = m.get(f"_time/{name}", 0.0) + float(out["batch"].gen_time_s)
+        m["_load"] = m.get("_load", 0.0) + float(out["load_s"])
+
+    # -- what the engine logs -----------------------------------------------------------------------
+
+    def take_metrics(self) -> dict[str, float]:
+        """This step's per-worker figures (and resets them)."""
+        m, self._metrics = self._metrics, {}
+        out: dict[str, float] = {"rollout/workers": float(len(self.workers))}
+        for name in self.names:
+            rows, t = m.get(f"_rows/{name}", 0.0), m.get(f"_time/{name}", 0.0)
+            if rows:
+                out[f"perf/worker/{name}/rollouts_per_s"] = rows / max(t, 1e-9)
+                out[f"perf/worker/{name}/rollouts"] = rows
+        if m.get("_load"):
+            out["timing_s/weight_reload"] = m["_load"]
+        return out
+
+    def take_events(self) -> list[dict[str, Any]]:
+        ev, self._events = self._events, []
+        return ev
+
+    def inject_fault(self, worker: int, fault: str = "kill") -> None:
+        """Tests: the worker kills its own process (as `kill -9` would) during its next generate call."""
+        self._faults[worker] = fault
+
+    def worker_pids(self) -> dict[str, int]:
+        import ray
+
+        infos = ray.get([w.info.remote() for w in self.workers], timeout=self.options.start_timeout_s)
+        for i in infos:
+            self.info[i["name"]] = i
+        return {i["name"]: i["pid"] for i in infos}
+
+    def close(self) -> None:
+        import ray
+
+        for w in getattr(self, "workers", []):
+            try:
+                ray.kill(w, no_restart=True)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        self.workers = []
+        if self._started and ray.is_initialized():
+            ray.shutdown()
+            self._started = False

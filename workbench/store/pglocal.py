@@ -1,0 +1,78 @@
+"""A throw-away local PostgreSQL server for a store's catalog (the store benchmark's `--catalog
+postgres`): initdb in a directory, a unix socket, no TCP. Needs PostgreSQL's server binaries (Debian's
+`postgresql` package); as root the server runs as the `postgres` user (PostgreSQL refuses root)."""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from workbench.errors import StoreError
+
+
+def server_bin() -> str | None:
+    """The newest installed PostgreSQL server binary directory, or None."""
+    found = [b for b in sorted(glob.glob("/usr/lib/postgresql/*/bin")) if os.path.exists(os.path.join(b, "initdb"))]
+    return found[-1] if found else None
+
+
+@contextmanager
+def local_postgres(root: str | os.PathLike[str] | None = None, *, fsync: bool = True,
+                   max_connections: int = 100) -> Iterator[str]:
+    """Start a PostgreSQL server with its data under `root` (a temp dir, removed afterwards, when
+    None; an existing server directory there is reused, so a build can resume) and yield the store
+    catalog string `postgres:dbname=workbench host=<socket dir> ...`. Stopped on exit. Used by the
+    store and soak benchmarks and by the tests that need a PostgreSQL catalog."""
+    bindir = server_bin()
+    if bindir is None:
+        raise StoreError("a PostgreSQL catalog needs PostgreSQL's server binaries (initdb, pg_ctl): "
+                         "install Debian's `postgresql` package")
+    prefix: list[str] = []
+    owner = None
+    if os.geteuid() == 0:
+        try:
+            owner = pwd.getpwnam("postgres")
+        except KeyError:
+            raise StoreError("running as root and there is no 'postgres' user to run the server as") from None
+        prefix = ["setpriv", f"--reuid={owner.pw_uid}", f"--regid={owner.pw_gid}", "--clear-groups"]
+    temp = root is None
+    base = Path(tempfile.mkdtemp(prefix="workbench-pg-")) if temp else Path(root).absolute()
+    base.mkdir(parents=True, exist_ok=True)
+    os.chmod(base, 0o755)
+    data = base / "pgdata"
+    # the socket path must stay short (107 bytes): a temp dir of its own
+    sock = Path(tempfile.mkdtemp(prefix="wbpg-"))
+    os.chmod(sock, 0o755)
+    if owner is not None:
+        for path in (sock, base):
+            os.chown(path, owner.pw_uid, owner.pw_gid)
+    env = {**os.environ, "LC_ALL": "C"}
+
+    def run(*cmd: str) -> None:
+        out = subprocess.run([*prefix, *cmd], capture_output=True, text=True, env=env, cwd="/", timeout=120)
+        if out.returncode != 0:
+            raise StoreError(f"{os.path.basename(cmd[0])} failed: {(out.stdout + out.stderr)[-800:]}")
+
+    fresh = not (data / "PG_VERSION").exists()
+    if fresh:
+        run(f"{bindir}/initdb", "-D", str(data), "-A", "trust", "-U", "wb", "--no-sync")
+    run(f"{bindir}/pg_ctl", "-D", str(data), "-w", "-l", str(base / "server.log"), "-o",
+        f"-k {sock} -c listen_addresses='' -c fsync={'on' if fsync else 'off'} "
+        f"-c max_connections={int(max_connections)}", "start")
+    try:
+        if fresh:
+            run(f"{bindir}/createdb", "-h", str(sock), "-U", "wb", "workbench")
+        yield f"postgres:dbname=workbench host={sock} user=wb"
+    finally:
+        subprocess.run([*prefix, f"{bindir}/pg_ctl", "-D", str(data), "-m", "fast", "stop"],
+                       capture_output=True, cwd="/", timeout=120)
+        shutil.rmtree(sock, ignore_errors=True)
+        if temp:
+            shutil.rmtree(base, ignore_errors=True)
