@@ -5,6 +5,7 @@ or the whole store to a single `.duckdb` file or to Parquet files)."""
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -124,14 +125,18 @@ def export(store: Store, out: str | os.PathLike[str], *, run_id: str | None = No
         raise StoreError(f"export target {target} already exists (pass overwrite to replace it)")
     if fmt == "duckdb" and target.exists():
         target.unlink()
+    made_dir = fmt == "parquet" and not target.exists()
     if fmt == "parquet":
         target.mkdir(parents=True, exist_ok=True)
     elif not target.parent.is_dir():
         raise StoreError(f"export target directory {target.parent} does not exist")
     counts: dict[str, int] = {}
+    written: list[Path] = []
+    failure: StoreError | None = None
     with store._lake.reading(), store._lake.cursor() as cur:
         try:
             if fmt == "duckdb":
+                written.append(target)
                 cur.execute(f"ATTACH '{_quote(str(target))}' AS export_db")
             for table in TABLES:
                 where, params = _run_filter(table, run_id)
@@ -139,18 +144,27 @@ def export(store: Store, out: str | os.PathLike[str], *, run_id: str | None = No
                 if fmt == "duckdb":
                     cur.execute(f"CREATE TABLE export_db.{table} AS {select}", params)
                 else:
-                    path = _quote(str(target / f"{table}.parquet"))
+                    written.append(target / f"{table}.parquet")
+                    path = _quote(str(written[-1]))
                     cur.execute(f"COPY ({select}) TO '{path}' (FORMAT parquet, COMPRESSION zstd)", params)
                 cur.execute(f"SELECT count(*) FROM {ALIAS}.{table}{where}", params)
                 counts[table] = int(cur.fetchone()[0])
         except Exception as exc:
-            raise StoreError(f"export of store {store.location.describe()} to {target} failed: {exc}") from exc
+            failure = StoreError(f"export of store {store.location.describe()} to {target} failed: {exc}")
+            failure.__cause__ = exc
         finally:
             if fmt == "duckdb":
                 try:
                     cur.execute("DETACH export_db")
                 except Exception:
                     pass
+    if failure is not None:
+        # leave nothing half-written behind: what this export created goes, what was there stays
+        for path in written + [target.with_name(target.name + ".wal")] * (fmt == "duckdb"):
+            path.unlink(missing_ok=True)
+        if made_dir:
+            shutil.rmtree(target, ignore_errors=True)
+        raise failure
     return {"target": str(target), "format": fmt, "run_id": run_id, "rows": counts}
 
 
