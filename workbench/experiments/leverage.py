@@ -211,14 +211,17 @@ def write_overview(out_dir: str | Path) -> list[Path]:
             if measured[p].get("legacy"):
                 parts += ["These runs (2026-11-30, `allocators.json`) predate the intervals: their per-seed curves were not "
                           "kept, so the table has no intervals. The command above reruns them with intervals.", ""]
-        elif p in preds:
-            parts += [f"## Profile `{p}`", "", "Not measured yet; the simulator's prediction is in "
-                      f"`profile-{p}.json` and `leverage.json`.", ""]
         else:
-            parts += [f"## Profile `{p}`", "", f"Not measured yet. Warm start and prediction: `workbench allocators "
-                      f"profile {p}`; the comparison: `workbench bench allocators --json --profile {p} --seeds 3 "
-                      f"--seeds-for uniform=5 --allocators uniform,selective,value_tracker,uncertainty,multistage,"
-                      f"dynamic_sampling --keep-in store/bench-allocators`.", ""]
+            run_it = (f"the comparison: `workbench bench allocators --json --profile {p} --seeds 3 --seeds-for "
+                      "uniform=5 --allocators uniform,selective,value_tracker,uncertainty,multistage,dynamic_sampling "
+                      "--keep-in store/bench-allocators`.")
+            if p in preds:
+                parts += [f"## Profile `{p}`", "", "No real run yet; the warm start's histogram and the simulator's "
+                          f"prediction are in `profile-{p}.json` (`workbench allocators profile {p}`) and "
+                          f"`leverage.json`. Next, {run_it}", ""]
+            else:
+                parts += [f"## Profile `{p}`", "", f"Not measured yet. Warm start and prediction: `workbench "
+                          f"allocators profile {p}`; {run_it}", ""]
     paths[0].write_text("\n".join(parts))
     paths[1].write_text(json.dumps(lev, indent=2) + "\n")
     _leverage_png(lev, paths[2])
