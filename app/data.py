@@ -283,6 +283,13 @@ def token_decoder(run_id: str):
 # --- selections shared by the pages ------------------------------------------------------------
 
 
+def short_id(run_id: str) -> str:
+    """The part of a run id that tells runs of one name apart: `<name>-<date>-<time>-<hex>` gives
+    `<time>-<hex>` (labels keyed by it must be unique: the Compare page keys its curves by label)."""
+    parts = run_id.rsplit("-", 3)
+    return f"{parts[2]}-{parts[3]}" if len(parts) == 4 else run_id
+
+
 def run_options() -> tuple[list[str], dict[str, str]]:
     """Run ids newest first, and a label for each ("name · status · id")."""
     r = runs()
@@ -292,7 +299,7 @@ def run_options() -> tuple[list[str], dict[str, str]]:
         r = r.sort("created_at", descending=True, nulls_last=True)
     ids = r["run_id"].to_list()
     labels = {
-        rid: f"{name} · {status} · {rid[:8]}"
+        rid: f"{name} · {status} · {short_id(rid)}"
         for rid, name, status in zip(ids, r["name"].to_list(), r["status"].to_list())
     }
     return ids, labels

@@ -17,7 +17,7 @@ from workbench.errors import DataError
 def pick_runs(store: Any, run_ids: list[str] | str | None = None, latest: int = 4) -> pl.DataFrame:
     """The runs to analyse, one row each (run_id, name, status, allocator, label, steps, seed): the given
     ids in the given order, or the `latest` newest runs that logged at least one step. `label` is
-    "<name> · <allocator> · <id prefix>" for legends."""
+    "<name> · <allocator> · <time-hex of the id>" for legends (unique per run)."""
     runs = store.list_runs()
     if runs.height == 0:
         raise DataError("the store holds no runs yet: start one with `workbench run`")
@@ -40,8 +40,14 @@ def pick_runs(store: Any, run_ids: list[str] | str | None = None, latest: int = 
         alloc = (cfg.get("allocator") or {}).get("name") or row.get("source") or "?"  # imported: the engine
         rows.append({"run_id": row["run_id"], "name": row["name"], "status": row["status"], "allocator": alloc,
                      "steps": row["steps"], "seed": row["seed"],
-                     "label": f"{row['name']} · {alloc} · {row['run_id'][:8]}"})
+                     "label": f"{row['name']} · {alloc} · {_short_id(row['run_id'])}"})
     return pl.DataFrame(rows)
+
+
+def _short_id(run_id: str) -> str:
+    """`<name>-<date>-<time>-<hex>` -> `<time>-<hex>`: what tells runs of one name apart."""
+    parts = run_id.rsplit("-", 3)
+    return f"{parts[2]}-{parts[3]}" if len(parts) == 4 else run_id
 
 
 def run_rollouts(store: Any, run_id: str, columns: list[str] | None = None, **filters: Any) -> pl.DataFrame:
