@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import pytest
 
 from workbench.store import open_store
@@ -25,3 +29,25 @@ def filled(store):
     for record in records:
         store.write_step(record)
     return store, run_id, records
+
+
+@contextmanager
+def polled_counts(store, run_id: str) -> Iterator[list[tuple[int, int]]]:
+    """While the block runs, a reader thread polls the run's (rollouts, steps) counts in one query each
+    time; yields the list it fills (a torn read shows as rollouts != steps x rollouts per step)."""
+    seen: list[tuple[int, int]] = []
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.is_set():
+            frame = store.sql("SELECT (SELECT count(*) FROM rollouts WHERE run_id = $r) AS n, "
+                              "(SELECT count(*) FROM steps WHERE run_id = $r) AS s", {"r": run_id})
+            seen.append((int(frame["n"][0]), int(frame["s"][0])))
+
+    reader = threading.Thread(target=poll)
+    reader.start()
+    try:
+        yield seen
+    finally:
+        done.set()
+        reader.join()

@@ -11,7 +11,7 @@ import pytest
 
 from workbench.engine.steplog import StepWriter
 from workbench.store.synthetic import SyntheticRun
-from tests.store.conftest import SMALL
+from tests.store.conftest import SMALL, polled_counts
 
 
 class SlowStore:
@@ -147,24 +147,10 @@ def test_readers_see_whole_steps_while_groups_commit(store):
     records = [syn.step(s) for s in range(24)]
     writer = StepWriter(SlowStore(store, delay_s=0.05), run_id, background=True, hold=False,
                         commit_max_rows=64)
-    seen: list[tuple[int, int]] = []
-    done = threading.Event()
-
-    def poll() -> None:
-        while not done.is_set():
-            frame = store.sql("SELECT (SELECT count(*) FROM rollouts WHERE run_id = $r) AS n, "
-                              "(SELECT count(*) FROM steps WHERE run_id = $r) AS s", {"r": run_id})
-            seen.append((int(frame["n"][0]), int(frame["s"][0])))
-
-    reader = threading.Thread(target=poll)
-    reader.start()
-    try:
+    with polled_counts(store, run_id) as seen:
         for record in records:
             _write(writer, record)
         writer.close()
-    finally:
-        done.set()
-        reader.join()
     assert seen and all(n == s * SMALL.rollouts_per_step for n, s in seen)
     assert store.run_steps(run_id).height == 24
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 
 import pyarrow as pa
 import pytest
@@ -10,7 +9,7 @@ import pytest
 from workbench.errors import DataError, StoreError
 from workbench.store import StepRecord
 from workbench.store.synthetic import SyntheticRun
-from tests.store.conftest import SMALL
+from tests.store.conftest import SMALL, polled_counts
 
 
 def _snapshot(store) -> int:
@@ -124,23 +123,9 @@ def test_reader_sees_all_of_a_batch_or_none(store):
     run_id = store.create_run("atomic", {}, seed=1)
     batches = [_records(run_id, range(i * 4, i * 4 + 4), seed=i) for i in range(6)]
     per_batch = 4 * SMALL.rollouts_per_step
-    seen: list[tuple[int, int]] = []
-    done = threading.Event()
-
-    def poll() -> None:
-        while not done.is_set():
-            frame = store.sql("SELECT (SELECT count(*) FROM rollouts WHERE run_id = $r) AS n, "
-                              "(SELECT count(*) FROM steps WHERE run_id = $r) AS s", {"r": run_id})
-            seen.append((int(frame["n"][0]), int(frame["s"][0])))
-
-    reader = threading.Thread(target=poll)
-    reader.start()
-    try:
+    with polled_counts(store, run_id) as seen:
         for batch in batches:
             store.write_steps(batch)
-    finally:
-        done.set()
-        reader.join()
     assert seen
     for rollouts, steps in seen:
         assert rollouts % per_batch == 0 and steps % 4 == 0 and rollouts == steps * SMALL.rollouts_per_step
