@@ -54,6 +54,8 @@ def test_vectorised_equals_loop(rows):
     got = pass_at_k(n, c, k)
     loop = [comb_pass_at_k(int(a), int(b), int(d)) for a, b, d in zip(n, c, k)]
     assert got.shape == n.shape
+    # float64 on both sides: a product of at most 40 factors in [0, 1] carries < 40 x 1.1e-16 of rounding,
+    # so 1e-12 holds on any IEEE machine (this is not a float32 comparison)
     np.testing.assert_allclose(got, loop, atol=1e-12)
 
 
@@ -63,6 +65,7 @@ def test_broadcast_scalar_k_and_chunking(monkeypatch):
     monkeypatch.setattr(mod, "_CHUNK", 7)  # force many chunks
     n = np.full(50, 20)
     c = np.arange(50) % 21
+    # float64, at most 20 factors: rounding < 20 x 1.1e-16, far inside 1e-12 on any machine
     np.testing.assert_allclose(pass_at_k(n, c, 3), [comb_pass_at_k(20, int(x), 3) for x in c], atol=1e-12)
 
 
