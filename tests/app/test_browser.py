@@ -197,15 +197,21 @@ def test_browse_and_steer_a_live_run(live_run, server, browser):
     page.get_by_role("button", name="Switch to multistage").click()
     _idle(page)
 
-    page.get_by_role("button", name="Pause").click()
-    _idle(page)
-    _shot(page, "live-after-commands")
-
-    # the engine applied each command at a step boundary, in order
+    # the engine applies each command at a step boundary; let one step run under the new budget and
+    # allocator before pausing, or a quick click could pause the run at that same boundary (it did once
+    # on another machine: all three applied at one step, and no step under the new settings existed)
     budget = _wait_until("set_budget applied", lambda: (c := _control(root, run_id, "set_budget"))
                          and c["status"] != "pending" and c)
     alloc = _wait_until("set_allocator applied", lambda: (c := _control(root, run_id, "set_allocator"))
                         and c["status"] != "pending" and c)
+    first_new = max(budget["applied_step"] or 0, alloc["applied_step"] or 0)
+    _wait_until("a step under the new settings",
+                lambda: (s := _steps(root, run_id)).filter(s["step"] >= first_new).height >= 1)
+
+    page.get_by_role("button", name="Pause").click()
+    _idle(page)
+    _shot(page, "live-after-commands")
+
     pause = _wait_until("pause applied", lambda: (c := _control(root, run_id, "pause"))
                         and c["status"] != "pending" and c)
     for c in (budget, alloc, pause):
@@ -219,7 +225,7 @@ def test_browse_and_steer_a_live_run(live_run, server, browser):
     with open_store(root) as store:
         assert store.run(run_id)["status"] == "paused"
         steps = store.run_steps(run_id)
-    after = steps.filter(steps["step"] >= max(budget["applied_step"], alloc["applied_step"]))
+    after = steps.filter(steps["step"] >= first_new)
     assert after.height >= 1
     assert set(after["budget"]) == {24}
     assert set(after["allocator"]) == {"multistage"}
