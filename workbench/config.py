@@ -171,6 +171,9 @@ class StoreConfig:
     writer (the engine holds each step until the next policy update starts, so the commit's Python
     work does not slow generation). Pause, stop, the end of the run, each evaluation and each
     checkpoint flush at once."""
+    writer_nice: int = 0
+    """Scheduling niceness of the store's writer thread (0-19, Linux; ignored elsewhere). Above 0 the
+    commit's CPU work yields to the training threads when both want a core."""
 
 
 @dataclass(frozen=True)
@@ -314,6 +317,7 @@ def validate(cfg: RunConfig) -> None:
     _check(cfg.store.commit_max_rows >= 1, "store.commit_max_rows", "an integer >= 1", cfg.store.commit_max_rows)
     _check(cfg.store.commit_interval_s > 0, "store.commit_interval_s", "a number > 0 (seconds)",
            cfg.store.commit_interval_s)
+    _check(0 <= cfg.store.writer_nice <= 19, "store.writer_nice", "an integer from 0 to 19", cfg.store.writer_nice)
     _check_registries(cfg)
 
 

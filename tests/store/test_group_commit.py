@@ -4,6 +4,7 @@ transaction, up to `commit_max_rows`; an idle writer commits at once; a held ste
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -162,3 +163,36 @@ def test_synchronous_writer_commits_each_step(store):
     _write(writer, syn.step(0))
     assert store.run_steps(run_id)["step"].to_list() == [0]
     writer.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "setpriority"), reason="per-thread niceness is a Linux/POSIX call")
+def test_writer_nice_lowers_only_the_writer_threads_priority(store):
+    """`store.writer_nice`: the commit runs on a thread whose niceness is raised by that much; the
+    thread that submits keeps its own."""
+    run_id = store.create_run("gc-nice", {}, seed=1)
+    syn = SyntheticRun(run_id, SMALL, seed=1)
+    seen: list[int] = []
+
+    class Probe(SlowStore):
+        def write_steps(self, records):
+            seen.append(os.getpriority(os.PRIO_PROCESS, 0))  # 0: the calling thread on Linux
+            super().write_steps(records)
+
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    writer = StepWriter(Probe(store), run_id, background=True, hold=False, nice=5)
+    try:
+        _write(writer, syn.step(0))
+        writer.flush()
+    finally:
+        writer.close()
+    assert seen == [min(19, base + 5)]
+    assert os.getpriority(os.PRIO_PROCESS, 0) == base
+    assert store.run_steps(run_id)["step"].to_list() == [0]
+
+
+def test_writer_nice_is_checked(tmp_path):
+    from workbench.config import RunConfig
+    from workbench.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="store.writer_nice"):
+        RunConfig.from_dict({"store": {"writer_nice": 25}})

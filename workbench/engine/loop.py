@@ -241,7 +241,8 @@ def train(cfg: RunConfig, *, store: Any, store_dir: str, run_id: str, resume: bo
     s = build_setup(cfg, store_dir=store_dir, run_id=run_id,
                     writer=StepWriter(store, run_id, background=cfg.logging.background_writes,
                                       commit_max_rows=cfg.store.commit_max_rows,
-                                      commit_interval_s=cfg.store.commit_interval_s))
+                                      commit_interval_s=cfg.store.commit_interval_s,
+                                      nice=cfg.store.writer_nice))
     try:
         return _loop(s, cfg, store, run_id, resume, on_step, stop_after)
     finally:

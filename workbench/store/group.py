@@ -18,6 +18,7 @@ faster than the store commits them (`Store.write_steps`), as databases group the
 from __future__ import annotations
 
 import collections
+import os
 import threading
 import time
 from typing import Any
@@ -25,6 +26,16 @@ from typing import Any
 import pyarrow as pa
 
 from workbench.store.records import StepRecord
+
+
+def lower_thread_priority(nice: int) -> bool:
+    """Raise the calling thread's niceness by `nice` (Linux schedules threads one by one; a thread
+    may always lower its own priority). False where the platform does not allow it."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), min(19, os.getpriority(os.PRIO_PROCESS, 0) + nice))
+        return True
+    except (AttributeError, OSError):
+        return False
 
 
 def record_rows(record: StepRecord) -> int:
@@ -37,10 +48,11 @@ class GroupWriter:
     """Commits submitted steps on a background thread, in groups (see the module docstring)."""
 
     def __init__(self, store: Any, *, commit_max_rows: int = 16384, commit_interval_s: float = 1.0,
-                 name: str = "store-writer") -> None:
+                 name: str = "store-writer", nice: int = 0) -> None:
         self.store = store
         self.commit_max_rows = max(1, int(commit_max_rows))
         self.commit_interval_s = float(commit_interval_s)
+        self.nice = int(nice)
         self.lags: list[float] = []
         """Seconds from each step's `submit` to the end of the commit that made it visible."""
         self.commits: list[tuple[int, int, float]] = []
@@ -69,6 +81,8 @@ class GroupWriter:
         return batch
 
     def _work(self) -> None:
+        if self.nice > 0:
+            lower_thread_priority(self.nice)
         while True:
             with self._cond:
                 while True:
