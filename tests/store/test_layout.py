@@ -120,3 +120,31 @@ def test_migration_sorts_new_files_of_an_old_store(tmp_path):
             if any(r[0] >= 5 for r in got):
                 assert got == sorted(got) and len(got) == 6
         assert total == 22 and store.count_rollouts("old-run") == 22
+
+
+def _encodings(store, path: str) -> dict[str, str]:
+    frame = store._lake.read("SELECT path_in_schema, encodings FROM parquet_metadata(?)", [path])
+    return dict(zip(frame["path_in_schema"].to_list(), frame["encodings"].to_list()))
+
+
+def test_data_files_use_parquet_2_encodings(store):
+    """Entropy floats byte-stream-split, token ids delta-coded (the smaller, faster-to-write layout)."""
+    run_id = store.create_run("v2", {}, seed=1)
+    store.write_step(SyntheticRun(run_id, SMALL, seed=1).step(0))
+    (path,) = _data_files(store, "rollouts")
+    enc = _encodings(store, path)
+    assert "BYTE_STREAM_SPLIT" in enc["token_entropy, list, element"]
+    assert "DELTA_BINARY_PACKED" in enc["token_ids, list, element"]
+
+
+def test_migration_turns_parquet_2_on_for_new_files_of_an_old_store(tmp_path):
+    path = tmp_path / "old"
+    _create_schema_1(path)
+    with open_store(path) as store:
+        before = set(_data_files(store, "rollouts"))
+        assert before and all("DELTA_BINARY_PACKED" not in _encodings(store, p)["token_ids, list, element"] for p in before)
+        rows = pa.table({"prompt_id": ["a"] * 64, "idx": list(range(64)), "token_ids": [[3, 4, i] for i in range(64)]})
+        store.write_step(StepRecord("old-run", 5, {}, rows))  # enough rows for a Parquet file (not inlined)
+        (new,) = set(_data_files(store, "rollouts")) - before
+        assert "DELTA_BINARY_PACKED" in _encodings(store, new)["token_ids, list, element"]
+        assert store.rollouts("old-run", limit=100).height == 80  # old and new files read alike

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Bumped whenever a table or column changes; older stores are migrated on open (see MIGRATIONS)."""
 
 # (column, DuckDB type) per table. JSON columns are written as text and typed JSON in the store.
@@ -146,6 +146,9 @@ MIGRATIONS: dict[int, tuple[str, list[str] | Callable[[], list[str]]]] = {
     2: ("file layout for the dashboard's reads: rollouts sorted by (run_id, step, stage, prompt_id, idx), "
         "prompt_stats by (run_id, prompt_id, step), see SORTED_BY; rows written before take it when "
         "upkeep or compaction next merges their files", layout_statements),
+    3: ("Parquet 2 encodings for the data files written from now on (smaller and faster to write; files "
+        "written before keep Parquet 1 until upkeep or compaction next merges them)",
+        ["CALL lake.set_option('parquet_version', '2')"]),
 }
 
 
