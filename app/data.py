@@ -37,6 +37,24 @@ def store_location() -> str:
     return os.environ.get("WORKBENCH_STORE") or "store"
 
 
+def shown_location(location: str | None = None) -> str:
+    """The store's location as the page shows it: relative to the directory the dashboard was started
+    in when inside it ("store" after `make demo`), else under "~" when in the home directory, else as
+    given (a catalog URL stays as it is)."""
+    location = location or store_location()
+    if "://" in location or location.startswith(("postgres:", "ducklake:")):
+        return location
+    path = Path(location)
+    for base, prefix in ((Path.cwd(), ""), (Path.home(), "~/")):
+        if base.resolve() == Path(base.anchor):
+            continue  # relative to "/" says nothing
+        try:
+            return prefix + str(path.resolve().relative_to(base.resolve())) if path.is_absolute() else location
+        except ValueError:
+            continue
+    return location
+
+
 @st.cache_resource(show_spinner=False)
 def _open(location: str):
     return open_store(location)

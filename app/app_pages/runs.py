@@ -14,7 +14,7 @@ CONFIG_DIRS = [Path.cwd() / "configs", Path(__file__).resolve().parents[2] / "co
 MAX_NAME = 120
 
 st.title("Runs")
-st.caption(f"store: {data.store_location()}")
+st.caption(f"store: {data.shown_location()}")
 
 table = data.run_table()
 if table.is_empty():
@@ -46,7 +46,9 @@ else:
         components.lifecycle_buttons(PAGE, run_id, status)
 
 st.subheader("Launch a run")
-configs = sorted({p.resolve() for d in CONFIG_DIRS if d.is_dir() for p in d.glob("*.toml")})
+# the default experiment first (what `make demo` runs), then the others by name
+configs = sorted({p.resolve() for d in CONFIG_DIRS if d.is_dir() for p in d.glob("*.toml")},
+                 key=lambda p: (p.name != "organism.toml", p.name))
 if not configs:
     st.info("No config files found in configs/.")
 else:

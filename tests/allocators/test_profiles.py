@@ -26,6 +26,10 @@ def test_profiles_set_levels_pool_and_warm_start():
     assert [skewed.corrupt_share(i) for i in range(1, 5)] == [0.0, 0.0, 0.0, 0.4]
     long = OrganismRecipe(task=ArithmeticTaskConfig(profile="long"))
     assert long.task.levels == LONG_LEVELS and long.untaught_levels == () and long.corrupt_share(3) == 0.4
+    # the long profile's batches are ~2.2x wider, so its warm start takes fewer steps (build time)
+    assert (long.steps, skewed.steps, OrganismRecipe().steps) == (300, 700, 700)
+    assert OrganismRecipe(task=ArithmeticTaskConfig(profile="long"), steps=700).steps == 700
+    assert OrganismRecipe(task=ArithmeticTaskConfig(profile="long"), steps=700).hash() != long.hash()
     assert len({skewed.hash(), long.hash(), OrganismRecipe().hash()}) == 3
     # explicit fields win over the profile's
     mine = ArithmeticTaskConfig(profile="skewed", levels=("1+1", "2*2"), train_size=10)

@@ -219,7 +219,7 @@ def test_allocator_form_rejects_a_bad_value_before_sending(app, lake):
 
 def test_launch_form_validates_overrides_before_anything_starts(app, lake):
     path, ids = lake
-    assert "organism.toml" in app.selectbox(key="runs_config").options
+    assert app.selectbox(key="runs_config").options[0] == "organism.toml"  # the default experiment first
     app.text_area(key="runs_overrides").set_value("optim.lr=-1\nsteps=3")
     next(b for b in app.button if b.label == "Validate and launch").click().run()
     assert any("optim.lr" in e.value for e in app.error), [e.value for e in app.error]
@@ -247,3 +247,18 @@ def test_entropy_band_of_runs_logged_before_the_engine_wrote_quantiles(tmp_path,
         frame, said = data.entropy_quantiles(run_id)
         assert said.startswith(source), said
         assert set(frame["step"].to_list()) == {0, 1, 2} and frame["value"].null_count() == 0
+
+
+def test_store_location_is_shown_relative_to_where_the_dashboard_started(tmp_path, monkeypatch):
+    from app import data
+
+    monkeypatch.chdir(tmp_path)
+    assert data.shown_location(str(tmp_path / "store")) == "store"
+    assert data.shown_location("store") == "store"
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    monkeypatch.chdir(tmp_path / "home")
+    assert data.shown_location(str(tmp_path / "elsewhere" / "s")) == str(tmp_path / "elsewhere" / "s")
+    monkeypatch.chdir("/")
+    assert data.shown_location(str(tmp_path / "home" / "runs" / "s")) == "~/runs/s"
+    assert data.shown_location("postgres:dbname=lake") == "postgres:dbname=lake"

@@ -56,10 +56,11 @@ from workbench.tasks.common import config_to_dict, require
 PROFILE_WARM_START: dict[str, dict[str, Any]] = {
     "default": {"untaught_levels": ("3*2",), "level_corrupt": {}},
     "skewed": {"untaught_levels": ("2*2", "3*2"), "level_corrupt": {"1+1": 0.0, "2+1": 0.0, "2+2": 0.0, "3+2": 0.4}},
-    "long": {"untaught_levels": (), "level_corrupt": {}},
+    "long": {"untaught_levels": (), "level_corrupt": {}, "steps": 300},
 }
 """Each workload profile's warm start: untaught levels and corrupted shares by level spec (levels not
-named get `corrupt_frac`), used where the recipe leaves `untaught_levels` / `level_corrupt` unset."""
+named get `corrupt_frac`) and warm-start steps (700 where not named), used where the recipe leaves
+`untaught_levels` / `level_corrupt` / `steps` unset."""
 RECIPE_VERSION = 1
 """Bumped when the build code changes what a recipe produces (it is part of the hash)."""
 ARCHS = ("llama", "qwen2")
@@ -86,8 +87,9 @@ class OrganismRecipe:
     """MLP inner width."""
     max_positions: int = 64
     """Longest sequence (prompt + answer) the model accepts."""
-    steps: int = 700
-    """Warm-start optimiser steps."""
+    steps: int | None = None
+    """Warm-start optimiser steps; None: the profile's (700; "long": 300, whose batches are ~2.2x wider,
+    so that its build stays within about 3 minutes on 2 cores like the others)."""
     batch_size: int = 128
     """Warm-start examples per step."""
     lr: float = 2e-3
@@ -116,6 +118,8 @@ class OrganismRecipe:
 
     def __post_init__(self) -> None:
         warm = PROFILE_WARM_START[self.task.profile]
+        if self.steps is None:
+            object.__setattr__(self, "steps", int(warm.get("steps", 700)))
         if self.untaught_levels is None:
             object.__setattr__(self, "untaught_levels", warm["untaught_levels"])
         object.__setattr__(self, "untaught_levels", tuple(self.untaught_levels))
