@@ -19,7 +19,24 @@ def _gen(backend, prompts, sampling, seed=0):
 
 
 def test_is_a_rollout_backend(model, tokenizer):
-    assert isinstance(HFBackend(model, tokenizer), RolloutBackend)
+    backend = HFBackend(model, tokenizer)
+    assert isinstance(backend, RolloutBackend)
+    # the optional part of the interface, which the engine calls on every backend: nothing to add here
+    backend.expected_new_tokens = 3.5
+    backend.offload()
+    assert backend.take_metrics() == {} and backend.take_events() == []
+    backend.close()
+
+
+def test_the_engine_needs_every_part_of_the_interface():
+    class Partial:  # generate and update_weights only: not a backend the engine can drive
+        policy_version = 0
+
+        def generate(self, prompts, sampling, *, generator=None, seeds=None): ...
+
+        def update_weights(self, model): ...
+
+    assert not isinstance(Partial(), RolloutBackend)
 
 
 def _full_forward(model, prompts, out, sampling):

@@ -247,8 +247,7 @@ def train(cfg: RunConfig, *, store: Any, store_dir: str, run_id: str, resume: bo
         return _loop(s, cfg, store, run_id, resume, on_step, stop_after)
     finally:
         s.writer.close()
-        if hasattr(s.backend, "close"):
-            s.backend.close()  # Ray workers (and a local Ray runtime the run started)
+        s.backend.close()  # Ray workers (and a local Ray runtime the run started)
 
 
 def _loop(s: Setup, cfg: RunConfig, store: Any, run_id: str, resume: bool,
@@ -283,8 +282,7 @@ def _loop(s: Setup, cfg: RunConfig, store: Any, run_id: str, resume: bool,
         before = {pid: (st.alpha, st.beta) for pid, st in s.stats.items() if pid in {c.prompt_id for c in candidates}}
         parts: list[Rollouts] = []
         s.part_workers = []  # the worker of each row of `parts`, in order
-        if hasattr(s.backend, "expected_new_tokens"):
-            s.backend.expected_new_tokens = s.tokens_per_rollout  # balances the split across workers
+        s.backend.expected_new_tokens = s.tokens_per_rollout  # balances a split across workers (Ray)
         alloc_rows: list[dict[str, Any]] = []
         results: dict[str, GroupResult] = {}
         stage = 0
@@ -347,8 +345,7 @@ def _loop(s: Setup, cfg: RunConfig, store: Any, run_id: str, resume: bool,
         train_metrics: dict[str, float] = {}
         if used.any() and (signal[used].any() or cfg.algorithm.kl_coef > 0):
             s.writer.release()  # the previous step's commit overlaps the update, not generation
-            if hasattr(s.backend, "offload"):
-                s.backend.offload()  # vLLM frees its GPU memory for the update
+            s.backend.offload()  # vLLM frees its GPU memory for the update
             with timer("train"):
                 train_metrics = policy_update(s, r, adv, used, signal, rng)
             with timer("weight_sync"):  # to the rollout workers (Ray) / engine (vLLM); ~0 in-process
@@ -386,9 +383,8 @@ def _loop(s: Setup, cfg: RunConfig, store: Any, run_id: str, resume: bool,
             prompt_rows = [dict(prompt_id=pid, **_stats_row(s.stats[pid])) for pid in
                            dict.fromkeys([c.prompt_id for c in candidates] + list(results))]
         metrics.update(timer.metrics())  # timing_s/log: building the rows (the commit overlaps the next step)
-        if hasattr(s.backend, "take_metrics"):  # Ray workers: perf/worker/<name>/rollouts_per_s, ...
-            metrics.update(s.backend.take_metrics())
-            events += s.backend.take_events()  # e.g. a worker restarted by Ray, named
+        metrics.update(s.backend.take_metrics())  # Ray workers: perf/worker/<name>/rollouts_per_s, ...
+        events += s.backend.take_events()  # e.g. a worker restarted by Ray, named
         metrics["timing_s/step"] = time.perf_counter() - t_step
         metrics["perf/rollouts_per_s"] = n_onp / max(metrics["timing_s/step"], 1e-9)
         metrics["perf/gen_tokens_per_s"] = tokens / max(metrics.get("timing_s/generate", 0.0), 1e-9)

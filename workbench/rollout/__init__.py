@@ -11,7 +11,7 @@ import importlib.util
 from typing import Any
 
 from workbench.errors import WorkbenchError
-from workbench.rollout.base import GenerationBatch, RolloutBackend, SamplingParams, group_seed
+from workbench.rollout.base import BackendDefaults, GenerationBatch, RolloutBackend, SamplingParams, group_seed
 
 BACKENDS = ("hf", "vllm", "ray")
 _EXTRAS = {"vllm": "gpu", "ray": "ray"}
@@ -71,5 +71,5 @@ def backend_for_run(cfg: Any, model, tokenizer, device, model_path: str) -> Roll
     return make_backend("hf", model, tokenizer, device)
 
 
-__all__ = ["BACKENDS", "GenerationBatch", "RolloutBackend", "SamplingParams", "backend_for_run", "group_seed",
+__all__ = ["BACKENDS", "BackendDefaults", "GenerationBatch", "RolloutBackend", "SamplingParams", "backend_for_run", "group_seed",
            "make_backend", "require"]

@@ -65,6 +65,30 @@ def group_seed(*key: int) -> int:
     return int(np.random.SeedSequence([int(k) for k in key]).generate_state(1, dtype=np.uint64)[0] >> 1)
 
 
+class BackendDefaults:
+    """The optional part of the backend interface, with what a backend that has nothing to say there
+    does. The engine calls these on every backend; the shipped backends derive from this class and
+    override what applies to them (vLLM offloads, Ray reports its workers and shuts its runtime down)."""
+
+    expected_new_tokens: float | None = None
+    """Mean generated tokens per rollout so far, set by the engine before each step (a backend that
+    splits a stage across workers balances by it); None: `max_new_tokens`."""
+
+    def offload(self) -> None:
+        """Free accelerator memory before the policy update (vLLM's sleep mode); no-op here."""
+
+    def take_metrics(self) -> dict[str, float]:
+        """Figures of this step the engine logs with the step's metrics (and resets them)."""
+        return {}
+
+    def take_events(self) -> list[dict]:
+        """Events since the last call (e.g. a worker restarted), logged to the store's events table."""
+        return []
+
+    def close(self) -> None:
+        """Release what the backend holds (workers, a runtime it started); no-op here."""
+
+
 @runtime_checkable
 class RolloutBackend(Protocol):
     """What the engine needs from a rollout backend."""
@@ -89,3 +113,14 @@ class RolloutBackend(Protocol):
     def update_weights(self, model: torch.nn.Module) -> None:
         """Take the trainer's new weights (after every optimiser step)."""
         ...
+
+    # the optional part, with defaults in BackendDefaults
+    expected_new_tokens: float | None
+
+    def offload(self) -> None: ...
+
+    def take_metrics(self) -> dict[str, float]: ...
+
+    def take_events(self) -> list[dict]: ...
+
+    def close(self) -> None: ...

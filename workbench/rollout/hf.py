@@ -44,7 +44,7 @@ import torch
 
 from workbench.algorithms.logprobs import distinct_prompts, left_pad_ids
 from workbench.errors import WorkbenchError
-from workbench.rollout.base import GenerationBatch, SamplingParams
+from workbench.rollout.base import BackendDefaults, GenerationBatch, SamplingParams
 
 
 def validate_sampling(sampling: SamplingParams) -> None:
@@ -170,7 +170,7 @@ def _eos_ids(tokenizer, model) -> list[int]:
     return [int(i) for i in ([ids] if isinstance(ids, int) else ids)]
 
 
-class HFBackend:
+class HFBackend(BackendDefaults):
     """RolloutBackend over an in-process transformers causal LM (see the module docstring).
 
     `eos_token_ids` / `pad_token_id` default to the model's generation config and the tokenizer;

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from workbench.errors import WorkbenchError
-from workbench.rollout.base import GenerationBatch, SamplingParams
+from workbench.rollout.base import BackendDefaults, GenerationBatch, SamplingParams
 
 
 @dataclass(frozen=True)
@@ -239,7 +239,7 @@ def connect(options: RayOptions) -> bool:
     return True
 
 
-class RayBackend:
+class RayBackend(BackendDefaults):
     """RolloutBackend over `options.workers` Ray actors; `local` (the trainer's in-process backend)
     serves evaluation and owns the policy version."""
 

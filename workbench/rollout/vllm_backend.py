@@ -38,7 +38,7 @@ from typing import Any, Iterable, Sequence
 import torch
 
 from workbench.errors import WorkbenchError
-from workbench.rollout.base import GenerationBatch, SamplingParams
+from workbench.rollout.base import BackendDefaults, GenerationBatch, SamplingParams
 
 
 def require_vllm() -> None:
@@ -187,7 +187,7 @@ def _inprocess_model(llm: Any) -> Any:
     return None
 
 
-class VLLMBackend:
+class VLLMBackend(BackendDefaults):
     """RolloutBackend over an in-process `vllm.LLM` (see the module docstring)."""
 
     def __init__(self, llm: Any, *, eos_token_ids: Sequence[int], pad_token_id: int, local: Any = None,
