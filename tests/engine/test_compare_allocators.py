@@ -112,3 +112,24 @@ def test_a_finished_run_with_the_same_config_is_reused(tmp_path):
             st.set_run_status(run_id, "finished")
     found = finished_run(want, tmp_path)
     assert found is not None and found[0] == done and found[1] >= 0
+
+
+def test_runs_kept_by_an_older_workbench_are_found_after_migrating_the_store(tmp_path):
+    """A store kept with `--keep-in` by an older schema is migrated when the comparison opens it
+    (a read-only open refuses an unmigrated store), and its finished runs are still found."""
+    from workbench.experiments.compare import _config, finished_run
+    from workbench.experiments.engine_bench import _base_config
+    from workbench.store import schema
+
+    want = _config(_base_config(["steps=4", "eval.every=2"]), "selective", 1, 500)
+    with open_store(tmp_path) as st:
+        done = st.create_run("compare-selective", want.to_dict(), seed=1)
+        st.set_run_status(done, "finished")
+        st._lake.write(lambda cur: cur.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'",
+                                               [str(schema.SCHEMA_VERSION - 1)]), "as an older workbench left it")
+    with pytest.raises(Exception, match="needs a migration"):
+        open_store(tmp_path, read_only=True).close()
+    found = finished_run(want, tmp_path)
+    assert found is not None and found[0] == done
+    with open_store(tmp_path, read_only=True) as st:
+        assert st.schema_version == schema.SCHEMA_VERSION

@@ -161,7 +161,7 @@ def finished_run(cfg: Any, root: Path) -> tuple[str, float] | None:
     if not (root / "catalog.sqlite").is_file():
         return None
     want = json.dumps(cfg.to_dict(), sort_keys=True, default=str)
-    with open_store(str(root), read_only=True) as st:
+    with open_store(str(root)) as st:  # read-write: a store kept by an older workbench is migrated first
         runs = st.list_runs()
     for row in runs.filter(runs["status"] == "finished").sort("created_at").to_dicts():
         config = row["config"] if isinstance(row["config"], dict) else json.loads(row["config"] or "{}")
