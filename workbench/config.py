@@ -533,7 +533,7 @@ def _toml_value(v: Any) -> str:
 
 
 __all__ = [
-    "RunConfig", "ModelConfig", "TaskConfig", "SamplingConfig", "AllocatorConfig", "AlgorithmConfig",
+    "RunConfig", "ModelConfig", "SamplingConfig", "AllocatorConfig", "AlgorithmConfig",
     "OptimConfig", "EvalConfig", "CheckpointConfig", "LoggingConfig", "load_config", "apply_overrides",
     "validate", "to_toml", "field_docs",
 ]

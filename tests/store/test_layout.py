@@ -143,7 +143,8 @@ def test_migration_turns_parquet_2_on_for_new_files_of_an_old_store(tmp_path):
     with open_store(path) as store:
         before = set(_data_files(store, "rollouts"))
         assert before and all("DELTA_BINARY_PACKED" not in _encodings(store, p)["token_ids, list, element"] for p in before)
-        rows = pa.table({"prompt_id": ["a"] * 64, "idx": list(range(64)), "token_ids": [[3, 4, i] for i in range(64)]})
+        rows = pa.table({"prompt_id": ["a"] * 64, "idx": list(range(64)),
+                         "token_ids": [[3, 4, i] for i in range(64)]})
         store.write_step(StepRecord("old-run", 5, {}, rows))  # enough rows for a Parquet file (not inlined)
         (new,) = set(_data_files(store, "rollouts")) - before
         assert "DELTA_BINARY_PACKED" in _encodings(store, new)["token_ids, list, element"]

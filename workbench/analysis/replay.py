@@ -46,7 +46,6 @@ from workbench.allocators.base import (
     Allocator,
     Budget,
     Candidate,
-    Grant,
     GroupResult,
     PromptStats,
     StepContext,

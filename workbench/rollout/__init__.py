@@ -71,5 +71,5 @@ def backend_for_run(cfg: Any, model, tokenizer, device, model_path: str) -> Roll
     return make_backend("hf", model, tokenizer, device)
 
 
-__all__ = ["BACKENDS", "BackendDefaults", "GenerationBatch", "RolloutBackend", "SamplingParams", "backend_for_run", "group_seed",
-           "make_backend", "require"]
+__all__ = ["BACKENDS", "BackendDefaults", "GenerationBatch", "RolloutBackend", "SamplingParams", "backend_for_run",
+           "group_seed", "make_backend", "require"]

@@ -244,8 +244,6 @@ class RayBackend(BackendDefaults):
     serves evaluation and owns the policy version."""
 
     def __init__(self, model: torch.nn.Module, local: Any, options: RayOptions) -> None:
-        import ray
-
         self.options, self.local = options, local
         self.pad_token_id = int(local.pad_token_id)
         self.expected_new_tokens: float | None = None
