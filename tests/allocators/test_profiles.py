@@ -27,7 +27,7 @@ def test_profiles_set_levels_pool_and_warm_start():
     long = OrganismRecipe(task=ArithmeticTaskConfig(profile="long"))
     assert long.task.levels == LONG_LEVELS and long.untaught_levels == () and long.corrupt_share(3) == 0.4
     # the long profile's batches are ~2.2x wider, so its warm start takes fewer steps (build time)
-    assert (long.steps, skewed.steps, OrganismRecipe().steps) == (300, 700, 700)
+    assert (long.steps, skewed.steps, OrganismRecipe().steps) == (600, 700, 700)
     assert OrganismRecipe(task=ArithmeticTaskConfig(profile="long"), steps=700).steps == 700
     assert OrganismRecipe(task=ArithmeticTaskConfig(profile="long"), steps=700).hash() != long.hash()
     assert len({skewed.hash(), long.hash(), OrganismRecipe().hash()}) == 3

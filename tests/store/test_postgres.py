@@ -5,6 +5,7 @@ server runs as the `postgres` user (PostgreSQL refuses to run as root)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -41,3 +42,30 @@ def test_postgres_catalog_round_trip(postgres, tmp_path):
         assert store.controls(run_id)["status"].to_list() == ["applied"]
         assert store.sql("SELECT count(*) AS n FROM allocations")["n"][0] == 4
     assert list(Path(data_path).rglob("*.parquet"))
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="only root hands the server to 'postgres'")
+def test_a_server_place_its_user_cannot_reach_is_named(tmp_path):
+    """As root the server runs as `postgres`; a data directory under a root-only folder gets one line
+    naming that folder (initdb's own message was 'Permission denied' on a path deep inside)."""
+    from workbench.errors import StoreError
+    from workbench.store.pglocal import local_postgres, server_bin
+
+    if server_bin() is None:
+        pytest.skip("PostgreSQL server binaries (initdb, pg_ctl) are not installed")
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o700)
+    with pytest.raises(StoreError, match=f"cannot reach .*{locked}"):
+        with local_postgres(locked / "pg"):
+            pass
+
+
+def test_bench_store_on_a_postgres_catalog_in_a_temp_dir():
+    """`workbench bench store --catalog postgres` without --path (a temp dir of its own)."""
+    from workbench.store.bench import bench_store
+    from workbench.store.pglocal import server_bin
+
+    if server_bin() is None:
+        pytest.skip("PostgreSQL server binaries (initdb, pg_ctl) are not installed")
+    out = bench_store(rollouts=2048, catalog="postgres", repeats=1, engine_steps=0)
+    assert out["catalog"] == "postgres" and out["rollouts"] == 2048 and out["bytes_per_rollout"] > 0

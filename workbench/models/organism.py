@@ -56,7 +56,7 @@ from workbench.tasks.common import config_to_dict, require
 PROFILE_WARM_START: dict[str, dict[str, Any]] = {
     "default": {"untaught_levels": ("3*2",), "level_corrupt": {}},
     "skewed": {"untaught_levels": ("2*2", "3*2"), "level_corrupt": {"1+1": 0.0, "2+1": 0.0, "2+2": 0.0, "3+2": 0.4}},
-    "long": {"untaught_levels": (), "level_corrupt": {}, "steps": 300},
+    "long": {"untaught_levels": (), "level_corrupt": {}, "steps": 600},
 }
 """Each workload profile's warm start: untaught levels and corrupted shares by level spec (levels not
 named get `corrupt_frac`) and warm-start steps (700 where not named), used where the recipe leaves
@@ -88,7 +88,7 @@ class OrganismRecipe:
     max_positions: int = 64
     """Longest sequence (prompt + answer) the model accepts."""
     steps: int | None = None
-    """Warm-start optimiser steps; None: the profile's (700; "long": 300, whose batches are ~2.2x wider,
+    """Warm-start optimiser steps; None: the profile's (700; "long": 600, whose batches are ~2.2x wider,
     so that its build stays within about 3 minutes on 2 cores like the others)."""
     batch_size: int = 128
     """Warm-start examples per step."""

@@ -110,6 +110,8 @@ def bench_store(rollouts: int, *, path: str | os.PathLike[str] | None = None, re
     steps = max(1, math.ceil(rollouts / shape.rollouts_per_step))
     engine_steps = max(0, min(int(engine_steps), steps // 4))
     root = Path(path) if path else Path(tempfile.mkdtemp(prefix="workbench-bench-store-"))
+    if not path:
+        os.chmod(root, 0o711)  # a local PostgreSQL server (another user, when run as root) reaches its data here
     rng = np.random.default_rng(seed + 1)
     try:
         with ExitStack() as stack:

@@ -53,6 +53,12 @@ def local_postgres(root: str | os.PathLike[str] | None = None, *, fsync: bool = 
     if owner is not None:
         for path in (sock, base):
             os.chown(path, owner.pw_uid, owner.pw_gid)
+        for parent in base.parents:  # the server's user must be able to walk down to its data
+            st = parent.stat()
+            if not (st.st_mode & 0o001 or (st.st_uid == owner.pw_uid and st.st_mode & 0o100)
+                    or (st.st_gid == owner.pw_gid and st.st_mode & 0o010)):
+                raise StoreError(f"the PostgreSQL server runs as user 'postgres', which cannot reach {base}: "
+                                 f"{parent} is not searchable by it (chmod o+x {parent}, or choose another place)")
     env = {**os.environ, "LC_ALL": "C"}
 
     def run(*cmd: str) -> None:
