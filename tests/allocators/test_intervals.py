@@ -53,6 +53,18 @@ def test_an_allocator_that_never_gets_there_has_no_real_saving():
     assert out["saving_ci90"] == [0.0, 0.0] and out["reached_frac"] == 0.0 and not out["real"]
 
 
+def test_a_saving_that_rests_on_the_extension_is_not_real():
+    """An allocator that spends little and stops short of uniform's final value reaches it only on the
+    line extended past its last evaluation: a large interval above 1, but extrapolated, not measured
+    (seen on the default profile: adaptive_stop, 64% of uniform's tokens, ended 0.02 short)."""
+    rng = np.random.default_rng(3)
+    uniform = _seeds(rng, 5, 1000, noise=0.002)
+    frugal = _seeds(rng, 5, 400, slope=0.018, noise=0.002)  # 40% of the tokens, ends ~0.02 short
+    out = bootstrap_saving(uniform, frugal, replicates=300)
+    assert out["saving_ci90"][0] > 1.0 and out["extended_frac"] > 0.5
+    assert out["extrapolated"] and not out["real"]
+
+
 def test_bootstrap_mean_interval_covers_the_mean_and_shrinks_with_agreement():
     wide = bootstrap_mean([0.2, 0.5, 0.8])
     narrow = bootstrap_mean([0.49, 0.5, 0.51])

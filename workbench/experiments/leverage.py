@@ -137,7 +137,7 @@ def _load(out: Path) -> tuple[dict[str, dict], dict[str, dict]]:
              if (out / f"profile-{p}.json").is_file()}
     measured = {p: json.loads((out / f"allocators-{p}.json").read_text()) for p in PROFILES
                 if (out / f"allocators-{p}.json").is_file()}
-    legacy = out / "allocators.json"  # the default profile's comparison from before profiles (no per-seed curves)
+    legacy = out / "allocators.json"  # a default comparison from before profiles (no per-seed curves), if one is there
     if "default" not in measured and legacy.is_file():
         measured["default"] = {**json.loads(legacy.read_text()), "profile": "default", "legacy": True}
         ref = next((r for r in measured["default"]["allocators"] if r["allocator"] == "uniform"), {})
