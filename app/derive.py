@@ -210,11 +210,16 @@ def cumulative_axes(steps: pl.DataFrame) -> pl.DataFrame:
     runs do)."""
     s = steps.sort("step")
     timed = "step_time_s" in s.columns and s["step_time_s"].drop_nulls().len() > 0
-    return s.select(
+    out = s.select(
         "step",
         pl.col("tokens_generated").fill_null(0).cum_sum().alias("tokens"),
         (pl.col("step_time_s").fill_null(0.0).cum_sum() if timed else pl.lit(None, dtype=pl.Float64)).alias("wall_s"),
     )
+    if out.height and out["step"].min() > 0:  # step 0, before the first update (the first evaluation): nothing yet
+        start = pl.DataFrame({"step": [0], "tokens": [0], "wall_s": [0.0 if timed else None]},
+                             schema={"step": out.schema["step"], "tokens": out.schema["tokens"], "wall_s": pl.Float64})
+        out = pl.concat([start, out], how="vertical_relaxed")
+    return out
 
 
 def reward_curves(per_run: dict[str, pl.DataFrame]) -> pl.DataFrame:

@@ -74,6 +74,17 @@ def test_compare_curves_put_passk_on_tokens_and_wall_time():
     assert set(c["run"]) == {"run A"}
 
 
+def test_the_evaluation_before_the_first_step_sits_at_zero_tokens():
+    """Our engine numbers training steps from 1 and evaluates at step 0 first: that point belongs at 0
+    tokens and 0 s (it was dropped from the Compare page's curves)."""
+    steps = pl.DataFrame({"step": [1, 2], "tokens_generated": [10, 10], "step_time_s": [1.0, 2.0]})
+    ev = pl.DataFrame({"step": [0, 2], "prompt_id": ["a", "a"], "samples": [2, 2], "correct": [1, 2]})
+    p1 = derive.compare_curves({"run A": (steps, ev)}).filter(pl.col("k") == 1).sort("step")
+    assert p1.select("step", "tokens", "wall_s", "pass_at_k").rows() == [(0, 0, 0.0, 0.5), (2, 20, 3.0, 1.0)]
+    untimed = steps.with_columns(pl.lit(None, dtype=pl.Float64).alias("step_time_s"))
+    assert derive.cumulative_axes(untimed).rows() == [(0, 0, None), (1, 10, None), (2, 20, None)]
+
+
 def test_token_html_escapes_every_piece():
     pieces = derive.token_pieces("<script>alert(1)</script>", list(range(25)), None)
     assert len(pieces) == 25  # one character per token when the lengths agree
