@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -89,11 +90,12 @@ def live_run(organism_models, tmp_path_factory):
                 pass
 
 
-@pytest.fixture(scope="module")
-def server(live_run):
-    root, _ = live_run
+@contextmanager
+def app_server(root: Path, log_path: Path):
+    """`workbench app` on the store at `root` in its own process group; yields its URL once healthy,
+    then stops it (SIGTERM, then SIGKILL)."""
     port = _free_port()
-    log = open(root / "app.log", "w")
+    log = open(log_path, "w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "workbench.cli", "app", "--store", str(root), "--port", str(port), "--headless"],
         stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True,
@@ -103,17 +105,26 @@ def server(live_run):
         try:
             return urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).read() == b"ok"
         except OSError:
-            assert proc.poll() is None, (root / "app.log").read_text()
+            assert proc.poll() is None, log_path.read_text()
             return False
 
-    _wait_until("the app's health check", healthy, timeout=120)
-    yield f"http://127.0.0.1:{port}"
-    os.killpg(proc.pid, signal.SIGTERM)  # the app's own process group (start_new_session)
     try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-    log.close()
+        _wait_until("the app's health check", healthy, timeout=120)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)  # the app's own process group (start_new_session)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def server(live_run):
+    root, _ = live_run
+    with app_server(root, root / "app.log") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -4,17 +4,12 @@ steer it; and the Runs page answering at `/runs` as well as at `/`."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 import synth
-from test_browser import ARTIFACTS, CHROMIUM, IDLE, ROOT, _free_port, _idle, _wait_until
+from test_browser import ARTIFACTS, CHROMIUM, IDLE, _idle, app_server, browser  # noqa: F401 - browser: a fixture
 
 PAGES = ["runs", "live", "rollouts", "prompt", "allocation", "compare"]
 
@@ -35,40 +30,8 @@ def lake(tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(lake):
     root, _ = lake
-    port = _free_port()
-    log = open(root.parent / "app.log", "w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "workbench.cli", "app", "--store", str(root), "--port", str(port), "--headless"],
-        stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True,
-    )
-
-    def healthy():
-        try:
-            return urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).read() == b"ok"
-        except OSError:
-            assert proc.poll() is None, (root.parent / "app.log").read_text()
-            return False
-
-    _wait_until("the app's health check", healthy, timeout=120)
-    yield f"http://127.0.0.1:{port}"
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-    log.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-            "--disable-sync", "--no-first-run"])
-        yield b
-        b.close()
+    with app_server(root, root.parent / "app.log") as url:
+        yield url
 
 
 def _visit(page, url):
