@@ -45,13 +45,11 @@ def shown_location(location: str | None = None) -> str:
     if "://" in location or location.startswith(("postgres:", "ducklake:")):
         return location
     path = Path(location)
-    for base, prefix in ((Path.cwd(), ""), (Path.home(), "~/")):
-        if base.resolve() == Path(base.anchor):
-            continue  # relative to "/" says nothing
-        try:
-            return prefix + str(path.resolve().relative_to(base.resolve())) if path.is_absolute() else location
-        except ValueError:
-            continue
+    if not path.is_absolute():
+        return location
+    for base, prefix in ((Path.cwd().resolve(), ""), (Path.home().resolve(), "~/")):
+        if base != Path(base.anchor) and path.resolve().is_relative_to(base):  # relative to "/" says nothing
+            return prefix + str(path.resolve().relative_to(base))
     return location
 
 

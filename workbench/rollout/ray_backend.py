@@ -246,8 +246,6 @@ class RayBackend(BackendDefaults):
     def __init__(self, model: torch.nn.Module, local: Any, options: RayOptions) -> None:
         self.options, self.local = options, local
         self.pad_token_id = int(local.pad_token_id)
-        self.expected_new_tokens: float | None = None
-        """Mean generated tokens per rollout so far (the engine keeps it); None: max_new_tokens."""
         self._started = connect(options)
         self._box: list | None = None
         self._synced = 0
