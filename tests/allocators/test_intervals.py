@@ -114,3 +114,32 @@ def test_predicted_saving_of_a_skipper_on_a_u_shaped_population():
     sel = pred["allocators"]["selective"]
     assert sel["zero_signal_frac"] < pred["uniform_zero_signal_frac"]
     assert sel["predicted_saving"] is not None and sel["predicted_saving"] > 1.0
+
+
+def test_leverage_rows_judge_the_simulator_including_never():
+    from workbench.experiments.leverage import _leverage_rows, agreement
+
+    def row(name, saving, ci=None):
+        return {"allocator": name, "token_saving_vs_uniform": saving, "saving_ci90": ci, "saving_real": False,
+                "curves_by_seed": [[], [], []]}
+
+    measured = {"allocators": [row("uniform", 1.0), row("a", 2.0, [1.5, 2.5]), row("b", 2.0, [1.2, 2.4]),
+                               row("c", None, [0.0, 1.1]), row("d", None, [0.9, 1.1]), row("e", 1.5),
+                               row("only_measured", 1.2)]}
+    predicted = {"allocators": {"uniform": {"predicted_saving": 1.0}, "a": {"predicted_saving": 1.6},
+                                "b": {"predicted_saving": 1.4}, "c": {"predicted_saving": None},
+                                "d": {"predicted_saving": 1.3}, "e": {"predicted_saving": None},
+                                "only_predicted": {"predicted_saving": 1.1}}}
+    rows = {r["allocator"]: r for r in _leverage_rows(measured, predicted)}
+    assert "uniform" not in rows
+    # 1.6 / 2.0 is 20% under: within the 25%; 1.4 / 2.0 is 30% under
+    assert rows["a"]["verdict"] == "within 25%" and rows["a"]["prediction_error"] == pytest.approx(-0.2)
+    assert rows["b"]["verdict"] == "off by more than 25%"
+    assert rows["c"]["verdict"] == "both never" and rows["c"]["prediction_error"] is None
+    assert rows["d"]["verdict"] == "measured never" and rows["e"]["verdict"] == "predicted never"
+    assert rows["only_measured"]["verdict"] is None and rows["only_predicted"]["verdict"] is None
+    assert rows["only_predicted"]["seeds"] == 0 and rows["a"]["seeds"] == 3
+    # b is off by 30% but inside its wide interval; never counts as 0, inside c's interval reaching 0
+    assert [rows[n]["prediction_in_ci90"] for n in "abcde"] == [True, True, True, False, None]
+    assert agreement(list(rows.values())) == {"judged": 5, "agree": 2, "disagree": ["b", "d", "e"],
+                                              "inside_measured_ci90": 3}

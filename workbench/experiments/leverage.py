@@ -173,8 +173,48 @@ def _leverage_rows(result: dict[str, Any] | None, pred: dict[str, Any] | None) -
             "predicted_saving": predicted,
             "prediction_error": (predicted / measured - 1) if (measured and predicted) else None,
             "prediction_within_25pct": (abs(predicted / measured - 1) <= WITHIN) if (measured and predicted) else None,
+            "verdict": _verdict(measured if m else False, predicted if p else False),
+            "prediction_in_ci90": _inside(predicted, m.get("saving_ci90")) if (m and p) else None,
         })
     return rows
+
+
+def _verdict(measured: float | None | bool, predicted: float | None | bool) -> str | None:
+    """How the simulator's prediction compares with the measurement; None (a saving) means the allocator
+    never reached uniform's final pass@1 within the run, False that that side is missing.
+
+    "within 25%", "off by more than 25%", "both never" (the simulator said it would not get there, and
+    it did not), "predicted never" (it did), "measured never" (the simulator said it would), or None."""
+    if measured is False or predicted is False:
+        return None
+    if measured is None and predicted is None:
+        return "both never"
+    if measured is None:
+        return "measured never"
+    if predicted is None:
+        return "predicted never"
+    return "within 25%" if abs(predicted / measured - 1) <= WITHIN else "off by more than 25%"
+
+
+def _inside(predicted: float | None, ci: list[float] | None) -> bool | None:
+    """Whether the prediction lies inside the measured saving's 90% interval (a prediction of never
+    counts as 0, the interval's value for resamples that never get there); None without an interval."""
+    if not ci:
+        return None
+    return ci[0] <= (predicted or 0.0) <= ci[1]
+
+
+AGREE = ("within 25%", "both never")
+"""Verdicts counted as the simulator telling in advance."""
+
+
+def agreement(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per profile: how many allocators' predictions agree with the measurement (within 25%, or both
+    never reaching uniform's final value), of those with both sides."""
+    judged = [r for r in rows if r.get("verdict")]
+    return {"judged": len(judged), "agree": sum(r["verdict"] in AGREE for r in judged),
+            "disagree": sorted(r["allocator"] for r in judged if r["verdict"] not in AGREE),
+            "inside_measured_ci90": sum(bool(r.get("prediction_in_ci90")) for r in judged)}
 
 
 def write_overview(out_dir: str | Path) -> list[Path]:
@@ -199,6 +239,7 @@ def write_overview(out_dir: str | Path) -> list[Path]:
             "best_saving_ci90": (me or {}).get("best_saving_ci90"),
             "allocators": _leverage_rows(me, sim),
         }
+        lev["profiles"][p]["simulator_agreement"] = agreement(lev["profiles"][p]["allocators"])
     paths = [out / "allocators.md", out / "leverage.json", out / "leverage.png"]
     parts = ["# Allocators on the model organism, by workload profile", "",
              "Written by `workbench bench allocators --profile P` and `workbench allocators profile P` "
@@ -208,12 +249,13 @@ def write_overview(out_dir: str | Path) -> list[Path]:
     for p in PROFILES:
         if p in measured:
             parts.append(markdown_table(measured[p], heading=f"## Profile `{p}`"))
+            parts += _prediction_table(p, lev["profiles"][p])
             if measured[p].get("legacy"):
                 parts += ["These runs (2026-11-30, `allocators.json`) predate the intervals: their per-seed curves were not "
                           "kept, so the table has no intervals. The command above reruns them with intervals.", ""]
         else:
             run_it = (f"the comparison: `workbench bench allocators --json --profile {p} --seeds 3 --seeds-for "
-                      "uniform=5 --allocators uniform,selective,value_tracker,uncertainty,multistage,dynamic_sampling "
+                      "uniform=5 --allocators uniform,value_tracker,selective,dynamic_sampling,knapsack,uncertainty "
                       "--keep-in store/bench-allocators`.")
             if p in preds:
                 parts += [f"## Profile `{p}`", "", "No real run yet; the warm start's histogram and the simulator's "
@@ -228,8 +270,42 @@ def write_overview(out_dir: str | Path) -> list[Path]:
     return paths
 
 
+def _fmt(x: float | None) -> str:
+    return "never" if x is None else f"{x:.2f}x"
+
+
+def _ci(ci: list[float] | None) -> str:
+    return "—" if not ci else f"[{ci[0]:.2f}, {ci[1]:.2f}]"
+
+
+def _yes(b: bool | None) -> str:
+    return "—" if b is None else ("yes" if b else "no")
+
+
+def _prediction_table(p: str, row: dict[str, Any]) -> list[str]:
+    """The simulator's prediction beside the measurement, for one profile (markdown lines)."""
+    judged = [r for r in row["allocators"] if r["verdict"]]
+    if not judged:
+        return [f"No simulator prediction for this profile yet (`workbench allocators profile {p}`).", ""]
+    a = row["simulator_agreement"]
+    out = [f"The simulator against the measurement (`profile-{p}.json`, same steps and budget): it agrees for "
+           f"{a['agree']} of {a['judged']} allocators (within 25%, or both never reaching uniform's final pass@1)"
+           + (f"; not for {', '.join(f'`{n}`' for n in a['disagree'])}." if a["disagree"] else ".")
+           + f" The prediction lies inside the measured saving's 90% interval for {a['inside_measured_ci90']} of "
+           f"{a['judged']}.", "",
+           "| allocator | measured saving | 90% interval | predicted | verdict | inside the interval |",
+           "|---|---|---|---|---|---|"]
+    out += [f"| `{r['allocator']}` | {_fmt(r['measured_saving'])} | {_ci(r['measured_ci90'])} | "
+            f"{_fmt(r['predicted_saving'])} | {r['verdict']} | {_yes(r['prediction_in_ci90'])} |" for r in judged]
+    return out + [""]
+
+
 def _bound(zs: float | None) -> float | None:
     return None if zs is None or zs >= 1 else 1.0 / (1.0 - zs)
+
+
+NEVER_Y = 0.55
+"""Where the map puts an allocator that never reached uniform's final pass@1 within the run."""
 
 
 def _leverage_png(lev: dict[str, Any], path: Path) -> None:
@@ -241,38 +317,57 @@ def _leverage_png(lev: dict[str, Any], path: Path) -> None:
 
     from workbench.experiments.compare import _COLOURS
 
-    fig, ax = plt.subplots(figsize=(8, 5))
+    fig, ax = plt.subplots(figsize=(8.5, 5.5))
     xs = np.linspace(0.0, 0.85, 100)
-    ax.plot(xs, 1 / (1 - xs), color="#999999", ls="--", lw=1, label="skip-only bound 1 / (1 − z)")
+    ax.plot(xs, 1 / (1 - xs), color="#999999", ls="--", lw=1)
     ax.axhline(1.0, color="#444444", lw=0.8)
+    ax.axhline(NEVER_Y, color="#bbbbbb", lw=0.8, ls=":")
+    ax.annotate("never reached uniform's final pass@1 within the run", (0.01, NEVER_Y), xytext=(0, 3),
+                textcoords="offset points", fontsize=7, color="#666666")
     names = sorted({r["allocator"] for p in lev["profiles"].values() for r in p["allocators"]})
     colour = {n: _COLOURS[i % len(_COLOURS)] for i, n in enumerate(names)}
-    shown: set[str] = set()
+    # a small sideways offset per allocator, so that points of one profile do not hide each other
+    shift = {n: (i - (len(names) - 1) / 2) * 0.006 for i, n in enumerate(names)}
+    top = 2.0
     for p, row in lev["profiles"].items():
         x_meas = row["uniform_zero_signal_frac"]
         x_pred = row["predicted_uniform_zero_signal_frac"]
         for r in row["allocators"]:
-            c = colour[r["allocator"]]
-            label = r["allocator"] if r["allocator"] not in shown else None
-            if r["measured_saving"] is not None and x_meas is not None:
-                ci = r["measured_ci90"] or [r["measured_saving"]] * 2
-                err = [[max(0.0, r["measured_saving"] - ci[0])], [max(0.0, ci[1] - r["measured_saving"])]]
-                ax.errorbar([x_meas], [r["measured_saving"]], yerr=err, fmt="o", color=c, ms=6, capsize=3, label=label)
-                shown.add(r["allocator"])
-                label = None
-            if r["predicted_saving"] is not None and x_pred is not None:
-                ax.plot([x_pred], [r["predicted_saving"]], marker="o", mfc="none", color=c, ms=7, ls="none", label=label)
-                shown.add(r["allocator"])
+            name = r["allocator"]
+            c, dx = colour[name], shift[name]
+            if r["seeds"] and x_meas is not None:
+                y = r["measured_saving"]
+                if y is None:
+                    ax.plot([x_meas + dx], [NEVER_Y], marker="v", color=c, ms=7, ls="none")
+                else:
+                    # an interval's low end of 0 means some resamples never got there: draw it down to that line
+                    ci = r["measured_ci90"] or [y, y]
+                    err = [[max(0.0, y - max(ci[0], NEVER_Y))], [max(0.0, ci[1] - y)]]
+                    ax.errorbar([x_meas + dx], [y], yerr=err, fmt="o", color=c, ms=6, capsize=3)
+                    top = max(top, y, ci[1])
+            if r["verdict"] is not None or (not r["seeds"] and x_pred is not None):
+                y = r["predicted_saving"]
+                ax.plot([x_pred + dx], [NEVER_Y if y is None else y], marker="v" if y is None else "o", mfc="none",
+                        color=c, ms=8, ls="none")
+                top = max(top, y or 0)
         x = x_meas if x_meas is not None else x_pred
         if x is not None:
-            ax.annotate(p, (x, ax.get_ylim()[0]), xytext=(0, 4), textcoords="offset points", ha="center", fontsize=9)
+            ax.annotate(p, (x, 0.3), ha="center", fontsize=9, fontweight="bold")
+    ax.set_ylim(0.25, top * 1.08)
     ax.set_xlabel("uniform's zero-signal group fraction z (measured: filled; simulator: hollow)")
     ax.set_ylabel("token saving vs uniform (90% bootstrap interval)")
-    ax.set_title("Leverage map: measured saving (filled) and the simulator's prediction (hollow), one x per profile",
-                 fontsize=9)
+    ax.set_title("Leverage map: measured saving (filled) and the simulator's prediction (hollow), one x per profile;"
+                 "\n▼: never reached uniform's final held-out pass@1", fontsize=9)
     ax.set_xlim(0, 0.9)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, ncol=2, loc="upper left")
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color="#999999", ls="--", lw=1, label="skip-only bound 1 / (1 − z)"),
+               Line2D([], [], color="#444444", marker="o", ls="none", label="measured (90% interval)"),
+               Line2D([], [], color="#444444", marker="o", mfc="none", ls="none", label="simulator's prediction"),
+               Line2D([], [], color="#444444", marker="v", ls="none", label="never reached")]
+    handles += [Line2D([], [], color=colour[n], marker="s", ls="none", label=n) for n in names]
+    ax.legend(handles=handles, fontsize=7, ncol=2, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
