@@ -69,6 +69,16 @@ def test_compare_runs_each_allocator_at_uniforms_token_budget(store_dir, tiny_co
         assert r["curve"][0]["tokens"] == 0 and r["curve"][-1]["tokens"] == r["final_tokens"] > 0
         assert 0 <= r["final_pass1"] <= r["final_pass8"] <= 1
         assert len(r["run_ids"]) == 1
+        # held-out pass@1 by level at the first and last evaluation, matching the curve's pass@1 at both
+        by_level = r["pass1_by_level"]
+        assert set(by_level) == {"start", "end"} and by_level["start"] and set(by_level["start"]) == set(by_level["end"])
+        with open_store(str(store_dir)) as st:
+            evals = st.evals(r["run_ids"][0])
+        for key, point in (("start", r["curve"][0]), ("end", r["curve"][-1])):
+            at = evals.filter(evals["step"] == point["step"])
+            weights = {str(lv): (at["level"] == lv).sum() for lv in at["level"].unique().to_list()}
+            mean = sum(by_level[key][lv] * n for lv, n in weights.items()) / at.height
+            assert mean == pytest.approx(point["pass1"], abs=1e-6)
     sel = out["allocators"][1]["run_ids"][0]
     with open_store(str(store_dir)) as st:
         steps = st.run_steps(sel)
@@ -89,6 +99,7 @@ def test_compare_runs_each_allocator_at_uniforms_token_budget(store_dir, tiny_co
     written = json.loads(paths[0].read_text())
     assert written["allocators"][0]["allocator"] == "uniform" and written["leverage"][0]["allocator"] == "selective"
     assert "## Profile `default`" in paths[3].read_text() and "| `selective` | 1 |" in paths[3].read_text()
+    assert "Held-out pass@1 by level" in paths[3].read_text() and "| warm start |" in paths[3].read_text()
     assert "default" in json.loads(paths[4].read_text())["profiles"]
     assert paths[2].read_bytes()[:8] == paths[5].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -198,8 +198,34 @@ def _one_run(cfg: Any, root: Path, say: Callable[[str], None] = lambda _m: None)
         curve.append({"step": int(step), "tokens": int(cum.get(step, cum[max(cum)])),
                       **{f"pass{k}": float(at[f"pass@{k}"].mean()) for k in PASS_K}})
     return {"run_id": run_id, "seed": cfg.seed, "minutes": minutes, "curve": curve,
+            "pass1_by_level": _pass1_by_level(evals),
             "tokens_per_step": steps["tokens_generated"].to_list(),
             "zero_signal_frac": float(steps["zero_signal_frac"].mean()) if steps.height else None}
+
+
+def _pass1_by_level(evals: Any) -> dict[str, dict[str, float]]:
+    """Held-out pass@1 per task level (1-based, as text) at the run's first and last evaluation."""
+    if evals.height == 0:
+        return {}
+    steps = evals["step"].to_list()
+    out = {}
+    for key, step in (("start", min(steps)), ("end", max(steps))):
+        at = evals.filter(evals["step"] == step)
+        rate = (at["correct"] / at["samples"]).to_list()
+        levels: dict[str, list[float]] = {}
+        for level, r in zip(at["level"].to_list(), rate):
+            levels.setdefault(str(level), []).append(r)
+        out[key] = {lv: float(np.mean(rs)) for lv, rs in sorted(levels.items(), key=lambda kv: int(kv[0]))}
+    return out
+
+
+def _mean_by_level(rs: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Each run's `pass1_by_level` averaged over seeds (runs without it are left out)."""
+    have = [r["pass1_by_level"] for r in rs if r.get("pass1_by_level")]
+    if not have:
+        return {}
+    return {key: {lv: float(np.mean([h[key][lv] for h in have if lv in h[key]])) for lv in have[0][key]}
+            for key in ("start", "end")}
 
 
 def _mean_curve(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -246,6 +272,7 @@ def summarise(runs: dict[str, list[dict[str, Any]]], **info: Any) -> dict[str, A
             "tokens_to_uniform_final": reach,
             "token_saving_vs_uniform": (ref_tokens / reach) if reach and ref_tokens else None,
             "minutes": float(np.mean([r["minutes"] for r in rs])),
+            "pass1_by_level": _mean_by_level(rs),
             "curve": curves[name],
             "curves_by_seed": [r["curve"] for r in rs],
             "minutes_by_seed": [r["minutes"] for r in rs],

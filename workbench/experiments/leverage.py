@@ -250,6 +250,7 @@ def write_overview(out_dir: str | Path) -> list[Path]:
         if p in measured:
             parts.append(markdown_table(measured[p], heading=f"## Profile `{p}`"))
             parts += _prediction_table(p, lev["profiles"][p])
+            parts += _level_table(measured[p], (preds.get(p) or {}).get("levels"))
             if measured[p].get("legacy"):
                 parts += ["These runs (2026-11-30, `allocators.json`) predate the intervals: their per-seed curves were not "
                           "kept, so the table has no intervals. The command above reruns them with intervals.", ""]
@@ -297,6 +298,24 @@ def _prediction_table(p: str, row: dict[str, Any]) -> list[str]:
            "|---|---|---|---|---|---|"]
     out += [f"| `{r['allocator']}` | {_fmt(r['measured_saving'])} | {_ci(r['measured_ci90'])} | "
             f"{_fmt(r['predicted_saving'])} | {r['verdict']} | {_yes(r['prediction_in_ci90'])} |" for r in judged]
+    return out + [""]
+
+
+def _level_table(result: dict[str, Any], names: list[str] | None) -> list[str]:
+    """Held-out pass@1 by task level, at the warm start and at each allocator's end (markdown lines):
+    where the gain the savings are measured on comes from."""
+    rows = [r for r in result.get("allocators", []) if r.get("pass1_by_level")]
+    if not rows:
+        return []
+    levels = list(rows[0]["pass1_by_level"]["start"])
+    label = {lv: (f"{names[int(lv) - 1]}" if names and int(lv) <= len(names) else f"level {lv}") for lv in levels}
+    start = rows[0]["pass1_by_level"]["start"]
+    out = ["Held-out pass@1 by level (mean over seeds), at the first evaluation and at each allocator's last: where "
+           "the gain the savings are measured on comes from.", "",
+           "| | " + " | ".join(f"`{label[lv]}`" for lv in levels) + " |", "|---" * (len(levels) + 1) + "|",
+           "| warm start | " + " | ".join(f"{start[lv]:.3f}" for lv in levels) + " |"]
+    out += [f"| `{r['allocator']}` | " + " | ".join(f"{r['pass1_by_level']['end'].get(lv, float('nan')):.3f}"
+                                                    for lv in levels) + " |" for r in rows]
     return out + [""]
 
 
