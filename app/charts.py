@@ -22,14 +22,21 @@ TIME_PHASES = [
 ]
 
 
+LEGEND_TOP_CHARS = 36
+"""Legend text (all entries) that still fits beside a chart's title in a half-width column."""
+
+
 def _layout(fig: go.Figure, title: str, *, x: str = "step", y: str = "", height: int = 300) -> go.Figure:
-    # a legend of more than three entries wraps over the title in a half-width column: put it below
-    entries = sum(1 for t in fig.data if t.showlegend is not False and t.name)
-    legend = (dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0) if entries <= 3 else
+    # a legend of more than three entries, or of long names (runs on Compare), wraps over the title in a
+    # half-width column: put it below the plot
+    names = [t.name for t in fig.data if t.showlegend is not False and t.name]
+    on_top = len(names) <= 3 and sum(len(n) for n in names) <= LEGEND_TOP_CHARS
+    legend = (dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0) if on_top else
               dict(orientation="h", yanchor="top", y=-0.22, xanchor="left", x=0.0))
     fig.update_layout(
         title=dict(text=title, x=0.0, font=dict(size=14)),
-        height=height if entries <= 3 else height + 40,
+        # below: about 55 characters of legend per line in a half-width column
+        height=height if on_top else height + 20 + 22 * math.ceil(sum(len(n) + 4 for n in names) / 55),
         margin=dict(l=10, r=10, t=40, b=10),
         legend=legend,
         hovermode="x unified",
