@@ -12,8 +12,6 @@ Every field carries an attribute docstring; that text is what `workbench config 
 from __future__ import annotations
 
 import dataclasses
-import json
-import textwrap
 import tomllib
 import typing
 from dataclasses import dataclass, field, fields, is_dataclass
@@ -476,64 +474,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     return RunConfig.from_dict(data)
 
 
-def split_fields(cfg: RunConfig) -> tuple[list[Any], list[Any]]:
-    """The run config's top-level fields, and its tables (dataclass or dict values), in field order."""
-    scalars, tables = [], []
-    for f in fields(RunConfig):
-        value = getattr(cfg, f.name)
-        (tables if is_dataclass(value) or isinstance(value, dict) else scalars).append(f)
-    return scalars, tables
-
-
-def to_toml(cfg: RunConfig) -> str:
-    """The config as TOML (what `workbench config show` prints), comments from the docstrings.
-    `load_config` of the output gives the same config back."""
-    docs = field_docs(RunConfig)
-    lines: list[str] = []
-    scalars, sections = split_fields(cfg)
-    for f in scalars:
-        lines += _toml_field(f.name, getattr(cfg, f.name), docs.get(f.name, ""))
-    for f in sections:
-        sub = getattr(cfg, f.name)
-        lines += [""] + [f"# {line}" for line in textwrap.wrap(docs.get(f.name, ""), 96)] + [f"[{f.name}]"]
-        if isinstance(sub, dict):
-            lines += [f"{k} = {_toml_value(v)}" for k, v in sub.items()]
-            continue
-        sub_docs = field_docs(type(sub))
-        tables = []
-        for g in fields(sub):
-            v = getattr(sub, g.name)
-            if isinstance(v, dict):
-                tables.append((g, v))
-                continue
-            lines += _toml_field(g.name, v, sub_docs.get(g.name, ""))
-        for g, v in tables:
-            lines += [f"# {line}" for line in textwrap.wrap(sub_docs.get(g.name, ""), 96)]
-            lines.append(f"[{f.name}.{g.name}]")
-            lines += [f"{k} = {_toml_value(x)}" for k, x in v.items()]
-    return "\n".join(lines) + "\n"
-
-
-def _toml_field(name: str, value: Any, doc: str) -> list[str]:
-    return [f"# {line}" for line in textwrap.wrap(doc, 96)] + [f"{name} = {_toml_value(value)}"]
-
-
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return json.dumps(v)
-    if v is None:
-        return "(none)"
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{" + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + "}"
-    return repr(v)
-
-
 __all__ = [
     "RunConfig", "ModelConfig", "SamplingConfig", "AllocatorConfig", "AlgorithmConfig",
     "OptimConfig", "EvalConfig", "CheckpointConfig", "LoggingConfig", "load_config", "apply_overrides",
-    "validate", "to_toml", "field_docs",
+    "validate", "field_docs",
 ]

@@ -1,13 +1,17 @@
-"""docs/configs.md, generated from the run config's dataclasses and their attribute docstrings
-(`workbench config show --markdown`)."""
+"""The run config as text, from its dataclasses and their attribute docstrings: TOML with the docs as
+comments (`to_toml`, what `workbench config show` prints and what launched runs are given) and
+docs/configs.md (`config_markdown`, `workbench config show --markdown`)."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import textwrap
 import typing
 from dataclasses import fields, is_dataclass
+from typing import Any
 
-from workbench.config import RunConfig, _toml_value, _type_name, split_fields
+from workbench.config import RunConfig, _type_name
 from workbench.docstrings import field_docs
 
 
@@ -76,3 +80,59 @@ def _dataclass_table(title: str, cls: type) -> list[str]:
 
 def _md(text: str) -> str:
     return text.replace("|", "\\|")
+
+
+def split_fields(cfg: RunConfig) -> tuple[list[Any], list[Any]]:
+    """The run config's top-level fields, and its tables (dataclass or dict values), in field order."""
+    scalars, tables = [], []
+    for f in fields(RunConfig):
+        value = getattr(cfg, f.name)
+        (tables if is_dataclass(value) or isinstance(value, dict) else scalars).append(f)
+    return scalars, tables
+
+
+def to_toml(cfg: RunConfig) -> str:
+    """The config as TOML (what `workbench config show` prints), comments from the docstrings.
+    `load_config` of the output gives the same config back."""
+    docs = field_docs(RunConfig)
+    lines: list[str] = []
+    scalars, sections = split_fields(cfg)
+    for f in scalars:
+        lines += _toml_field(f.name, getattr(cfg, f.name), docs.get(f.name, ""))
+    for f in sections:
+        sub = getattr(cfg, f.name)
+        lines += [""] + [f"# {line}" for line in textwrap.wrap(docs.get(f.name, ""), 96)] + [f"[{f.name}]"]
+        if isinstance(sub, dict):
+            lines += [f"{k} = {_toml_value(v)}" for k, v in sub.items()]
+            continue
+        sub_docs = field_docs(type(sub))
+        tables = []
+        for g in fields(sub):
+            v = getattr(sub, g.name)
+            if isinstance(v, dict):
+                tables.append((g, v))
+                continue
+            lines += _toml_field(g.name, v, sub_docs.get(g.name, ""))
+        for g, v in tables:
+            lines += [f"# {line}" for line in textwrap.wrap(sub_docs.get(g.name, ""), 96)]
+            lines.append(f"[{f.name}.{g.name}]")
+            lines += [f"{k} = {_toml_value(x)}" for k, x in v.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _toml_field(name: str, value: Any, doc: str) -> list[str]:
+    return [f"# {line}" for line in textwrap.wrap(doc, 96)] + [f"{name} = {_toml_value(value)}"]
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return json.dumps(v)
+    if v is None:
+        return "(none)"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + "}"
+    return repr(v)

@@ -11,7 +11,7 @@ from workbench.store import open_store
 
 
 def test_workbench_run_subprocess(store_dir, tiny_config, tmp_path):
-    from workbench.config import to_toml
+    from workbench.config_docs import to_toml
 
     cfg = tiny_config(steps=2)
     path = tmp_path / "tiny.toml"

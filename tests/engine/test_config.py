@@ -2,7 +2,8 @@
 
 import pytest
 
-from workbench.config import RunConfig, apply_overrides, field_docs, load_config, to_toml
+from workbench.config import RunConfig, apply_overrides, field_docs, load_config
+from workbench.config_docs import to_toml
 from workbench.config_docs import config_markdown
 from workbench.errors import ConfigError
 

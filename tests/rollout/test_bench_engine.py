@@ -25,7 +25,7 @@ def test_missing_peer_is_detected(no_trl):
 
 def test_bench_engine_json_without_trl(no_trl, organism_store, tmp_path, monkeypatch):  # noqa: F811
     from workbench.cli import app
-    from workbench.config import to_toml
+    from workbench.config_docs import to_toml
     from workbench.experiments import engine_bench
 
     config = tmp_path / "tiny.toml"

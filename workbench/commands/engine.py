@@ -151,7 +151,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         markdown: Annotated[bool, typer.Option("--markdown", help="Every field as a Markdown reference.")] = False,
     ) -> None:
         """Print the config in force (defaults, then CONFIG, then --set) as commented TOML."""
-        from workbench.config import load_config, to_toml
+        from workbench.config import load_config
+        from workbench.config_docs import to_toml
         from workbench.config_docs import config_markdown
 
         if markdown:

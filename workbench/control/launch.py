@@ -215,7 +215,7 @@ def launch(
     name: str | None = None,
 ) -> str:
     """Validate the config, create the run row, start the run detached; return its id at once."""
-    from workbench.config import to_toml
+    from workbench.config_docs import to_toml
     from workbench.store import open_store
 
     cfg = resolve_config(config, overrides, name=name)

@@ -199,7 +199,7 @@ def _queue_controls(store: Path, run_id: str, segment: int) -> None:
 
 
 def _new_run(store: Path, cfg: Any, name: str) -> tuple[str, Path]:
-    from workbench.config import to_toml
+    from workbench.config_docs import to_toml
     from workbench.store import open_store
 
     with open_store(store) as st:

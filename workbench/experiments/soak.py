@@ -291,7 +291,7 @@ def bench_soak(minutes: float = 10.0, *, catalog: str = "sqlite", seed: int = 0,
 
 def _soak(spec: dict[str, str], root: Path, minutes: float, seed: int, control_every_s: float,
           catalog: str) -> dict[str, Any]:
-    from workbench.config import to_toml
+    from workbench.config_docs import to_toml
     from workbench.control import api
     from workbench.control.launch import resolve_config
     from workbench.engine.setup import model_path
