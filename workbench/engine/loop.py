@@ -48,8 +48,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from workbench.algorithms import GroupedBatch, get_advantage, get_policy_loss, group_sequences, grouped_logprobs
-from workbench.algorithms.losses import canonical_aggregation
+from workbench.algorithms import get_advantage
 from workbench.allocators.base import Budget, Candidate, GroupResult, PromptStats, StepContext, fit_to_budget
 from workbench.config import RunConfig
 from workbench.engine.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
@@ -57,6 +56,7 @@ from workbench.engine.evaluate import decode, evaluate
 from workbench.engine.setup import Setup, apply_controls, build_setup
 from workbench.engine.steplog import Rollouts, StepWriter, rollouts_table
 from workbench.engine.timing import PhaseTimer
+from workbench.engine.update import policy_update
 from workbench.faults import fault_point
 from workbench.rollout.base import SamplingParams, group_seed
 
@@ -121,112 +121,6 @@ def reused_row(s: Setup, prompt: int, stage: int) -> Rollouts:
         off_policy=np.array([True]), responses=[c["response"]], rewards=np.array([c["reward"]]),
         verdicts=[c["verdict"]],
     )
-
-
-# -- the policy update -----------------------------------------------------------------------------
-
-def _normaliser(mask: torch.Tensor, aggregation: str, max_tokens: int) -> float:
-    """The denominator the aggregation uses over a whole mini-batch (micro-batches share it)."""
-    mode = canonical_aggregation(aggregation)
-    if mode == "token":
-        return max(float(mask.sum()), 1.0)
-    if mode == "sequence":
-        return max(float((mask.sum(-1) > 0).sum()), 1.0)
-    return max(float(mask.shape[0] * max_tokens), 1.0)
-
-
-def policy_update(s: Setup, r: Rollouts, adv: np.ndarray, used: np.ndarray, signal: np.ndarray,
-                  rng: np.random.Generator) -> dict[str, float]:
-    """`updates_per_step` optimiser steps on the used rows; returns `train/` metrics."""
-    a, dev = s.cfg.algorithm, s.device
-    loss_fn = get_policy_loss(a.loss)
-    used_rows = np.flatnonzero(used)
-    if a.updates_per_step > 1:
-        used_rows = rng.permutation(used_rows)
-    train_rows = used_rows if a.kl_coef > 0 else used_rows[signal[used_rows]]
-    mask_all = r.mask().float()
-    old = r.logprobs.clone()  # behaviour logprobs; on-policy rows are replaced below
-    if a.updates_per_step > 1:
-        old_onp = _logprobs(s, r, train_rows[~r.off_policy[train_rows]], grad=False)
-        for i, row in enumerate(train_rows[~r.off_policy[train_rows]]):
-            old[row] = old_onp[i]
-    train_set = set(train_rows.tolist())
-    totals: dict[str, float] = {}
-    weights = 0.0
-    for chunk in np.array_split(used_rows, a.updates_per_step):
-        norm = _normaliser(mask_all[chunk], a.aggregation, s.cfg.sampling.max_new_tokens)
-        rows_in = [int(i) for i in chunk if int(i) in train_set]
-        loss_total = 0.0
-        for micro in _micro_batches(rows_in, r.temperature, a.micro_batch_size):
-            batch, t = _pack(s, r, micro)
-            batch = batch.to(dev)
-            logp, _ = grouped_logprobs(s.model, batch, pad_token_id=s.pad_id, temperature=t)
-            width = logp.shape[1]
-            onp = torch.as_tensor(~r.off_policy[micro], device=dev).unsqueeze(1)
-            old_m = old[micro, :width].to(dev)
-            if a.updates_per_step == 1:
-                old_m = torch.where(onp, logp.detach(), old_m)
-            ref = None
-            if s.ref_model is not None:
-                with torch.no_grad():
-                    ref, _ = grouped_logprobs(s.ref_model, batch, pad_token_id=s.pad_id, temperature=t)
-            loss, m = loss_fn(logp, old_m, torch.as_tensor(adv[micro], dtype=torch.float32, device=dev),
-                              batch.response_mask, clip_low=a.clip_low, clip_high=a.clip_high,
-                              aggregation=a.aggregation, ref_logprobs=ref, kl_coef=a.kl_coef,
-                              max_tokens=s.cfg.sampling.max_new_tokens, normalizer=norm)
-            loss.backward()
-            loss_total += float(loss.detach())
-            w = float(batch.response_mask.sum())
-            weights += w
-            for k, v in m.items():
-                totals[k] = totals.get(k, 0.0) + v * w
-        clip = s.cfg.optim.grad_clip if s.cfg.optim.grad_clip > 0 else float("inf")
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(s.model.parameters(), clip))
-        fault_point("update")
-        s.optimizer.step()
-        s.scheduler.step()
-        s.optimizer.zero_grad(set_to_none=True)
-        totals["train/loss_sum"] = totals.get("train/loss_sum", 0.0) + loss_total
-        totals["train/grad_norm_sum"] = totals.get("train/grad_norm_sum", 0.0) + grad_norm
-    out = {k: v / weights for k, v in totals.items() if not k.endswith("_sum")} if weights else {}
-    out["train/loss"] = totals.get("train/loss_sum", 0.0) / a.updates_per_step
-    out["train/grad_norm"] = totals.get("train/grad_norm_sum", 0.0) / a.updates_per_step
-    out["train/lr"] = s.scheduler.get_last_lr()[0]
-    out["train/sequences"] = float(len(train_rows))
-    out["train/optimizer_steps"] = float(a.updates_per_step)
-    return out
-
-
-def _micro_batches(rows: list[int], temps: np.ndarray, size: int) -> list[list[int]]:
-    """Split rows into micro-batches of at most `size` (0: one), never mixing temperatures."""
-    out: list[list[int]] = []
-    for t in sorted({float(temps[i]) for i in rows}):
-        same = [i for i in rows if float(temps[i]) == t]
-        step = size or len(same)
-        out += [same[i:i + step] for i in range(0, len(same), step)]
-    return out
-
-
-def _pack(s: Setup, r: Rollouts, rows: list[int]) -> tuple[GroupedBatch, float]:
-    """The rows' prompts (each distinct one once) and responses, and their sampling temperature."""
-    lengths = r.lengths[rows]
-    width = int(lengths.max()) if len(rows) else 0
-    batch = group_sequences([s.train_tok[int(r.prompt[i])] for i in rows], r.tokens[rows, :width],
-                            lengths, s.pad_id)
-    return batch, float(r.temperature[rows[0]])
-
-
-def _logprobs(s: Setup, r: Rollouts, rows: np.ndarray, grad: bool) -> torch.Tensor:
-    """[len(rows), T] logprobs of the current policy (no grad), in `rows` order."""
-    out = torch.zeros((len(rows), r.tokens.shape[1]))
-    order = {int(row): i for i, row in enumerate(rows)}
-    for micro in _micro_batches([int(i) for i in rows], r.temperature, s.cfg.algorithm.micro_batch_size):
-        batch, t = _pack(s, r, micro)
-        with torch.set_grad_enabled(grad):
-            logp, _ = grouped_logprobs(s.model, batch.to(s.device), pad_token_id=s.pad_id, temperature=t)
-        for j, row in enumerate(micro):
-            out[order[row], :logp.shape[1]] = logp[j].detach().cpu()
-    return out
 
 
 # -- the loop ----------------------------------------------------------------------------------------
