@@ -144,3 +144,20 @@ def test_runs_kept_by_an_older_workbench_are_found_after_migrating_the_store(tmp
     assert found is not None and found[0] == done
     with open_store(tmp_path, read_only=True) as st:
         assert st.schema_version == schema.SCHEMA_VERSION
+
+
+@pytest.mark.parametrize("profile", ["skewed", "long"])
+def test_the_profiles_run_config_matches_its_comparison_settings(profile):
+    """`configs/organism-<profile>.toml` runs what the comparison runs for that profile."""
+    from pathlib import Path
+
+    from workbench.config import load_config
+    from workbench.experiments.compare import PROFILE_RUNS
+    from workbench.experiments.engine_bench import _base_config
+
+    root = Path(__file__).resolve().parents[2]
+    shipped = load_config(root / "configs" / f"organism-{profile}.toml")
+    bench = _base_config(list(PROFILE_RUNS[profile]))
+    for get in (lambda c: c.steps, lambda c: c.eval.every, lambda c: c.task["profile"],
+                lambda c: c.sampling.max_new_tokens, lambda c: c.allocator.prompts_per_step):
+        assert get(shipped) == get(bench)
