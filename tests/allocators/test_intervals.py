@@ -81,6 +81,33 @@ def test_with_intervals_marks_the_best_allocators_interval():
     fast = result["allocators"][1]
     assert result["best_saving_ci90"] == fast["saving_ci90"] and fast["saving_real"] and fast["seeds"] == 3
     assert fast["saving_ci90"][0] <= 2.5 <= fast["saving_ci90"][1]
+    # uniform's curves rise 0.02 a step over 12 steps: it learns, by ~0.24
+    assert result["uniform_learns"] and result["uniform_gain_ci90"][0] > 0.15
+    # equal slopes per step: the same final pass@1 as uniform, up to seed noise (sd 0.01)
+    assert abs(fast["final_vs_uniform"]) < 0.03 and fast["final_vs_uniform_ci90"][0] < 0.03
+
+
+def test_a_reference_that_does_not_learn_is_flagged():
+    """A flat, noisy uniform: its gain's interval holds 0, so the comparison says savings mean nothing;
+    an allocator that does learn ends above it, and the difference's interval says so."""
+    rng = np.random.default_rng(3)
+    runs = {"uniform": [{"curve": c, "minutes": 1.0} for c in _seeds(rng, 5, 1000, slope=0.0, noise=0.02)],
+            "learns": [{"curve": c, "minutes": 1.0} for c in _seeds(rng, 3, 1000, slope=0.01, noise=0.02)]}
+    result = {"best_allocator": None, "allocators": [{"allocator": n} for n in runs]}
+    with_intervals(result, runs, "uniform", replicates=500)
+    assert not result["uniform_learns"]
+    assert result["uniform_gain_ci90"][0] <= 0
+    learns = result["allocators"][1]
+    assert learns["final_vs_uniform"] == pytest.approx(0.12, abs=0.05) and learns["final_vs_uniform_ci90"][0] > 0
+    from workbench.experiments.compare import markdown_table
+
+    table = markdown_table({**result, "steps": 12, "tokens_per_step": 1000, "minutes": 1.0, "seeds": 5,
+                            "uniform_final_pass1": 0.3, "best_token_saving_vs_uniform": None,
+                            "allocators": [{**r, "final_pass1": 0.3, "final_pass8": 0.6, "final_tokens": 12000.0,
+                                            "zero_signal_frac": 0.5, "tokens_to_uniform_final": None,
+                                            "token_saving_vs_uniform": None, "minutes": 1.0}
+                                           for r in result["allocators"]]})
+    assert "uniform did not learn out of seed noise" in table
 
 
 def test_zero_signal_chance_is_the_unbiased_all_agree_estimate():

@@ -330,6 +330,7 @@ def markdown_table(result: dict[str, Any], heading: str = "# Allocators on the m
         f"{_f(result.get('uniform_zero_signal_frac'), '.3f')}. Best token saving vs uniform: "
         f"{_ci(result['best_token_saving_vs_uniform'], result.get('best_saving_ci90'), '.2f')} "
         f"({result['best_allocator'] or 'none reached it'}).",
+        *_learning_line(result),
         f"Reproduce: `workbench bench allocators --json --profile {profile} --seeds {result['seeds']}"
         + "".join(f" --seeds-for {n}={k}" for n, k in seeds.items() if k != result["seeds"])
         + f" --allocators {','.join(r['allocator'] for r in result['allocators'])}"
@@ -340,9 +341,9 @@ def markdown_table(result: dict[str, Any], heading: str = "# Allocators on the m
         "and rests on the measured curves (✗ extrapolated: most resamples reached uniform's final value only on the "
         "line extended past the allocator's last evaluation).",
         "",
-        "| allocator | seeds | final pass@1 | final pass@8 | generated tokens | zero-signal frac "
-        "| tokens to uniform's final | saving | real | minutes per run |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| allocator | seeds | final pass@1 | final pass@8 | final pass@1 − uniform's | generated tokens "
+        "| zero-signal frac | tokens to uniform's final | saving | real | minutes per run |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["allocators"]:
         real = ("" if r["allocator"] == REFERENCE or r.get("saving_ci90") is None
@@ -350,10 +351,24 @@ def markdown_table(result: dict[str, Any], heading: str = "# Allocators on the m
                 and r["saving_ci90"][0] > 1.0 else "✗")
         lines.append(
             f"| `{r['allocator']}` | {seeds.get(r['allocator'], '—')} | {_ci(r['final_pass1'], r.get('final_pass1_ci90'), '.3f')} "
-            f"| {_ci(r['final_pass8'], r.get('final_pass8_ci90'), '.3f')} | {r['final_tokens']:.0f} "
+            f"| {_ci(r['final_pass8'], r.get('final_pass8_ci90'), '.3f')} "
+            f"| {'' if r['allocator'] == REFERENCE else _ci(r.get('final_vs_uniform'), r.get('final_vs_uniform_ci90'), '+.3f')} "
+            f"| {r['final_tokens']:.0f} "
             f"| {_f(r['zero_signal_frac'], '.3f')} | {_f(r['tokens_to_uniform_final'], '.0f')} "
             f"| {_ci(r['token_saving_vs_uniform'], r.get('saving_ci90'), '.2f')} | {real} | {r['minutes']:.1f} |")
     return "\n".join(lines) + "\n"
+
+
+def _learning_line(result: dict[str, Any]) -> list[str]:
+    """Uniform's own held-out gain, and a warning when it did not rise out of seed noise."""
+    if result.get("uniform_gain_ci90") is None:
+        return []
+    line = (f"Uniform's held-out pass@1 gain over the run: {_ci(result['uniform_gain_pass1'], result['uniform_gain_ci90'], '+.3f')}.")
+    if not result.get("uniform_learns"):
+        line += (" **Its interval includes 0: uniform did not learn out of seed noise here, so a saving measured "
+                 "against its final value says nothing; compare the final pass@1 against uniform's, at the same "
+                 "per-step budget, instead.**")
+    return [line]
 
 
 def _profile_sets(profile: str) -> list[str]:

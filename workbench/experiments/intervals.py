@@ -115,16 +115,35 @@ def bootstrap_mean(values: Sequence[float], replicates: int = REPLICATES, seed: 
     return _interval(v[rng.integers(0, len(v), (replicates, len(v)))].mean(axis=1))
 
 
+def bootstrap_difference(values: Sequence[float], reference: Sequence[float], replicates: int = REPLICATES,
+                         seed: int = 0) -> list[float]:
+    """90% interval of mean(values) - mean(reference), the two sets of seeds resampled independently."""
+    v, r = np.asarray(values, dtype=float), np.asarray(reference, dtype=float)
+    rng = np.random.default_rng(seed)
+    return _interval(v[rng.integers(0, len(v), (replicates, len(v)))].mean(axis=1)
+                     - r[rng.integers(0, len(r), (replicates, len(r)))].mean(axis=1))
+
+
 def with_intervals(result: dict[str, Any], runs: dict[str, list[dict[str, Any]]], reference: str,
                    replicates: int = REPLICATES) -> dict[str, Any]:
     """Add the bootstrap figures to each allocator row of a comparison `result` (in place; returned):
-    `saving_ci90`, `saving_real`, `reached_frac`, `final_pass1_ci90`, `final_pass8_ci90`, `seeds`, and
-    to the result `best_saving_ci90` (the interval of `best_allocator`, None when there is none)."""
+    `saving_ci90`, `saving_real`, `reached_frac`, `final_pass1_ci90`, `final_pass8_ci90`, `seeds`, the
+    run's own held-out gain (`gain_pass1`, final minus first evaluation, and its interval), the final
+    pass@1 against the reference's (`final_vs_uniform`, its interval), and to the result
+    `best_saving_ci90` (the interval of `best_allocator`, None when there is none) and `uniform_learns`:
+    whether the reference's gain interval lies above 0. When it does not, the reference's curve never
+    rose out of seed noise and a saving measured against its final value says nothing."""
     ref = [r["curve"] for r in runs[reference]]
+    ref_finals = [c[-1]["pass1"] for c in ref]
     for i, row in enumerate(result["allocators"]):
         rs = runs[row["allocator"]]
         finals = [r["curve"][-1] for r in rs]
         row["seeds"] = len(rs)
+        gains = [r["curve"][-1]["pass1"] - r["curve"][0]["pass1"] for r in rs]
+        row["gain_pass1"], row["gain_pass1_ci90"] = float(np.mean(gains)), bootstrap_mean(gains, replicates, seed=i)
+        row["final_vs_uniform"] = float(np.mean([p["pass1"] for p in finals]) - np.mean(ref_finals))
+        row["final_vs_uniform_ci90"] = bootstrap_difference([p["pass1"] for p in finals], ref_finals, replicates,
+                                                            seed=i)
         row["final_pass1_ci90"] = bootstrap_mean([p["pass1"] for p in finals], replicates, seed=i)
         row["final_pass8_ci90"] = bootstrap_mean([p["pass8"] for p in finals], replicates, seed=i)
         row["minutes_ci90"] = bootstrap_mean([r["minutes"] for r in rs], replicates, seed=i)
@@ -134,4 +153,7 @@ def with_intervals(result: dict[str, Any], runs: dict[str, list[dict[str, Any]]]
         row["saving_extrapolated"] = b["extrapolated"]
     best = next((r for r in result["allocators"] if r["allocator"] == result.get("best_allocator")), None)
     result["best_saving_ci90"] = best["saving_ci90"] if best else None
+    ref_row = next(r for r in result["allocators"] if r["allocator"] == reference)
+    result["uniform_gain_pass1"], result["uniform_gain_ci90"] = ref_row["gain_pass1"], ref_row["gain_pass1_ci90"]
+    result["uniform_learns"] = bool(ref_row["gain_pass1_ci90"][0] > 0)
     return result
