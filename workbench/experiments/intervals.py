@@ -24,6 +24,8 @@ under-covers); it is an honest statement of seed-to-seed spread, not a guarantee
 
 from __future__ import annotations
 
+import zlib
+
 from typing import Any, Sequence
 
 import numpy as np
@@ -135,8 +137,11 @@ def with_intervals(result: dict[str, Any], runs: dict[str, list[dict[str, Any]]]
     rose out of seed noise and a saving measured against its final value says nothing."""
     ref = [r["curve"] for r in runs[reference]]
     ref_finals = [c[-1]["pass1"] for c in ref]
-    for i, row in enumerate(result["allocators"]):
+    for row in result["allocators"]:
         rs = runs[row["allocator"]]
+        # the resampling stream follows the allocator's name, not its row, so that adding an allocator to a
+        # comparison leaves every other row's intervals as they were
+        i = zlib.crc32(row["allocator"].encode())
         finals = [r["curve"][-1] for r in rs]
         row["seeds"] = len(rs)
         gains = [r["curve"][-1]["pass1"] - r["curve"][0]["pass1"] for r in rs]
