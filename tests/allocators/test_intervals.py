@@ -109,7 +109,17 @@ def test_a_reference_that_does_not_learn_is_flagged():
                                             "zero_signal_frac": 0.5, "tokens_to_uniform_final": None,
                                             "token_saving_vs_uniform": None, "minutes": 1.0}
                                            for r in result["allocators"]]})
-    assert "uniform did not learn out of seed noise" in table
+    assert "uniform did not learn out of seed noise" in table and "not meaningful here" in table
+    assert result["best_final_vs_uniform"]["allocator"] == "learns"
+    # the simulator is not judged against savings that mean nothing
+    from workbench.experiments.compare import _ci
+    from workbench.experiments.leverage import _leverage_rows
+
+    rows = _leverage_rows({**result, "allocators": [{**r, "token_saving_vs_uniform": 2.0, "saving_ci90": [0.5, 1e9]}
+                                                    for r in result["allocators"]]},
+                          {"allocators": {"learns": {"predicted_saving": 2.0}}})
+    assert rows[0]["verdict"] is None and rows[0]["prediction_in_ci90"] is None
+    assert _ci(2.0, [0.5, 1e9], ".2f") == "2.00 [0.50, ∞]"
 
 
 def test_zero_signal_chance_is_the_unbiased_all_agree_estimate():

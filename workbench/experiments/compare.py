@@ -309,11 +309,12 @@ def write_report(result: dict[str, Any], out_dir: str | Path = DOCS_BENCH) -> li
 
 
 def _f(v: Any, fmt: str) -> str:
-    return "—" if v is None else format(v, fmt)
+    # a bootstrap saving is capped at 1e9 where a resample's target is met at 0 tokens
+    return "—" if v is None else "∞" if isinstance(v, float) and v >= 1e9 else format(v, fmt)
 
 
 def _ci(v: Any, ci: Any, fmt: str) -> str:
-    return _f(v, fmt) + (f" [{format(ci[0], fmt)}, {format(ci[1], fmt)}]" if ci else "")
+    return _f(v, fmt) + (f" [{_f(ci[0], fmt)}, {_f(ci[1], fmt)}]" if ci else "")
 
 
 def markdown_table(result: dict[str, Any], heading: str = "# Allocators on the model organism") -> str:
@@ -327,9 +328,7 @@ def markdown_table(result: dict[str, Any], heading: str = "# Allocators on the m
         f"{result['steps']} steps per run, {result['tokens_per_step']} generated tokens per step at most "
         f"({result.get('run_minutes', result['minutes']):.1f} minutes of runs in all). Uniform's final held-out "
         f"pass@1: {result['uniform_final_pass1']:.3f}; uniform's zero-signal group fraction: "
-        f"{_f(result.get('uniform_zero_signal_frac'), '.3f')}. Best token saving vs uniform: "
-        f"{_ci(result['best_token_saving_vs_uniform'], result.get('best_saving_ci90'), '.2f')} "
-        f"({result['best_allocator'] or 'none reached it'}).",
+        f"{_f(result.get('uniform_zero_signal_frac'), '.3f')}. " + _best_line(result),
         *_learning_line(result),
         f"Reproduce: `workbench bench allocators --json --profile {profile} --seeds {result['seeds']}"
         + "".join(f" --seeds-for {n}={k}" for n, k in seeds.items() if k != result["seeds"])
@@ -357,6 +356,17 @@ def markdown_table(result: dict[str, Any], heading: str = "# Allocators on the m
             f"| {_f(r['zero_signal_frac'], '.3f')} | {_f(r['tokens_to_uniform_final'], '.0f')} "
             f"| {_ci(r['token_saving_vs_uniform'], r.get('saving_ci90'), '.2f')} | {real} | {r['minutes']:.1f} |")
     return "\n".join(lines) + "\n"
+
+
+def _best_line(result: dict[str, Any]) -> str:
+    saving = (f"{_ci(result['best_token_saving_vs_uniform'], result.get('best_saving_ci90'), '.2f')} "
+              f"({result['best_allocator'] or 'none reached it'})")
+    if result.get("uniform_learns") is False:
+        saving = f"not meaningful here (uniform did not learn; the point estimate would be {saving})"
+    ahead = result.get("best_final_vs_uniform")
+    return (f"Best token saving vs uniform: {saving}. Furthest above uniform's final pass@1: "
+            + (f"`{ahead['allocator']}`, {_ci(ahead['diff'], ahead['ci90'], '+.3f')}." if ahead
+               else "no allocator's interval lies above it."))
 
 
 def _learning_line(result: dict[str, Any]) -> list[str]:

@@ -161,4 +161,10 @@ def with_intervals(result: dict[str, Any], runs: dict[str, list[dict[str, Any]]]
     ref_row = next(r for r in result["allocators"] if r["allocator"] == reference)
     result["uniform_gain_pass1"], result["uniform_gain_ci90"] = ref_row["gain_pass1"], ref_row["gain_pass1_ci90"]
     result["uniform_learns"] = bool(ref_row["gain_pass1_ci90"][0] > 0)
+    # the allocator that ends furthest above uniform at the same per-step budget (the answer to read when
+    # uniform did not learn), with its interval; None when no allocator's interval lies above 0
+    ahead = [r for r in result["allocators"] if r["allocator"] != reference and r["final_vs_uniform_ci90"][0] > 0]
+    top = max(ahead, key=lambda r: r["final_vs_uniform"], default=None)
+    result["best_final_vs_uniform"] = ({"allocator": top["allocator"], "diff": top["final_vs_uniform"],
+                                        "ci90": top["final_vs_uniform_ci90"]} if top else None)
     return result

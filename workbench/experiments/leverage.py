@@ -156,6 +156,8 @@ def attach_prediction(result: dict[str, Any], out_dir: str | Path) -> dict[str, 
 
 
 def _leverage_rows(result: dict[str, Any] | None, pred: dict[str, Any] | None) -> list[dict[str, Any]]:
+    # a reference that did not learn out of seed noise gives savings that mean nothing: not judged
+    judged = (result or {}).get("uniform_learns", True)
     names = [r["allocator"] for r in (result or {}).get("allocators", [])]
     names += [n for n in ((pred or {}).get("allocators") or {}) if n not in names]
     rows = []
@@ -173,8 +175,8 @@ def _leverage_rows(result: dict[str, Any] | None, pred: dict[str, Any] | None) -
             "predicted_saving": predicted,
             "prediction_error": (predicted / measured - 1) if (measured and predicted) else None,
             "prediction_within_25pct": (abs(predicted / measured - 1) <= WITHIN) if (measured and predicted) else None,
-            "verdict": _verdict(measured if m else False, predicted if p else False),
-            "prediction_in_ci90": _inside(predicted, m.get("saving_ci90")) if (m and p) else None,
+            "verdict": _verdict(measured if m else False, predicted if p else False) if judged else None,
+            "prediction_in_ci90": _inside(predicted, m.get("saving_ci90")) if (m and p and judged) else None,
         })
     return rows
 
@@ -237,6 +239,8 @@ def write_overview(out_dir: str | Path) -> list[Path]:
             "best_allocator": (me or {}).get("best_allocator"),
             "best_token_saving_vs_uniform": (me or {}).get("best_token_saving_vs_uniform"),
             "best_saving_ci90": (me or {}).get("best_saving_ci90"),
+            "uniform_learns": (me or {}).get("uniform_learns"),
+            "uniform_gain_ci90": (me or {}).get("uniform_gain_ci90"),
             "allocators": _leverage_rows(me, sim),
         }
         lev["profiles"][p]["simulator_agreement"] = agreement(lev["profiles"][p]["allocators"])
@@ -286,6 +290,9 @@ def _yes(b: bool | None) -> str:
 def _prediction_table(p: str, row: dict[str, Any]) -> list[str]:
     """The simulator's prediction beside the measurement, for one profile (markdown lines)."""
     judged = [r for r in row["allocators"] if r["verdict"]]
+    if row.get("uniform_learns") is False:
+        return [f"The simulator is not judged on this profile: uniform did not learn out of seed noise, so there is "
+                f"no measured saving to hold its prediction against (`profile-{p}.json` has the prediction).", ""]
     if not judged:
         return [f"No simulator prediction for this profile yet (`workbench allocators profile {p}`).", ""]
     a = row["simulator_agreement"]
@@ -323,6 +330,8 @@ def _bound(zs: float | None) -> float | None:
     return None if zs is None or zs >= 1 else 1.0 / (1.0 - zs)
 
 
+Y_MAX = 4.0
+"""The map's ceiling: savings and interval ends above it are drawn at it."""
 NEVER_Y = 0.55
 """Where the map puts an allocator that never reached uniform's final pass@1 within the run."""
 
@@ -351,6 +360,7 @@ def _leverage_png(lev: dict[str, Any], path: Path) -> None:
     for p, row in lev["profiles"].items():
         x_meas = row["uniform_zero_signal_frac"]
         x_pred = row["predicted_uniform_zero_signal_frac"]
+        learns = row.get("uniform_learns") is not False
         for r in row["allocators"]:
             name = r["allocator"]
             c, dx = colour[name], shift[name]
@@ -361,9 +371,11 @@ def _leverage_png(lev: dict[str, Any], path: Path) -> None:
                 else:
                     # an interval's low end of 0 means some resamples never got there: draw it down to that line
                     ci = r["measured_ci90"] or [y, y]
-                    err = [[max(0.0, y - max(ci[0], NEVER_Y))], [max(0.0, ci[1] - y)]]
-                    ax.errorbar([x_meas + dx], [y], yerr=err, fmt="o", color=c, ms=6, capsize=3)
-                    top = max(top, y, ci[1])
+                    hi = min(ci[1], Y_MAX)  # an open-ended interval is drawn to the top
+                    err = [[max(0.0, y - max(ci[0], NEVER_Y))], [max(0.0, hi - y)]]
+                    ax.errorbar([x_meas + dx], [min(y, Y_MAX)], yerr=err, fmt="o" if learns else "x", color=c,
+                                ms=6, capsize=3, alpha=1.0 if learns else 0.45)
+                    top = max(top, min(y, Y_MAX), hi)
             if r["verdict"] is not None or (not r["seeds"] and x_pred is not None):
                 y = r["predicted_saving"]
                 ax.plot([x_pred + dx], [NEVER_Y if y is None else y], marker="v" if y is None else "o", mfc="none",
@@ -372,6 +384,9 @@ def _leverage_png(lev: dict[str, Any], path: Path) -> None:
         x = x_meas if x_meas is not None else x_pred
         if x is not None:
             ax.annotate(p, (x, 0.3), ha="center", fontsize=9, fontweight="bold")
+            if not learns:
+                ax.annotate("uniform did not learn:\nsavings not meaningful (×)", (x, 0.3), xytext=(0, -22),
+                            textcoords="offset points", ha="center", fontsize=7, color="#666666")
     ax.set_ylim(0.25, top * 1.08)
     ax.set_xlabel("uniform's zero-signal group fraction z (measured: filled; simulator: hollow)")
     ax.set_ylabel("token saving vs uniform (90% bootstrap interval)")
