@@ -357,6 +357,7 @@ def _leverage_png(lev: dict[str, Any], path: Path) -> None:
     # a small sideways offset per allocator, so that points of one profile do not hide each other
     shift = {n: (i - (len(names) - 1) / 2) * 0.006 for i, n in enumerate(names)}
     top = 2.0
+    placed: list[float] = []
     for p, row in lev["profiles"].items():
         x_meas = row["uniform_zero_signal_frac"]
         x_pred = row["predicted_uniform_zero_signal_frac"]
@@ -364,7 +365,7 @@ def _leverage_png(lev: dict[str, Any], path: Path) -> None:
         for r in row["allocators"]:
             name = r["allocator"]
             c, dx = colour[name], shift[name]
-            if r["seeds"] and x_meas is not None:
+            if r["seeds"] and x_meas is not None and learns:  # savings against a flat uniform mean nothing
                 y = r["measured_saving"]
                 if y is None:
                     ax.plot([x_meas + dx], [NEVER_Y], marker="v", color=c, ms=7, ls="none")
@@ -373,8 +374,7 @@ def _leverage_png(lev: dict[str, Any], path: Path) -> None:
                     ci = r["measured_ci90"] or [y, y]
                     hi = min(ci[1], Y_MAX)  # an open-ended interval is drawn to the top
                     err = [[max(0.0, y - max(ci[0], NEVER_Y))], [max(0.0, hi - y)]]
-                    ax.errorbar([x_meas + dx], [min(y, Y_MAX)], yerr=err, fmt="o" if learns else "x", color=c,
-                                ms=6, capsize=3, alpha=1.0 if learns else 0.45)
+                    ax.errorbar([x_meas + dx], [min(y, Y_MAX)], yerr=err, fmt="o", color=c, ms=6, capsize=3)
                     top = max(top, min(y, Y_MAX), hi)
             if r["verdict"] is not None or (not r["seeds"] and x_pred is not None):
                 y = r["predicted_saving"]
@@ -383,11 +383,13 @@ def _leverage_png(lev: dict[str, Any], path: Path) -> None:
                 top = max(top, y or 0)
         x = x_meas if x_meas is not None else x_pred
         if x is not None:
-            ax.annotate(p, (x, 0.3), ha="center", fontsize=9, fontweight="bold")
-            if not learns:
-                ax.annotate("uniform did not learn:\nsavings not meaningful (×)", (x, 0.3), xytext=(0, -22),
-                            textcoords="offset points", ha="center", fontsize=7, color="#666666")
-    ax.set_ylim(0.25, top * 1.08)
+            # profiles whose x are close get their labels on separate lines
+            level = sum(1 for x0 in placed if abs(x0 - x) < 0.1)
+            placed.append(x)
+            text = p + ("" if learns else ": uniform did not learn, no saving shown")
+            ax.annotate(text, (x, 0.42 - 0.09 * level), ha="center", fontsize=8 if learns else 7,
+                        fontweight="bold" if learns else "normal")
+    ax.set_ylim(0.15, top * 1.08)
     ax.set_xlabel("uniform's zero-signal group fraction z (measured: filled; simulator: hollow)")
     ax.set_ylabel("token saving vs uniform (90% bootstrap interval)")
     ax.set_title("Leverage map: measured saving (filled) and the simulator's prediction (hollow), one x per profile;"
