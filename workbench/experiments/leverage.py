@@ -175,20 +175,18 @@ def _leverage_rows(result: dict[str, Any] | None, pred: dict[str, Any] | None) -
             "predicted_saving": predicted,
             "prediction_error": (predicted / measured - 1) if (measured and predicted) else None,
             "prediction_within_25pct": (abs(predicted / measured - 1) <= WITHIN) if (measured and predicted) else None,
-            "verdict": _verdict(measured if m else False, predicted if p else False) if judged else None,
+            "verdict": _verdict(measured, predicted) if (m and p and judged) else None,
             "prediction_in_ci90": _inside(predicted, m.get("saving_ci90")) if (m and p and judged) else None,
         })
     return rows
 
 
-def _verdict(measured: float | None | bool, predicted: float | None | bool) -> str | None:
-    """How the simulator's prediction compares with the measurement; None (a saving) means the allocator
-    never reached uniform's final pass@1 within the run, False that that side is missing.
+def _verdict(measured: float | None, predicted: float | None) -> str:
+    """How the simulator's prediction compares with the measurement, both sides present; a saving of
+    None means the allocator never reached uniform's final pass@1 within the run.
 
     "within 25%", "off by more than 25%", "both never" (the simulator said it would not get there, and
-    it did not), "predicted never" (it did), "measured never" (the simulator said it would), or None."""
-    if measured is False or predicted is False:
-        return None
+    it did not), "predicted never" (it did), "measured never" (the simulator said it would)."""
     if measured is None and predicted is None:
         return "both never"
     if measured is None:
@@ -280,7 +278,9 @@ def _fmt(x: float | None) -> str:
 
 
 def _ci(ci: list[float] | None) -> str:
-    return "—" if not ci else f"[{ci[0]:.2f}, {ci[1]:.2f}]"
+    from workbench.experiments.compare import _f  # its number format: an open end prints as ∞
+
+    return "—" if not ci else f"[{_f(ci[0], '.2f')}, {_f(ci[1], '.2f')}]"
 
 
 def _yes(b: bool | None) -> str:
