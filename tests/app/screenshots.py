@@ -10,63 +10,45 @@ charts are drawn, and writes `<page>.png` (full page, 1400 px wide). Look at eac
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from test_browser import CHROMIUM, IDLE, PAGES, ROOT, _free_port, _wait_until  # noqa: E402
+from test_browser import CHROMIUM, IDLE, PAGES, app_server  # noqa: E402
 
 
 def shoot(store: Path, out: Path, run_id: str | None = None) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
-    port = _free_port()
-    log = open(out / ".app.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "workbench.cli", "app", "--store", str(store), "--port", str(port),
-                             "--headless"], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
     written = []
     try:
-        _wait_until("the app", lambda: _healthy(port), timeout=180)
-        from playwright.sync_api import sync_playwright
+        with app_server(store, out / ".app.log") as url:
+            from playwright.sync_api import sync_playwright
 
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
-                "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"])
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            for name in PAGES:
-                query = [f"run={run_id}"] if run_id else []
-                query += ["refresh=0"] if name == "live" else []
-                page.goto(f"http://127.0.0.1:{port}/{name}" + ("?" + "&".join(query) if query else ""))
-                page.wait_for_selector("[data-testid='stApp']", timeout=120_000)
-                time.sleep(1.0)
-                page.wait_for_selector(IDLE, timeout=300_000)
-                page.wait_for_function("!document.querySelector(\"[data-testid='stSkeleton']\")", timeout=120_000)
-                time.sleep(2.0)  # charts finish their transitions
-                if page.locator("[data-testid='stException']").count():
-                    raise RuntimeError(f"the {name} page raised: see {out / '.app.log'}")
-                path = out / f"{name}.png"
-                page.screenshot(path=str(path), full_page=True)
-                written.append(path)
-            browser.close()
+            with sync_playwright() as pw:
+                browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
+                    "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"])
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                for name in PAGES:
+                    query = [f"run={run_id}"] if run_id else []
+                    query += ["refresh=0"] if name == "live" else []
+                    page.goto(f"{url}/{name}" + ("?" + "&".join(query) if query else ""))
+                    page.wait_for_selector("[data-testid='stApp']", timeout=120_000)
+                    time.sleep(1.0)
+                    page.wait_for_selector(IDLE, timeout=300_000)
+                    page.wait_for_function("!document.querySelector(\"[data-testid='stSkeleton']\")", timeout=120_000)
+                    time.sleep(2.0)  # charts finish their transitions
+                    if page.locator("[data-testid='stException']").count():
+                        raise RuntimeError(f"the {name} page raised: see {out / '.app.log'}")
+                    path = out / f"{name}.png"
+                    page.screenshot(path=str(path), full_page=True)
+                    written.append(path)
+                browser.close()
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=30)
-        log.close()
         (out / ".app.log").unlink(missing_ok=True)
     return written
-
-
-def _healthy(port: int) -> bool:
-    try:
-        return urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).read() == b"ok"
-    except OSError:
-        return False
 
 
 if __name__ == "__main__":
