@@ -17,7 +17,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from test_browser import CHROMIUM, IDLE, PAGES, app_server  # noqa: E402
+from test_browser import CHROMIUM, PAGES, _goto, app_server  # noqa: E402
 
 
 def shoot(store: Path, out: Path, run_id: str | None = None) -> list[Path]:
@@ -34,11 +34,7 @@ def shoot(store: Path, out: Path, run_id: str | None = None) -> list[Path]:
                 for name in PAGES:
                     query = [f"run={run_id}"] if run_id else []
                     query += ["refresh=0"] if name == "live" else []
-                    page.goto(f"{url}/{name}" + ("?" + "&".join(query) if query else ""))
-                    page.wait_for_selector("[data-testid='stApp']", timeout=120_000)
-                    time.sleep(1.0)
-                    page.wait_for_selector(IDLE, timeout=300_000)
-                    page.wait_for_function("!document.querySelector(\"[data-testid='stSkeleton']\")", timeout=120_000)
+                    _goto(page, f"{url}/{name}" + ("?" + "&".join(query) if query else ""))
                     time.sleep(2.0)  # charts finish their transitions
                     if page.locator("[data-testid='stException']").count():
                         raise RuntimeError(f"the {name} page raised: see {out / '.app.log'}")

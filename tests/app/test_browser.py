@@ -146,12 +146,20 @@ def _idle(page):
     page.wait_for_function("!document.querySelector(\"[data-testid='stSkeleton']\")", timeout=60_000)
 
 
+def _goto(page, url):
+    """Load `url` and wait until its page has rendered and its script is idle."""
+    page.goto(url)
+    page.wait_for_selector("[data-testid='stApp']", timeout=120_000)
+    # a new page's script may not have started when the app shell is there (the script state reads "not
+    # running" then, too): wait for its title, which every page writes first, before waiting for idle
+    page.wait_for_selector("h1", timeout=120_000)
+    _idle(page)
+
+
 def _open(page, base, name):
     # the live page refreshes itself every few seconds; on a busy 2-core machine one refresh can take
     # longer than that, so the test asks for a slow refresh to find the page idle between them
-    page.goto(f"{base}/{'' if name == 'runs' else name}" + ("?refresh=20" if name == "live" else ""))
-    page.wait_for_selector("[data-testid='stApp']", timeout=120_000)
-    _idle(page)
+    _goto(page, f"{base}/{'' if name == 'runs' else name}" + ("?refresh=20" if name == "live" else ""))
 
 
 def _shot(page, name):
@@ -241,7 +249,12 @@ def test_browse_and_steer_a_live_run(live_run, server, browser):
     assert set(after["budget"]) == {24}
     assert set(after["allocator"]) == {"multistage"}
 
-    # the page shows the outcomes in its command history
-    _open(page, server, "live")
-    assert page.get_by_text("paused").count() >= 1
+    # the page shows the outcomes in its command history. Its live reads are cached for LIVE_TTL (2 s), so a
+    # page opened right after the pause can still show the status read just before it: open it again until
+    # the cache has moved on
+    def shows_paused():
+        _open(page, server, "live")
+        return page.get_by_text("paused").count() >= 1
+
+    assert _wait_until("the live page shows the pause", shows_paused, timeout=60)
     _shot(page, "live-paused")

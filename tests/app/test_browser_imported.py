@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import synth
-from test_browser import ARTIFACTS, CHROMIUM, IDLE, _idle, app_server, browser  # noqa: F401 - browser: a fixture
+from test_browser import ARTIFACTS, CHROMIUM, IDLE, _goto, app_server, browser  # noqa: F401 - browser: a fixture
 
 PAGES = ["runs", "live", "rollouts", "prompt", "allocation", "compare"]
 
@@ -35,9 +35,7 @@ def server(lake):
 
 
 def _visit(page, url):
-    page.goto(url)
-    page.wait_for_selector("[data-testid='stApp']", timeout=120_000)
-    _idle(page)
+    _goto(page, url)
     assert page.locator("[data-testid='stException']").count() == 0, url
     assert page.get_by_text("Page not found").count() == 0, url
 
