@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from workbench.docstrings import field_docs
 from workbench.errors import ConfigError
+from workbench.tasks.reward_config import RewardsConfig
 
 
 @dataclass(frozen=True)
@@ -240,6 +241,8 @@ class RunConfig:
     """Where rollouts are generated: in-process, vLLM, or Ray workers."""
     store: StoreConfig = field(default_factory=StoreConfig)
     """How steps are committed to the store (group commit)."""
+    rewards: RewardsConfig = field(default_factory=RewardsConfig)
+    """The reward as a weighted sum of terms (the verifier, a format check, DAPO's overlong penalty, functions)."""
 
     # -- loading and saving --------------------------------------------------------------------
 
@@ -316,6 +319,7 @@ def validate(cfg: RunConfig) -> None:
     _check(cfg.store.commit_interval_s > 0, "store.commit_interval_s", "a number > 0 (seconds)",
            cfg.store.commit_interval_s)
     _check(0 <= cfg.store.writer_nice <= 19, "store.writer_nice", "an integer from 0 to 19", cfg.store.writer_nice)
+    cfg.rewards.check_lengths(cfg.sampling.max_new_tokens)
     _check_registries(cfg)
 
 
@@ -362,6 +366,8 @@ def _type_name(tp: Any) -> str:
         return f"a list of {len(typing.get_args(tp))} numbers"
     if origin is dict:
         return "a table"
+    if origin is list:
+        return "a list"
     return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(tp, str(tp))
 
 
@@ -381,6 +387,10 @@ def _coerce(tp: Any, value: Any, name: str) -> Any:
         if not isinstance(value, dict):
             raise bad
         return dict(value)
+    if origin is list:
+        if not isinstance(value, (list, tuple)):
+            raise bad
+        return [_coerce(typing.get_args(tp)[0], v, f"{name}[{i}]") for i, v in enumerate(value)]
     if tp is bool:
         if not isinstance(value, bool):
             raise bad

@@ -46,6 +46,8 @@ def config_markdown() -> str:
             allowed = _type_name(hints[g.name])
             allowed = f" ({allowed})" if allowed.startswith("one of") else ""
             out.append(f"| `{g.name}` | `{_toml_value(v)}` | {_md(docs.get(g.name, ''))}{_md(allowed)} |")
+        for title, cls in getattr(type(sub), "DOC_TABLES", []):  # a section's own sub-tables (reward terms)
+            out += _dataclass_table(title, cls, cls.__doc__ or "")
     return "\n".join(out) + "\n"
 
 
@@ -63,9 +65,10 @@ def _foreign_tables(name: str, doc: str) -> list[str]:
     return out
 
 
-def _dataclass_table(title: str, cls: type) -> list[str]:
+def _dataclass_table(title: str, cls: type, intro: str = "") -> list[str]:
     docs = field_docs(cls)
-    out = ["", title, "", "| field | default | meaning |", "|---|---|---|"]
+    out = ["", title, ""] + ([" ".join(intro.split()), ""] if intro else []) + [
+        "| field | default | meaning |", "|---|---|---|"]
     for f in fields(cls):
         if f.default is not dataclasses.MISSING:
             default = f"`{_toml_value(f.default) if not is_dataclass(f.default) else '(table)'}`"

@@ -137,6 +137,9 @@ def check_overrides(overrides: list[str], *, where: str = "launch") -> list[str]
             raise ControlError(f"{where}: override line {n}: {key[:60]!r} is not a field name")
         if key not in known:
             raise ControlError(f"{where}: override line {n}: unknown field {key!r} (see `workbench config show`)")
+        if key.startswith("rewards.terms") and "function" in value:
+            raise ControlError(f"{where}: override line {n}: rewards.terms: a function term (module:function) "
+                               "is named in the config file, not in a launch form")
         if key == "task.verifier" and ":" in value:
             raise ControlError(f"{where}: override line {n}: task.verifier: a user verifier (module:function) "
                                "is named in the config file, not in a launch form")

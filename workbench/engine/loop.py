@@ -59,6 +59,7 @@ from workbench.engine.timing import PhaseTimer
 from workbench.engine.update import policy_update
 from workbench.faults import fault_point
 from workbench.rollout.base import SamplingParams, group_seed
+from workbench.tasks.rewards import score, term_means
 
 
 def _generator(device: torch.device, *key: int) -> torch.Generator:
@@ -92,8 +93,9 @@ def rollout_stage(s: Setup, rows: list[int], stage: int, temperature: float, gen
         fault_point("generate")
         texts = decode(s.tokenizer, batch)
     s.part_workers.append(batch.workers or ["local"] * len(rows))
-    with timer("verify"):
-        results = [s.task.verify(t, s.train[i]) for t, i in zip(texts, rows)]
+    with timer("verify"):  # the verifier's verdicts and the reward's terms (`[rewards]`)
+        scored = score(s.cfg.rewards, s.task, [s.train[i] for i in rows], texts, batch.lengths.cpu().numpy(),
+                       batch.finished.cpu().numpy(), max_new_tokens=cfg.max_new_tokens)
     n = len(rows)
     return Rollouts(
         tokens=batch.tokens.cpu(), logprobs=batch.logprobs.float().cpu(), entropy=batch.entropy.float().cpu(),
@@ -101,8 +103,7 @@ def rollout_stage(s: Setup, rows: list[int], stage: int, temperature: float, gen
         prompt=np.asarray(rows, dtype=np.int64), stage=np.full(n, stage, dtype=np.int32),
         policy_version=np.full(n, s.backend.policy_version, dtype=np.int64),
         temperature=np.full(n, temperature, dtype=np.float64), off_policy=np.zeros(n, dtype=bool),
-        responses=texts, rewards=np.asarray([r.reward for r in results], dtype=np.float64),
-        verdicts=[r.verdict for r in results],
+        responses=texts, rewards=scored.rewards, verdicts=scored.verdicts, reward_terms=scored.terms,
     )
 
 
@@ -358,6 +359,7 @@ def _step_metrics(s: Setup, r: Rollouts, results: dict[str, GroupResult], group_
         "rollout/frac_zero_signal_groups": float(1 - group_signal.mean()) if len(group_signal) else 0.0,
         "rollout/zero_signal_frac": float(1 - group_signal.mean()) if len(group_signal) else 0.0,
         "rollout/temperature": live.temperature,
+        **term_means(r.reward_terms, onp),  # reward/<term>
         "alloc/groups_used": int(group_used.sum()),
         "alloc/groups_dropped": int((~group_used).sum()),
         "alloc/budget": live.budget,

@@ -14,6 +14,8 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from workbench.tasks.rewards import terms_array
+
 
 def _pad_to(x: torch.Tensor, width: int, value: float | int = 0) -> torch.Tensor:
     if x.shape[1] == width:
@@ -48,6 +50,8 @@ class Rollouts:
     responses: list[str] = field(default_factory=list)
     rewards: np.ndarray | None = None
     verdicts: list[str] = field(default_factory=list)
+    reward_terms: dict[str, np.ndarray] = field(default_factory=dict)
+    """Term name -> [N] unweighted values (`workbench.tasks.rewards`); NaN where a row lacks the term."""
 
     @property
     def n(self) -> int:
@@ -80,6 +84,8 @@ class Rollouts:
             responses=[r for p in parts for r in p.responses],
             rewards=np.concatenate([p.rewards for p in parts]) if parts else np.zeros(0),
             verdicts=[v for p in parts for v in p.verdicts],
+            reward_terms={k: np.concatenate([p.reward_terms.get(k, np.full(p.n, np.nan)) for p in parts])
+                          for k in dict.fromkeys(k for p in parts for k in p.reward_terms)},
         )
 
     def mask(self) -> torch.Tensor:
@@ -129,6 +135,7 @@ def rollouts_table(
         "token_entropy": _list_array(ent, mask, lengths, pa.float32()) if token_entropy
         else pa.nulls(n, pa.list_(pa.float32())),
         "reward": pa.array(np.asarray(r.rewards, dtype=np.float64)),
+        "reward_terms": terms_array(r.reward_terms, n),
         "verdict": pa.array(r.verdicts, pa.string()),
         "finish_reason": pa.array(finish.tolist(), pa.string()),
         "length": pa.array(lengths.numpy().astype(np.int32)),

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """Bumped whenever a table or column changes; older stores are migrated on open (see MIGRATIONS)."""
 
 # (column, DuckDB type) per table. JSON columns are written as text and typed JSON in the store.
@@ -49,6 +49,7 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("logprob_sum", "FLOAT"), ("entropy_mean", "FLOAT"), ("entropy_max", "FLOAT"),
         ("advantage", "FLOAT"), ("temperature", "FLOAT"), ("off_policy", "BOOLEAN"),
         ("used_in_update", "BOOLEAN"), ("worker", "VARCHAR"), ("token_logprobs", "FLOAT[]"),
+        ("reward_terms", "MAP(VARCHAR, DOUBLE)"),
     ],
     "prompt_stats": [
         ("run_id", "VARCHAR"), ("step", "INTEGER"), ("prompt_id", "VARCHAR"), ("alpha", "DOUBLE"),
@@ -149,6 +150,9 @@ MIGRATIONS: dict[int, tuple[str, list[str] | Callable[[], list[str]]]] = {
     3: ("Parquet 2 encodings for the data files written from now on (smaller and faster to write; files "
         "written before keep Parquet 1 until upkeep or compaction next merges them)",
         ["CALL lake.set_option('parquet_version', '2')"]),
+    4: ("rollouts.reward_terms: the reward's terms per rollout, unweighted (the verifier, format, overlong, "
+        "user functions; an imported run's per-function rewards); null in rows written before",
+        ["ALTER TABLE rollouts ADD COLUMN reward_terms MAP(VARCHAR, DOUBLE)"]),
 }
 
 

@@ -281,18 +281,20 @@ def verify_math(response: str, reference: str, timeout_s: float | None = DEFAULT
 # ---------------------------------------------------------------- user verifiers
 
 
-def load_user_verifier(spec: str) -> Callable[..., Any]:
-    """Import `module:function`; ConfigError naming the spec when it cannot be found."""
+def load_user_verifier(spec: str, *, where: str = "verifier") -> Callable[..., Any]:
+    """Import `module:function`; ConfigError naming `where` and the spec when it cannot be found (also
+    the loader of user reward functions, `workbench.tasks.reward_config`)."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise ConfigError(f"verifier: {spec!r} is neither {' nor '.join(BUILTIN_METHODS)} nor 'module:function'")
+        allowed = f"neither {' nor '.join(BUILTIN_METHODS)} nor" if where == "verifier" else "not"
+        raise ConfigError(f"{where}: {spec!r} is {allowed} 'module:function'")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"verifier: cannot import module {module_name!r} of {spec!r}: {exc}") from exc
+    except (ImportError, SyntaxError) as exc:
+        raise ConfigError(f"{where}: cannot import module {module_name!r} of {spec!r}: {exc}") from exc
     fn = getattr(module, attr, None)
     if not callable(fn):
-        raise ConfigError(f"verifier: {module_name!r} has no callable {attr!r}")
+        raise ConfigError(f"{where}: {module_name!r} has no callable {attr!r}")
     return fn
 
 
