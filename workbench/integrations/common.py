@@ -20,6 +20,7 @@ The normalised frame, one row per sampled response (columns after `step` may be 
 | length | Int64 | response length in tokens, when the format has tokens |
 | token_ids | List(Int64) | response token ids, when logged |
 | token_logprobs | List(Float64) | behaviour (generation) log-probs of the response tokens, when logged |
+| term:<name> | Float64 | one reward term, unweighted (TRL's per-function rewards, verl's numeric reward-extra keys); null where not scored |
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import polars as pl
 
 from workbench.errors import DataError
 from workbench.store import StepRecord
+from workbench.tasks.rewards import frame_terms, term_means, terms_array
 
 BATCH_ROWS = 50_000
 """Rollouts per store transaction: whole steps are grouped until they reach this many rows."""
@@ -222,6 +224,7 @@ def step_metrics(frame: pl.DataFrame, groups: pl.DataFrame, source: str) -> dict
         m["rollout/length_max"] = int(frame["length"].max())
     if "advantage" in frame.columns and frame["advantage"].null_count() < n:
         m["rollout/advantage_abs_mean"] = float(frame["advantage"].abs().mean())
+    m.update(term_means(frame_terms(frame)))  # reward/<term>
     return {k: v for k, v in m.items() if v is not None}
 
 
@@ -239,7 +242,9 @@ def rollout_table(frame: pl.DataFrame) -> Any:
     if "token_logprobs" in frame.columns:
         cols += [pl.col("token_logprobs").cast(pl.List(pl.Float32)),
                  pl.col("token_logprobs").list.sum().cast(pl.Float32).alias("logprob_sum")]
-    return frame.select(cols).to_arrow()
+    table = frame.select(cols).to_arrow()
+    terms = frame_terms(frame)
+    return table.append_column("reward_terms", terms_array(terms, frame.height)) if terms else table
 
 
 def prompt_rows(frame: pl.DataFrame, split: str, known: set[str] | None = None) -> list[dict[str, Any]]:

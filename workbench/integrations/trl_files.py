@@ -8,7 +8,8 @@ Written by `GRPOTrainer.log` in `trl/trainer/grpo_trainer.py` (huggingface/trl) 
 (`generation_batch_size` rows), so each file is one step's completions when `logging_steps=1`.
 
 Groups: the trainer's sampler repeats each prompt `num_generations` times in a row, so rows with the same
-prompt text in one file are one group. The total reward is the weighted sum of the reward columns;
+prompt text in one file are one group. Each reward column is kept as a reward term of that name
+(`rollouts.reward_terms`, unweighted). The total reward is the weighted sum of the reward columns;
 the weights (`GRPOConfig.reward_weights`) are not in the file: pass them (`reward_weights`), else
 every reward column weighs 1. Prompts and completions may be conversations (lists of messages);
 they are stored as text.
@@ -25,6 +26,7 @@ import pyarrow.parquet as pq
 
 from workbench.errors import DataError
 from workbench.integrations.common import Problems, StepFile
+from workbench.tasks.rewards import FRAME_PREFIX
 
 name = "trl"
 
@@ -135,6 +137,8 @@ def read(f: StepFile, problems: Problems, options: dict[str, Any]) -> pl.DataFra
     out = pl.DataFrame({"prompt": prompt, "response": completion}).with_columns(
         step=pl.lit(f.step, pl.Int64), reward=frame.select(reward.fill_null(0.0))
         .to_series())
+    out = out.with_columns(  # each reward function's column, unweighted, as a term
+        [frame[c].cast(pl.Float64).fill_nan(None).alias(FRAME_PREFIX + c) for c in weights])
     if "advantage" in frame.columns and frame["advantage"].dtype.is_numeric():
         out = out.with_columns(advantage=frame["advantage"].cast(pl.Float64))
     answer = options.get("answer_column", "answer")

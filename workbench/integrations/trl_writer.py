@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from workbench.errors import WorkbenchError
+from workbench.tasks.rewards import term_means, terms_array
 
 HEARTBEAT_S = 5.0
 """Seconds between the writer's heartbeats of a TRL run."""
@@ -173,6 +174,7 @@ class _Writer:
         lp = [e for b in batches for e in b.logprobs]
         cat = np.concatenate
         rewards = cat([b.rewards for b in batches]).astype(np.float32)
+        terms = self._terms(batches)
         f32 = pa.list_(pa.float32())
 
         def lists(values: list[np.ndarray | None]) -> pa.Array:
@@ -201,7 +203,13 @@ class _Writer:
             "used_in_update": pa.array(cat([b.used for b in batches])),
             "worker": pa.array([self.static["worker"]] * len(pids), pa.string()),
             "token_logprobs": lists(lp),
+            "reward_terms": terms_array(terms, len(pids)),
         })
+
+    def _terms(self, batches: list[_Batch]) -> dict[str, np.ndarray]:
+        """Each reward function's values (TRL's `rewards_per_func` columns, NaN where it did not score)."""
+        per_func = np.concatenate([b.rewards_per_func for b in batches]).astype(np.float64)
+        return {name: per_func[:, j] for j, name in enumerate(self.static["reward_funcs"])}
 
     def _rollout_metrics(self, batches: list[_Batch], rows: pa.Table) -> dict[str, Any]:
         n = rows.num_rows
@@ -225,11 +233,7 @@ class _Writer:
             "rollout/temperature": self.static["temperature"], "policy_version": batches[0].policy_version,
             "alloc/allocator": "trl", "alloc/budget_kind": "rollouts", "alloc/budget": n,
         }
-        per_func = np.concatenate([b.rewards_per_func for b in batches])
-        for j, name in enumerate(self.static["reward_funcs"]):
-            col = per_func[:, j]
-            if not np.isnan(col).all():
-                m[f"rollout/reward_{name}_mean"] = float(np.nanmean(col))
+        m.update(term_means(self._terms(batches)))  # reward/<function>
         ent = [e for b in batches for e in b.entropy if e is not None and len(e)]
         if ent:
             tok = np.concatenate(ent)

@@ -7,7 +7,8 @@ logging; one JSON object per response with keys `input` (prompt text, decoded wi
 `skip_special_tokens=True`), `output` (response text), `gts` (the sample's
 `reward_model.ground_truth`; absent in older verl), `score` (the sequence reward: the sum of
 `token_level_scores`), `step` (global step), plus every reward-extra key whose list has one value per
-response (e.g. `acc`, `pred`; `request_id` in recent versions). The validation dump adds `reward`
+response (e.g. `acc`, `pred`; `request_id` in recent versions). Numeric reward-extra keys (not bools)
+import as reward terms (`rollouts.reward_terms`), e.g. DAPO's `overlong_reward`. The validation dump adds `reward`
 (= the score) and, with `val_kwargs.n > 1`, holds n interleaved samples per prompt.
 
 Rows with the same `input` in one file are one group (the trainer repeats each prompt n times with
@@ -25,12 +26,15 @@ import pyarrow.json as pa_json
 
 from workbench.errors import DataError
 from workbench.integrations.common import Problems, StepFile, as_text, read_json_lines, text_column
+from workbench.tasks.rewards import extra_terms
 
 name = "verl"
 
 _STEP_FILE = re.compile(r"^(\d+)\.jsonl$")
 REQUIRED = {"input": "str", "output": "str", "score": "number"}
 OPTIONAL = {"step": "int", "acc": "any", "reward": "number"}
+RESERVED_NUMBERS = {"score", "step", "reward"}
+"""Numeric keys that are not reward terms; every other numeric key (not a bool) imports as one."""
 
 
 def _files(folder: Path, split: str) -> list[StepFile]:
@@ -91,6 +95,7 @@ def read(f: StepFile, problems: Problems, options: dict[str, Any]) -> pl.DataFra
         out["answer"] = text_column(frame, "gts")
     if "acc" in frame.columns:
         out["correct"] = _acc(frame["acc"])
+    out.update(extra_terms(frame, RESERVED_NUMBERS))  # numeric reward-extra keys -> reward terms
     return pl.DataFrame(out)
 
 
@@ -137,4 +142,4 @@ def _slow(f: StepFile, problems: Problems) -> pl.DataFrame:
     if any("acc" in o for o in objs):
         acc = [bool(o["acc"]) if isinstance(o.get("acc"), (bool, int, float)) else None for o in objs]
         frame = frame.with_columns(pl.Series("acc", acc, dtype=pl.Boolean))
-    return frame
+    return frame.with_columns(**extra_terms(objs, RESERVED_NUMBERS))

@@ -140,3 +140,21 @@ def frame_terms(frame: Any) -> dict[str, np.ndarray]:
     """The `term:<name>` columns of an importer's normalised (polars) frame as {name: values}."""
     return {c[len(FRAME_PREFIX):]: frame[c].cast(float).fill_null(float("nan")).to_numpy()
             for c in frame.columns if c.startswith(FRAME_PREFIX)}
+
+
+def extra_terms(source: Any, reserved: set[str]) -> dict[str, Any]:
+    """An importer's numeric extra fields as `term:<name>` Float64 columns: from a polars frame (its
+    numeric, non-boolean columns) or from parsed JSON objects (keys whose values are all numbers or
+    missing), leaving out `reserved` names (the reward itself, the step, ...)."""
+    import polars as pl
+
+    if isinstance(source, pl.DataFrame):
+        return {c if c.startswith(FRAME_PREFIX) else FRAME_PREFIX + c: source[c].cast(pl.Float64)
+                for c, t in source.schema.items() if c not in reserved and t.is_numeric()}
+    keys = dict.fromkeys(k for o in source for k in o if k not in reserved)
+    out = {}
+    for k in keys:
+        values = [o.get(k) for o in source]
+        if all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in values):
+            out[FRAME_PREFIX + k] = pl.Series(values, dtype=pl.Float64)
+    return out
