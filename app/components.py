@@ -129,9 +129,11 @@ def show_text(label: str, value: Any) -> None:
     st.text(f"{label}: {value}")
 
 
-def rollout_groups(page: str, run_id: str, frame, *, link_prompt: bool = True) -> None:
-    """Rollouts grouped by prompt within a step, each response's tokens coloured by entropy."""
+def rollout_groups(page: str, run_id: str, frame, *, link_prompt: bool = True, term: str | None = None) -> None:
+    """Rollouts grouped by prompt within a step, each response's tokens coloured by entropy (and its
+    reward terms' cell by `term`, when given)."""
     from app import derive
+    from app.terms import term_range
 
     if frame.is_empty():
         st.info("No rollouts match these filters.")
@@ -140,6 +142,7 @@ def rollout_groups(page: str, run_id: str, frame, *, link_prompt: bool = True) -
     ents = [h for hs in frame["token_entropy"].to_list() if hs for h in hs] if "token_entropy" in frame.columns else []
     h_max = max(1e-6, sorted(ents)[int(0.98 * (len(ents) - 1))]) if ents else 2.0
     groups = derive.group_rollouts(frame)
+    span = term_range(frame.to_dicts(), term) if term and "reward_terms" in frame.columns else (0.0, 0.0)
     texts = data.prompt_texts(run_id, tuple(sorted({g[1] for g in groups})))
     for i, (step, prompt_id, rows) in enumerate(groups):
         with st.container(border=True):
@@ -147,5 +150,7 @@ def rollout_groups(page: str, run_id: str, frame, *, link_prompt: bool = True) -
             if link_prompt:
                 st.page_link("app_pages/prompt.py", label="this prompt's story", icon=":material/timeline:",
                              query_params={"run": run_id, "prompt": str(prompt_id)})
-            st.html(derive.group_html(rows, decode, h_max))
-    st.caption(f"entropy colour scale: white 0 → red ≥ {h_max:.2f} nats (98th percentile on this page)")
+            st.html(derive.group_html(rows, decode, h_max, term=term, term_span=span))
+    st.caption(f"entropy colour scale: white 0 → red ≥ {h_max:.2f} nats (98th percentile on this page)"
+               + (f" · reward terms cell coloured by {term}: red < 0 < green, scaled by the largest |value| on "
+                  f"this page ({max(abs(span[0]), abs(span[1])):.3g}); grey: the rollout has no {term}" if term else ""))

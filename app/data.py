@@ -17,6 +17,7 @@ import polars as pl
 import streamlit as st
 
 from app import derive
+from app.terms import metric_items
 from workbench.store import open_store
 
 LIVE_TTL = 2.0
@@ -145,7 +146,7 @@ def entropy_quantiles(run_id: str) -> tuple[pl.DataFrame, str]:
     rows = []
     if "metrics" in s.columns:
         for step, metrics in zip(s["step"].to_list(), s["metrics"].to_list()):
-            for key, value in _metric_items(metrics):
+            for key, value in metric_items(metrics):
                 if key.startswith("rollout/entropy_p") and value is not None:
                     rows.append({"step": step, "q": key.removeprefix("rollout/entropy_"), "value": float(value)})
     if rows:
@@ -171,7 +172,7 @@ def worker_frames(steps_frame: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame
     sync = []
     if "metrics" in steps_frame.columns:
         for step, metrics in zip(steps_frame["step"].to_list(), steps_frame["metrics"].to_list()):
-            items = dict(_metric_items(metrics))
+            items = dict(metric_items(metrics))
             for key, value in items.items():
                 if key.startswith("perf/worker/") and value is not None:
                     name, _, field = key.removeprefix("perf/worker/").rpartition("/")
@@ -182,16 +183,6 @@ def worker_frames(steps_frame: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame
     frame = pl.DataFrame(rows, schema={"step": pl.Int64, "worker": pl.Utf8, "rollouts_per_s": pl.Float64,
                                        "rollouts": pl.Float64})
     return frame.sort("step", "worker"), pl.DataFrame(sync, schema={"step": pl.Int64, "weight_sync_s": pl.Float64})
-
-
-def _metric_items(metrics: Any) -> list[tuple[str, Any]]:
-    if metrics is None:
-        return []
-    if isinstance(metrics, dict):
-        return list(metrics.items())
-    if isinstance(metrics, str):
-        return list(json.loads(metrics).items())
-    return [(m["key"], m["value"]) for m in metrics]  # a DuckDB MAP arrives as a list of structs
 
 
 # --- browsing (finished steps) -----------------------------------------------------------------

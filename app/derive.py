@@ -341,16 +341,22 @@ def _fmt(fmt: str, value: Any) -> str:
         return str(value)
 
 
-def group_html(rows: list[dict], decode: Any | None = None, h_max: float = 2.0) -> str:
-    """One prompt's rollouts within a step as an HTML table: the rollout's fields, then its response
+def group_html(rows: list[dict], decode: Any | None = None, h_max: float = 2.0, *, term: str | None = None,
+               term_span: tuple[float, float] = (0.0, 0.0)) -> str:
+    """One prompt's rollouts within a step as an HTML table: the rollout's fields, its reward terms (the
+    cell coloured by `term`'s value on the scale `term_span`, when a term is picked), then its response
     with each token coloured by entropy. Every value is escaped."""
-    head = "".join(f"<th style='text-align:left;padding:2px 6px'>{html.escape(lab)}</th>" for _, lab, _ in ROLLOUT_FIELDS)
+    from app.terms import terms_cell
+
+    with_terms = any(r.get("reward_terms") is not None for r in rows)
+    labels = [lab for _, lab, _ in ROLLOUT_FIELDS] + (["reward terms"] if with_terms else [])
+    head = "".join(f"<th style='text-align:left;padding:2px 6px'>{html.escape(lab)}</th>" for lab in labels)
     body = []
     for r in rows:
         cells = "".join(
             f"<td style='padding:2px 6px;white-space:nowrap'>{html.escape(_fmt(fmt, r.get(col)))}</td>"
             for col, _, fmt in ROLLOUT_FIELDS
-        )
+        ) + (terms_cell(r, term, term_span) if with_terms else "")
         pieces = token_pieces(r.get("response") or "", r.get("token_ids"), decode)
         tokens = token_html(pieces, r.get("token_entropy"), h_max)
         body.append(f"<tr>{cells}<td style='padding:2px 6px;width:100%'>{tokens}</td></tr>")

@@ -1,11 +1,11 @@
-"""Run (live): one run's curves, refreshed while it goes, with the budget and allocator in force
-marked on them; and the control panel (budget, allocator and its parameters, lifecycle) with the
+"""Run (live): one run's curves (reward and its terms, pass@k, entropy, zero-signal groups, throughput,
+time), refreshed while it goes, with the budget and allocator in force marked on them; and the control panel (budget, allocator and its parameters, lifecycle) with the
 history of commands and their outcomes. The fragments only read; the engine applies the commands."""
 
 import polars as pl
 import streamlit as st
 
-from app import charts, components, data, derive
+from app import charts, components, data, derive, terms
 
 PAGE = "live"
 LIVE_STATUSES = ("created", "running", "paused", "stopping")
@@ -57,6 +57,11 @@ def curves(run_id: str) -> None:
                        key=f"{PAGE}_zero")
     left.plotly_chart(charts.throughput_chart(steps, changes=changes), key=f"{PAGE}_throughput")
     right.plotly_chart(charts.stacked_time_chart(steps, changes=changes), key=f"{PAGE}_time")
+    names = terms.term_names(steps)
+    if names:  # the reward's parts (`reward/<term>` step metrics), unweighted
+        st.plotly_chart(charts.line_chart(terms.term_means(steps), [(f"reward/{n}", n) for n in names],
+                                          "reward terms (mean per step, unweighted)", y="value", changes=changes),
+                        key=f"{PAGE}_terms")
     if not steps.is_empty():
         st.caption(f"{steps.height} steps · {int(steps['tokens_generated'].sum())} generated tokens · "
                    f"{int(steps['rollouts'].sum())} rollouts")

@@ -1,13 +1,15 @@
-"""Rollouts: every sampled response, filtered by run, step range, prompt, reward, verdict, length
-and entropy; grouped by prompt within a step; tokens coloured by their entropy; paged."""
+"""Rollouts: every sampled response, filtered by run, step range, prompt, reward, verdict, length,
+entropy and a reward term's value; grouped by prompt within a step; tokens coloured by their entropy,
+each rollout's reward terms coloured by a picked term; paged."""
 
 import streamlit as st
 
-from app import components, data
+from app import components, data, terms
 
 PAGE = "rollouts"
 OTHER = "other…"
 VERDICTS = ["any", "correct", "wrong", "no_answer", OTHER]
+NO_TERM = "none"
 
 st.title("Rollouts")
 run_id = components.pick_run(PAGE)
@@ -38,6 +40,14 @@ with st.container(border=True):
     length_max = c7.number_input("length ≤", value=None, min_value=0, step=1, key=f"{PAGE}_length_max")
     entropy_min = c8.number_input("entropy mean ≥", value=None, key=f"{PAGE}_entropy_min", format="%.3g")
     entropy_max = c9.number_input("entropy mean ≤", value=None, key=f"{PAGE}_entropy_max", format="%.3g")
+    names = terms.term_names(steps)
+    term, term_min, term_max = None, None, None
+    if names:  # the reward's parts: colour the rollouts by one, and filter on its value
+        t1, t2, t3 = st.columns([2, 1, 1])
+        term = t1.selectbox("reward term (colours the terms cell)", [NO_TERM, *names], key=f"{PAGE}_term")
+        term = None if term == NO_TERM else term
+        term_min = t2.number_input("term ≥", value=None, key=f"{PAGE}_term_min", format="%.3g", disabled=term is None)
+        term_max = t3.number_input("term ≤", value=None, key=f"{PAGE}_term_max", format="%.3g", disabled=term is None)
 
 filters = {
     "step_min": step_range[0],
@@ -50,6 +60,10 @@ filters = {
     "length_max": None if length_max is None else int(length_max),
     "entropy_min": entropy_min,
     "entropy_max": entropy_max,
+    # a term filter only with a bound: picking a term alone colours by it and hides nothing
+    "term": term if term is not None and (term_min is not None or term_max is not None) else None,
+    "term_min": term_min if term is not None else None,
+    "term_max": term_max if term is not None else None,
 }
 key = tuple((k, v) for k, v in filters.items() if v is not None)
 total = data.count_rollouts(run_id, key)
@@ -61,7 +75,8 @@ pages = max(1, -(-total // size))
 page = p2.number_input("page", 1, pages, 1, key=f"{PAGE}_page_{abs(hash(key)) % 10**9}")
 p3.text(f"{total} rollouts match · page {page} of {pages}"
         + (f" · prompt filter: {filters['prompt_id']}" if filters["prompt_id"] else "")
-        + (f" · verdict filter: {filters['verdict']}" if filters["verdict"] else ""))
+        + (f" · verdict filter: {filters['verdict']}" if filters["verdict"] else "")
+        + (f" · term filter: {term}" if filters["term"] else ""))
 
 frame = data.rollouts(run_id, key, size, (page - 1) * size)
-components.rollout_groups(PAGE, run_id, frame)
+components.rollout_groups(PAGE, run_id, frame, term=term)

@@ -22,19 +22,30 @@ _ROLLOUT_FILTERS = {
     "entropy_min": "entropy_mean >= ?", "entropy_max": "entropy_mean <= ?",
     "stage": "stage = ?", "finish_reason": "finish_reason = ?",
 }
+# a reward term (`reward_terms`, by name): rows that have it, within optional bounds
+_TERM_FILTERS = {"term": "reward_terms[?] IS NOT NULL", "term_min": "reward_terms[?] >= ?",
+                 "term_max": "reward_terms[?] <= ?"}
 
 
 def rollout_where(run_id: str, filters: dict[str, Any]) -> tuple[str, list[Any]]:
     """WHERE clause and parameters for the rollout filters (None means no filter)."""
-    unknown = set(filters) - set(_ROLLOUT_FILTERS)
+    unknown = set(filters) - set(_ROLLOUT_FILTERS) - set(_TERM_FILTERS)
     if unknown:
-        raise DataError(f"rollouts: unknown filter(s) {sorted(unknown)}; filters are {sorted(_ROLLOUT_FILTERS)}")
+        raise DataError(f"rollouts: unknown filter(s) {sorted(unknown)}; filters are "
+                        f"{sorted([*_ROLLOUT_FILTERS, *_TERM_FILTERS])}")
     clauses, params = ["run_id = ?"], [run_id]
     for key, condition in _ROLLOUT_FILTERS.items():
         value = filters.get(key)
         if value is not None:
             clauses.append(condition)
             params.append(value)
+    term = filters.get("term")
+    if term is None and any(filters.get(k) is not None for k in ("term_min", "term_max")):
+        raise DataError("rollouts: term_min and term_max need term (the reward term's name)")
+    for key, condition in _TERM_FILTERS.items() if term is not None else ():
+        if filters.get(key) is not None:
+            clauses.append(condition)
+            params += [term] if key == "term" else [term, filters[key]]
     # No stored id or label holds a NUL byte, and DuckLake's file pruning fails on a bound value that does:
     # such a filter matches nothing, so say so in SQL without binding it.
     if any(isinstance(v, str) and "\x00" in v for v in params):
@@ -82,7 +93,8 @@ class ReaderMixin:
 
         Filters (all optional, bound parameters): step_min, step_max, prompt_id, reward_min,
         reward_max, verdict, length_min, length_max, entropy_min, entropy_max (on entropy_mean),
-        stage, finish_reason. `columns` picks columns (default: all)."""
+        stage, finish_reason; term (a reward term's name: rows that have it) with term_min, term_max
+        (bounds on its value). `columns` picks columns (default: all)."""
         where, params = rollout_where(run_id, filters)
         if columns is not None:
             check_columns("rollouts", list(columns))
