@@ -136,3 +136,24 @@ def test_a_function_term_that_returns_no_number_stops_the_run_naming_it(store_di
     with pytest.raises(WorkbenchError, match=r"reward term 'not_a_number' \(tests.engine.test_reward_terms:"
                                              r"not_a_number\) returned 'high' on prompt"):
         run(cfg, store=str(store_dir))
+
+
+def test_terms_round_trip_through_config_show(tmp_path):
+    from workbench.config import load_config
+    from workbench.config_docs import to_toml
+
+    cfg = RunConfig.from_dict({"rewards": {"terms": TERMS}})
+    path = tmp_path / "shown.toml"
+    path.write_text(to_toml(cfg))
+    again = load_config(path)
+    assert again == cfg and [t.name for t in again.rewards.parsed()] == ["verifier", "format", "overlong", "shortness"]
+
+
+def test_the_launch_form_refuses_a_function_term_but_takes_the_others():
+    from workbench.control.launch import check_overrides
+    from workbench.errors import ControlError
+
+    ok = check_overrides(['rewards.terms=[{kind = "verifier"}, {kind = "overlong", buffer = 2}]'])
+    assert ok == ['rewards.terms=[{kind = "verifier"}, {kind = "overlong", buffer = 2}]']
+    with pytest.raises(ControlError, match="a function term .* is named in the config file"):
+        check_overrides(['rewards.terms=[{kind = "function", path = "os:getcwd"}]'])
