@@ -1,4 +1,4 @@
-"""Reward terms on the dashboard (AppTest), on a real organism run with four terms and on a TRL run with
+"""Reward terms on the dashboard (AppTest), on a real organism run with three terms and on a TRL run with
 two reward functions (the files real TRL wrote, imported): the Run page charts each term's mean per step
 (the step metrics `reward/<term>`), the Rollouts page colours by a term and filters on its value."""
 
@@ -12,12 +12,11 @@ import numpy as np
 import pytest
 
 pytest.importorskip("streamlit")
-from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from conftest import new_store, tiny_config  # noqa: E402
+from test_pages import app  # noqa: E402,F401 (the AppTest of the store `lake` below, a fixture)
 from workbench.store import open_store  # noqa: E402
 
-MAIN = str(Path(__file__).resolve().parents[2] / "app" / "main.py")
 TRL = Path(__file__).resolve().parents[1] / "fixtures" / "trl"
 TERMS = [
     {"kind": "verifier"},
@@ -39,18 +38,6 @@ def lake(organism_models, tmp_path_factory):
     with open_store(path) as store:
         trl = import_path(store, "trl", TRL, options={"reward_weights": {"correct": 1.0, "digits_only": 0.5}})
     return path, ours, trl["run_id"]
-
-
-@pytest.fixture
-def app(lake, monkeypatch):
-    import streamlit as st
-
-    monkeypatch.setenv("WORKBENCH_STORE", str(lake[0]))
-    st.cache_data.clear()
-    at = AppTest.from_file(MAIN, default_timeout=90)
-    at.run()
-    assert not at.exception, at.exception
-    return at
 
 
 def _page(at, name, run_id):
