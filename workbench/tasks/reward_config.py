@@ -139,9 +139,9 @@ def parse_term(data: Any, where: str) -> Term:
 class RewardsConfig:
     terms: list[dict[str, Any]] = field(default_factory=lambda: [{"kind": "verifier", "weight": 1.0}])
     """The reward's terms, each a table with a `kind` (verifier, format, overlong, function), a `weight`
-    and the kind's own fields (below); the reward is the weighted sum of their values, and each
-    rollout stores every term's value (`rollouts.reward_terms`, unweighted). The default is the
-    verifier alone with weight 1."""
+    and the kind's own fields (docs/configs.md, `[[rewards.terms]]`); the reward is the weighted sum of
+    their values, and each rollout stores every term's value (`rollouts.reward_terms`, unweighted).
+    The default is the verifier alone with weight 1."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.terms, (list, tuple)) or not self.terms:
