@@ -3,6 +3,8 @@ store (tables created with the schema-1 column lists) opens as the current schem
 
 from __future__ import annotations
 
+import re
+
 import duckdb
 import pyarrow as pa
 
@@ -12,8 +14,13 @@ from workbench.store.maintenance import compact
 from workbench.store.synthetic import SyntheticRun
 from tests.store.conftest import SMALL
 
-# columns added by migration 1 -> 2
-_V2_COLUMNS = {"runs": {"source"}, "rollouts": {"worker", "token_logprobs"}}
+# columns added by the migrations (1 -> 2: runs.source, rollouts.worker, rollouts.token_logprobs; later
+# ones too): a schema-1 store lacks them
+_V2_COLUMNS: dict[str, set[str]] = {}
+for _, _statements in schema.MIGRATIONS.values():
+    for _sql in _statements if isinstance(_statements, list) else []:
+        if _m := re.match(r"ALTER TABLE (\w+) ADD COLUMN (\w+)", _sql):
+            _V2_COLUMNS.setdefault(_m.group(1), set()).add(_m.group(2))
 
 
 def _data_files(store, table: str) -> list[str]:
