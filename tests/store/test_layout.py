@@ -19,7 +19,7 @@ from tests.store.conftest import SMALL
 _V2_COLUMNS: dict[str, set[str]] = {}
 for _, _statements in schema.MIGRATIONS.values():
     for _sql in _statements if isinstance(_statements, list) else []:
-        if _m := re.match(r"ALTER TABLE (\w+) ADD COLUMN (\w+)", _sql):
+        if _m := re.match(r"ALTER TABLE (\w+) ADD COLUMN (?:IF NOT EXISTS )?(\w+)", _sql):
             _V2_COLUMNS.setdefault(_m.group(1), set()).add(_m.group(2))
 
 

@@ -152,7 +152,7 @@ MIGRATIONS: dict[int, tuple[str, list[str] | Callable[[], list[str]]]] = {
         ["CALL lake.set_option('parquet_version', '2')"]),
     4: ("rollouts.reward_terms: the reward's terms per rollout, unweighted (the verifier, format, overlong, "
         "user functions; an imported run's per-function rewards); null in rows written before",
-        ["ALTER TABLE rollouts ADD COLUMN reward_terms MAP(VARCHAR, DOUBLE)"]),
+        ["ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS reward_terms MAP(VARCHAR, DOUBLE)"]),
 }
 
 
