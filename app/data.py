@@ -17,7 +17,7 @@ import polars as pl
 import streamlit as st
 
 from app import derive
-from app.terms import metric_items
+from workbench.analysis.terms import metric_items
 from workbench.store import open_store
 
 LIVE_TTL = 2.0

@@ -1,57 +1,14 @@
-"""Reward terms on the pages (pure: no Streamlit, no store): each term's mean per step out of the steps'
-metrics (`reward/<term>`, written by the engine and the importers), and the colour and text of a
-rollout's terms on the Rollouts page. See workbench/tasks/rewards.py for what a term is."""
+"""Reward terms on the pages (pure: no Streamlit, no store): the colour and text of a rollout's terms on
+the Rollouts page; the frames (terms per step, term names) come from `workbench.analysis.terms`. See
+workbench/tasks/rewards.py for what a term is."""
 
 from __future__ import annotations
 
 import html
-import json
 import math
 from typing import Any
 
-import polars as pl
-
-from workbench.tasks.rewards import METRIC_PREFIX
-
-REGIME_COLUMNS = ("allocator", "budget", "budget_kind")
-"""Steps columns kept beside the term means (the curves' hover names the regime in force)."""
-
-
-def metric_items(metrics: Any) -> list[tuple[str, Any]]:
-    """A steps row's `metrics` as (key, value) pairs, whichever form the MAP arrives in (a dict, a list
-    of key/value structs, or JSON text)."""
-    if metrics is None:
-        return []
-    if isinstance(metrics, dict):
-        return list(metrics.items())
-    if isinstance(metrics, str):
-        return list(json.loads(metrics).items())
-    return [(m["key"], m["value"]) for m in metrics]
-
-
-def term_names(steps: pl.DataFrame) -> list[str]:
-    """The reward terms a run logged (the `reward/<term>` step metrics), in first-seen order."""
-    names: dict[str, None] = {}
-    if "metrics" in steps.columns:
-        for metrics in steps["metrics"].to_list():
-            names.update((k[len(METRIC_PREFIX):], None) for k, _ in metric_items(metrics) if k.startswith(METRIC_PREFIX))
-    return list(names)
-
-
-def term_means(steps: pl.DataFrame) -> pl.DataFrame:
-    """One row per step: `step`, the regime columns, and `reward/<term>` for every term (null where a
-    step did not log it)."""
-    names = term_names(steps)
-    keep = ["step", *[c for c in REGIME_COLUMNS if c in steps.columns]]
-    if not names:
-        return steps.select(keep) if "step" in steps.columns else pl.DataFrame()
-    values: dict[str, list[float | None]] = {METRIC_PREFIX + n: [] for n in names}
-    for metrics in steps["metrics"].to_list():
-        got = dict(metric_items(metrics))
-        for key, col in values.items():
-            v = got.get(key)
-            col.append(None if v is None else float(v))
-    return steps.select(keep).with_columns([pl.Series(k, v, dtype=pl.Float64) for k, v in values.items()])
+from workbench.analysis.terms import metric_items
 
 
 def term_colour(value: float | None, lo: float, hi: float) -> str:
@@ -68,13 +25,12 @@ def term_colour(value: float | None, lo: float, hi: float) -> str:
 
 def terms_text(terms: Any) -> str:
     """A rollout's terms as one short line: `verifier 1 · format 0 · overlong -0.333`."""
-    items = terms.items() if isinstance(terms, dict) else metric_items(terms)
-    return " · ".join(f"{k} {v:.3g}" for k, v in items if v is not None)
+    return " · ".join(f"{k} {v:.3g}" for k, v in metric_items(terms) if v is not None)
 
 
 def term_value(terms: Any, name: str) -> float | None:
     """One term's value in a rollout's `reward_terms` (None when absent)."""
-    return dict(terms.items() if isinstance(terms, dict) else metric_items(terms)).get(name)
+    return dict(metric_items(terms)).get(name)
 
 
 def term_range(rows: list[dict], name: str) -> tuple[float, float]:

@@ -5,7 +5,8 @@ history of commands and their outcomes. The fragments only read; the engine appl
 import polars as pl
 import streamlit as st
 
-from app import charts, components, data, derive, terms
+from app import charts, components, data, derive
+from workbench.analysis import term_names, terms_by_step
 
 PAGE = "live"
 LIVE_STATUSES = ("created", "running", "paused", "stopping")
@@ -57,9 +58,9 @@ def curves(run_id: str) -> None:
                        key=f"{PAGE}_zero")
     left.plotly_chart(charts.throughput_chart(steps, changes=changes), key=f"{PAGE}_throughput")
     right.plotly_chart(charts.stacked_time_chart(steps, changes=changes), key=f"{PAGE}_time")
-    names = terms.term_names(steps)
+    names = term_names(steps)
     if names:  # the reward's parts (`reward/<term>` step metrics), unweighted
-        st.plotly_chart(charts.line_chart(terms.term_means(steps), [(f"reward/{n}", n) for n in names],
+        st.plotly_chart(charts.line_chart(terms_by_step(steps), [(f"reward/{n}", n) for n in names],
                                           "reward terms (mean per step, unweighted)", y="value", changes=changes),
                         key=f"{PAGE}_terms")
     if not steps.is_empty():

@@ -4,7 +4,8 @@ each rollout's reward terms coloured by a picked term; paged."""
 
 import streamlit as st
 
-from app import components, data, terms
+from app import components, data
+from workbench.analysis import term_names
 
 PAGE = "rollouts"
 OTHER = "other…"
@@ -40,7 +41,7 @@ with st.container(border=True):
     length_max = c7.number_input("length ≤", value=None, min_value=0, step=1, key=f"{PAGE}_length_max")
     entropy_min = c8.number_input("entropy mean ≥", value=None, key=f"{PAGE}_entropy_min", format="%.3g")
     entropy_max = c9.number_input("entropy mean ≤", value=None, key=f"{PAGE}_entropy_max", format="%.3g")
-    names = terms.term_names(steps)
+    names = term_names(steps)
     term, term_min, term_max = None, None, None
     if names:  # the reward's parts: colour the rollouts by one, and filter on its value
         t1, t2, t3 = st.columns([2, 1, 1])

@@ -28,6 +28,7 @@ from workbench.analysis.passk import (
     sharpening_vs_gain,
     with_pass_at_k,
 )
+from workbench.analysis.terms import term_names, terms_by_step, terms_wide
 
 __all__ = [
     "allocation_efficiency",
@@ -45,6 +46,9 @@ __all__ = [
     "pass_at_k_curve",
     "rollouts_by_difficulty",
     "sharpening_vs_gain",
+    "term_names",
+    "terms_by_step",
+    "terms_wide",
     "token_entropies",
     "with_pass_at_k",
     "zero_signal_by_step",
