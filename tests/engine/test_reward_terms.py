@@ -155,5 +155,8 @@ def test_the_launch_form_refuses_a_function_term_but_takes_the_others():
 
     ok = check_overrides(['rewards.terms=[{kind = "verifier"}, {kind = "overlong", buffer = 2}]'])
     assert ok == ['rewards.terms=[{kind = "verifier"}, {kind = "overlong", buffer = 2}]']
-    with pytest.raises(ControlError, match="a function term .* is named in the config file"):
-        check_overrides(['rewards.terms=[{kind = "function", path = "os:getcwd"}]'])
+    for line in ['rewards.terms=[{kind = "function", path = "os:getcwd"}]',
+                 'rewards.terms=[{kind = "funct\\u0069on", path = "os:getcwd"}]',  # a TOML escape
+                 'rewards={terms = [{kind = "verifier"}, {kind = "function", path = "os:getcwd"}]}']:
+        with pytest.raises(ControlError, match="a function term .* is named in the config file"):
+            check_overrides([line])

@@ -137,7 +137,7 @@ def check_overrides(overrides: list[str], *, where: str = "launch") -> list[str]
             raise ControlError(f"{where}: override line {n}: {key[:60]!r} is not a field name")
         if key not in known:
             raise ControlError(f"{where}: override line {n}: unknown field {key!r} (see `workbench config show`)")
-        if key.startswith("rewards.terms") and "function" in value:
+        if _names_function_term(key, value):
             raise ControlError(f"{where}: override line {n}: rewards.terms: a function term (module:function) "
                                "is named in the config file, not in a launch form")
         if key == "task.verifier" and ":" in value:
@@ -145,6 +145,21 @@ def check_overrides(overrides: list[str], *, where: str = "launch") -> list[str]
                                "is named in the config file, not in a launch form")
         out.append(f"{key}={value.strip()}")
     return out
+
+
+def _names_function_term(key: str, value: str) -> bool:
+    """Whether an override sets reward terms holding a function term (code to import), however the
+    value is written (`rewards.terms=[...]` or `rewards={terms=[...]}`, escapes included)."""
+    from workbench.config import apply_overrides
+
+    if key not in ("rewards", "rewards.terms"):
+        return False
+    try:
+        terms = apply_overrides({}, [f"{key}={value}"]).get("rewards", {})
+    except Exception:  # noqa: BLE001 - not a table: the config check refuses it with its own message
+        return False
+    terms = terms.get("terms") if isinstance(terms, dict) else None
+    return isinstance(terms, list) and any(isinstance(t, dict) and t.get("kind") == "function" for t in terms)
 
 
 def check_config_path(path: str | os.PathLike, config_dirs: list[Path]) -> Path:
