@@ -221,7 +221,7 @@ class _Writer:
             "rollout/stop_frac": float(np.mean([f == "stop" for f in rows["finish_reason"].to_pylist()])),
             "rollout/reward_mean": float(np.nanmean(rewards)) if not np.isnan(rewards).all() else None,
             "rollout/reward_std": float(np.nanstd(rewards)) if not np.isnan(rewards).all() else None,
-            "rollout/frac_zero_signal_groups": float(1 - np.mean(signal)),
+            "rollout/zero_signal_frac": float(1 - np.mean(signal)),
             "rollout/temperature": self.static["temperature"], "policy_version": batches[0].policy_version,
             "alloc/allocator": "trl", "alloc/budget_kind": "rollouts", "alloc/budget": n,
         }
