@@ -42,14 +42,24 @@ def _open(store: Any):
     return store, False
 
 
-def _store_dir(store: Any) -> str:
-    return str(getattr(store, "path", None) or getattr(store, "root", None) or store)
+def store_dir_of(store: Any) -> str:
+    """The local directory of `store` (a path, or a Store opened on a store directory): where runs keep
+    their checkpoints and the organism its cache. A Store over a catalog URL has none: pass `store_dir=`."""
+    if isinstance(store, (str, Path)):
+        return str(store)
+    root = getattr(getattr(store, "location", None), "root", None)
+    if root is None:
+        from workbench.errors import StoreError
+
+        raise StoreError(f"{store!r} has no local directory for the run's checkpoints: pass store_dir=")
+    return str(root)
 
 
 def run(cfg: RunConfig, *, store: Any, run_id: str | None = None, name: str | None = None,
         on_step: Callable[[int, dict[str, float]], None] | None = None, stop_after: int | None = None,
         store_dir: str | Path | None = None) -> str:
     """Run `cfg` to the end (or until stopped) in this process; returns the run id."""
+    folder = str(store_dir or store_dir_of(store))
     if run_id is None:  # a launched run (row given) was checked by its launcher
         from workbench.control.launch import preflight
 
@@ -59,7 +69,7 @@ def run(cfg: RunConfig, *, store: Any, run_id: str | None = None, name: str | No
         if run_id is None:
             run_id = st.create_run(name or cfg.name, cfg.to_dict(), cfg.seed, pid=os.getpid(),
                                    host=socket.gethostname(), code_version=_code_version(), status="created")
-        _drive(cfg, st, str(store_dir or _store_dir(store)), run_id, resume=False, on_step=on_step,
+        _drive(cfg, st, folder, run_id, resume=False, on_step=on_step,
                stop_after=stop_after)
         return run_id
     finally:
@@ -72,6 +82,7 @@ def resume(store: Any, run_id: str, *, on_step: Callable[[int, dict[str, float]]
     """Continue `run_id` from its last checkpoint (the store is rolled back to it)."""
     from workbench.errors import ConfigError
 
+    folder = str(store_dir or store_dir_of(store))
     st, owned = _open(store)
     try:
         row = st.run(run_id)
@@ -83,7 +94,7 @@ def resume(store: Any, run_id: str, *, on_step: Callable[[int, dict[str, float]]
         cfg = RunConfig.from_dict(config)
         if steps is not None:
             cfg = cfg.replace(steps=steps)
-        _drive(cfg, st, str(store_dir or _store_dir(store)), run_id, resume=True, on_step=on_step,
+        _drive(cfg, st, folder, run_id, resume=True, on_step=on_step,
                stop_after=stop_after)
         return run_id
     finally:
