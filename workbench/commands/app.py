@@ -78,6 +78,15 @@ def _check_app() -> None:
         raise StoreError(f"the dashboard's entry point {MAIN} is missing (is this a source checkout?)")
 
 
+def _check_store(path: Path) -> None:
+    """Refuse a path that exists but is not a store (a file, a folder of other things), with the one
+    line `workbench query` gives, before the server starts."""
+    from workbench.store import open_store
+
+    with open_store(path, read_only=True):
+        pass
+
+
 BENCH_RUN = "bench-app"
 BENCH_SHAPE = dict(prompts_per_step=128, rollouts_per_prompt=16, tokens=200)
 """Synthetic steps of 2,048 rollouts of 200 tokens (the store's SyntheticRun)."""
@@ -176,8 +185,10 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         allocation, comparisons."""
         _check_app()
         path = store_path(store).resolve()
-        if not path.exists():
-            typer.echo(f"note: {path} does not exist yet; it is created when the first run starts", err=True)
+        if not path.exists() or (path.is_dir() and not any(path.iterdir())):
+            typer.echo(f"note: {path} holds no store yet; it is created when the first run starts", err=True)
+        else:
+            _check_store(path)
         warning = exposure_warning(address)
         if warning:
             typer.echo(warning, err=True)
