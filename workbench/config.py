@@ -354,7 +354,7 @@ def task_config(data: dict[str, Any]) -> Any:
 # -- building dataclasses from plain data, with type checks -----------------------------------------
 
 
-def _type_name(tp: Any) -> str:
+def type_name(tp: Any) -> str:
     origin = typing.get_origin(tp)
     if origin is Literal:
         return "one of " + ", ".join(repr(v) for v in typing.get_args(tp))
@@ -367,7 +367,7 @@ def _type_name(tp: Any) -> str:
 
 def _coerce(tp: Any, value: Any, name: str) -> Any:
     origin = typing.get_origin(tp)
-    bad = ConfigError(f"{name}: {value!r} is not allowed ({_type_name(tp)})")
+    bad = ConfigError(f"{name}: {value!r} is not allowed ({type_name(tp)})")
     if origin is Literal:
         if value not in typing.get_args(tp):
             raise bad

@@ -14,19 +14,10 @@ from typing import Annotated
 import typer
 
 from workbench.commands.common import JsonOpt, StoreOpt, print_json, store_path
+from workbench.dashboard import APP_DIR, MAIN, PAGES
 from workbench.errors import StoreError
 
-APP_DIR = Path(__file__).resolve().parents[2] / "app"
-MAIN = APP_DIR / "main.py"
-PAGES = {
-    "runs": "app_pages/runs.py",
-    "live": "app_pages/live.py",
-    "rollouts": "app_pages/rollouts.py",
-    "prompt": "app_pages/prompt.py",
-    "allocation": "app_pages/allocation.py",
-    "compare": "app_pages/compare.py",
-}
-"""Page name -> file relative to app/main.py (what AppTest.switch_page takes)."""
+__all__ = ["APP_DIR", "MAIN", "PAGES", "exec_app", "streamlit_command"]
 
 
 def streamlit_command(store: Path, *, port: int, address: str, headless: bool) -> list[str]:

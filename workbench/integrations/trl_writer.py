@@ -1,5 +1,5 @@
 """The store side of the live TRL logging (`workbench.integrations.trl`): what one generation batch
-carries (`_Batch`), and the background thread (`_Writer`) that turns finished optimizer steps into store
+carries (`GenerationBatch`), and the background thread (`StepWriter`) that turns finished optimizer steps into store
 rows and commits them, heart-beats the run and applies `stop`. It needs neither TRL nor torch, so the
 trainer hooks stay in `trl.py` and this part can be read (and tested) on its own."""
 
@@ -21,7 +21,7 @@ HEARTBEAT_S = 5.0
 
 
 @dataclass
-class _Batch:
+class GenerationBatch:
     """One generation batch (rows in TRL's order: `num_generations` consecutive rows per prompt)."""
 
     step: int
@@ -48,13 +48,13 @@ class _Batch:
 
 
 @dataclass
-class _Step:
+class TrainStep:
     step: int
     logged: bool
     metrics: dict[str, Any] = field(default_factory=dict)
 
 
-class _Writer:
+class StepWriter:
     """The background thread: builds each step's rows and commits queued steps together."""
 
     def __init__(self, store: Any, run_id: str, static: dict[str, Any], heartbeat_s: float = HEARTBEAT_S) -> None:
@@ -71,7 +71,7 @@ class _Writer:
         self._thread = threading.Thread(target=self._work, name=f"trl-writer-{run_id}", daemon=True)
         self._thread.start()
 
-    def put(self, step: int, batches: list[_Batch], metrics: dict[str, Any]) -> None:
+    def put(self, step: int, batches: list[GenerationBatch], metrics: dict[str, Any]) -> None:
         if self.error is not None:
             raise WorkbenchError(f"writing run {self.run_id} to the store failed: {self.error}") from self.error
         self._queue.put((step, batches, metrics))
@@ -133,7 +133,7 @@ class _Writer:
                     f"a TRL run applies only stop; {row['command']!r} cannot be applied to TRL's trainer"
                     if row["command"] != "stop" else "the run is already stopping"))
 
-    def _record(self, step: int, batches: list[_Batch], metrics: dict[str, Any]):
+    def _record(self, step: int, batches: list[GenerationBatch], metrics: dict[str, Any]):
         import polars as pl
 
         from workbench.integrations.common import prompt_ids
@@ -160,7 +160,7 @@ class _Writer:
                   for p, k in zip(ids, sizes)]
         return StepRecord(self.run_id, step, metrics=m, rollouts=rows, allocations=allocs, prompts=new)
 
-    def _rollouts(self, batches: list[_Batch], pids: list[str]) -> pa.Table:
+    def _rollouts(self, batches: list[GenerationBatch], pids: list[str]) -> pa.Table:
         counter: dict[str, int] = {}
         idx = []
         for p in pids:
@@ -203,7 +203,7 @@ class _Writer:
             "token_logprobs": lists(lp),
         })
 
-    def _rollout_metrics(self, batches: list[_Batch], rows: pa.Table) -> dict[str, Any]:
+    def _rollout_metrics(self, batches: list[GenerationBatch], rows: pa.Table) -> dict[str, Any]:
         n = rows.num_rows
         if n == 0:
             return {}
