@@ -11,7 +11,8 @@ import typing
 from dataclasses import fields, is_dataclass
 from typing import Any
 
-from workbench.config import RunConfig, type_name
+from workbench.checks import type_name
+from workbench.config import RunConfig
 from workbench.docstrings import field_docs
 
 

@@ -45,7 +45,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from workbench.allocators._config import check_int
+from workbench.checks import check_int
 from workbench.allocators.registry import get_allocator, shipped_allocators
 from workbench.errors import ConfigError
 from workbench.experiments.intervals import with_intervals
