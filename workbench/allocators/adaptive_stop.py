@@ -22,11 +22,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workbench.allocators._config import check_float, check_int
+from workbench.checks import check_float, check_int
 from workbench.allocators._stats import beta_cdf
-from workbench.allocators.base import Allocator, Grant, GroupResult, StepContext, fit_to_budget
+from workbench.allocators.base import Allocator, Grant, GroupResult, StagedTopUp, StepContext
 from workbench.allocators.registry import register_allocator
-from workbench.allocators.uniform import whole_groups
 
 
 @dataclass(frozen=True)
@@ -60,14 +59,10 @@ class AdaptiveStop(Allocator):
 
     def __init__(self, config=None, *, seed: int = 0) -> None:
         super().__init__(config, seed=seed)
-        self._order: list[str] = []
-        self._stage = 0
+        self._stages = StagedTopUp()
 
     def begin_step(self, ctx: StepContext) -> list[Grant]:
-        grants = fit_to_budget(whole_groups(ctx, self.config.stage_size, "adaptive stage 1"), ctx.budget)
-        self._order = [g.prompt_id for g in grants if g.n > 0]
-        self._stage = 1
-        return grants
+        return self._stages.begin(ctx, self.config.stage_size, "adaptive stage 1")
 
     def stop_reason(self, g: GroupResult, stats) -> str | None:
         """Why this prompt gets no more rollouts this step (None: keep sampling)."""
@@ -86,16 +81,11 @@ class AdaptiveStop(Allocator):
         return None
 
     def next_stage(self, ctx: StepContext, results: dict[str, GroupResult]) -> list[Grant]:
+        def more(pid: str, g: GroupResult) -> tuple[str, float] | None:
+            if self.stop_reason(g, ctx.stats.get(pid)) is not None:
+                return None
+            return (f"adaptive stage {self._stages.stage}: {g.correct}/{g.n} correct, undecided",
+                    (g.correct + 1) / (g.n + 2))
+
         c = self.config
-        self._stage += 1
-        grants = []
-        for pid in self._order:
-            g = results.get(pid)
-            if g is None or self.stop_reason(g, ctx.stats.get(pid)) is not None:
-                continue
-            k = min(c.stage_size, c.n_max - g.n)
-            mean = (g.correct + 1) / (g.n + 2)
-            grants.append(Grant(pid, k, f"adaptive stage {self._stage}: {g.correct}/{g.n} correct, undecided", mean))
-        grants = [g for g in fit_to_budget(grants, ctx.budget) if g.n > 0]
-        ctx.info.update(stages=self._stage if grants else self._stage - 1)
-        return grants
+        return self._stages.next(ctx, results, size=c.stage_size, n_max=c.n_max, more=more)

@@ -2,10 +2,10 @@
 
 Each training step the engine calls, in order:
 
-1. `begin_step(ctx)` -> grants for stage 0. `ctx.candidates` are the prompts the sampler drew
-   (`ctx.candidates_wanted` of them: an allocator may ask for more than the batch via
-   `candidates_wanted(prompts_per_step)`), each with its `PromptStats`; `ctx.draw(n)` draws more
-   prompts from the sampler mid-step (dynamic sampling).
+1. `begin_step(ctx)` -> grants for the first stage. `ctx.candidates` are the prompts the sampler drew
+   (as many as the allocator's `candidates_wanted(prompts_per_step)` asked for: it may ask for more
+   than the batch), each with its `PromptStats`; `ctx.draw(n)` draws more prompts from the sampler
+   mid-step (dynamic sampling).
 2. The engine generates and scores the granted rollouts, then calls `next_stage(ctx, results)` with
    every group's results so far (all stages pooled per prompt). It returns more grants (a new stage)
    or [] to end the step.
@@ -217,7 +217,8 @@ class Allocator(ABC):
 
 def fit_to_budget(grants: list[Grant], budget: Budget) -> list[Grant]:
     """Trim grants, last first, so that their total fits `budget.rollouts_left()`; the safety net every
-    allocator applies to what it returns. Grants trimmed to 0 keep their reason plus "(budget)"."""
+    allocator applies to what it returns. A trimmed grant (to 0 or not) keeps its reason with
+    " (cut to N by budget)" appended."""
     left = budget.rollouts_left()
     out: list[Grant] = []
     for g in grants:
@@ -227,3 +228,52 @@ def fit_to_budget(grants: list[Grant], budget: Budget) -> list[Grant]:
             g = Grant(g.prompt_id, n, f"{g.reason} (cut to {n} by budget)", g.predicted_pass)
         out.append(g)
     return out
+
+
+def whole_groups(ctx: StepContext, n: int, tag: str) -> list[Grant]:
+    """A first stage: `n` rollouts for each candidate in sampler order while whole groups fit, 0 (with
+    the reason "budget exhausted") after that; fitted to the budget."""
+    left = ctx.budget.rollouts_left()
+    grants = []
+    for c in ctx.candidates:
+        if left >= n:
+            grants.append(Grant(c.prompt_id, n, f"{tag}: group of {n}", c.stats.mean))
+            left -= n
+        else:
+            grants.append(Grant(c.prompt_id, 0, f"{tag}: budget exhausted ({left} left < {n})", c.stats.mean))
+    return fit_to_budget(grants, ctx.budget)
+
+
+class StagedTopUp:
+    """The skeleton of allocators that sample a step in stages until each prompt is settled
+    (`adaptive_stop`, `until_correct`): stage 1 gives whole groups of `size` in sampler order
+    (`whole_groups`); each later stage gives another `size` rollouts (up to `n_max` in the step) to
+    every prompt of stage 1 whose pooled group the allocator still wants more of; the step ends when
+    it wants none or the budget is spent. `stage` is the stage being granted; `ctx.info["stages"]`
+    gets the number of stages that granted rollouts."""
+
+    def __init__(self) -> None:
+        self.order: list[str] = []
+        self.stage = 0
+
+    def begin(self, ctx: StepContext, size: int, tag: str) -> list[Grant]:
+        """Stage 1's grants; remembers which prompts got rollouts."""
+        grants = whole_groups(ctx, size, tag)
+        self.order = [g.prompt_id for g in grants if g.n > 0]
+        self.stage = 1
+        return grants
+
+    def next(self, ctx: StepContext, results: dict[str, GroupResult], *, size: int, n_max: int,
+             more: Callable[[str, GroupResult], tuple[str, float | None] | None]) -> list[Grant]:
+        """The next stage's grants: `more(prompt_id, group)` gives (reason, predicted pass rate) for a
+        prompt that should get more rollouts, None for one that is settled."""
+        self.stage += 1
+        grants = []
+        for pid in self.order:
+            g = results.get(pid)
+            want = None if g is None else more(pid, g)
+            if want is not None:
+                grants.append(Grant(pid, min(size, n_max - g.n), *want))
+        grants = [g for g in fit_to_budget(grants, ctx.budget) if g.n > 0]
+        ctx.info.update(stages=self.stage if grants else self.stage - 1)
+        return grants
