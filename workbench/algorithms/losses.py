@@ -36,7 +36,7 @@ from typing import Callable, Protocol
 
 import torch
 
-from workbench.algorithms.registry import Registry
+from workbench.registry import Registry
 
 POLICY_LOSSES: Registry[Callable] = Registry("policy loss")
 
