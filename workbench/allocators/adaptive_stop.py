@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from workbench.checks import check_float, check_int
 from workbench.allocators._stats import beta_cdf
-from workbench.allocators.base import Allocator, Grant, GroupResult, StagedTopUp, StepContext
+from workbench.allocators.base import GroupResult, StagedAllocator, StepContext
 from workbench.allocators.registry import register_allocator
 
 
@@ -54,15 +54,9 @@ class AdaptiveStopConfig:
 
 
 @register_allocator("adaptive_stop")
-class AdaptiveStop(Allocator):
+class AdaptiveStop(StagedAllocator):
     Config = AdaptiveStopConfig
-
-    def __init__(self, config=None, *, seed: int = 0) -> None:
-        super().__init__(config, seed=seed)
-        self._stages = StagedTopUp()
-
-    def begin_step(self, ctx: StepContext) -> list[Grant]:
-        return self._stages.begin(ctx, self.config.stage_size, "adaptive stage 1")
+    tag = "adaptive"
 
     def stop_reason(self, g: GroupResult, stats) -> str | None:
         """Why this prompt gets no more rollouts this step (None: keep sampling)."""
@@ -80,12 +74,8 @@ class AdaptiveStop(Allocator):
             return "hopeless"
         return None
 
-    def next_stage(self, ctx: StepContext, results: dict[str, GroupResult]) -> list[Grant]:
-        def more(pid: str, g: GroupResult) -> tuple[str, float] | None:
-            if self.stop_reason(g, ctx.stats.get(pid)) is not None:
-                return None
-            return (f"adaptive stage {self._stages.stage}: {g.correct}/{g.n} correct, undecided",
-                    (g.correct + 1) / (g.n + 2))
-
-        c = self.config
-        return self._stages.next(ctx, results, size=c.stage_size, n_max=c.n_max, more=more)
+    def more(self, ctx: StepContext, prompt_id: str, group: GroupResult) -> tuple[str, float] | None:
+        if self.stop_reason(group, ctx.stats.get(prompt_id)) is not None:
+            return None
+        return (f"adaptive stage {self.stage}: {group.correct}/{group.n} correct, undecided",
+                (group.correct + 1) / (group.n + 2))

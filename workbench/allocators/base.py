@@ -244,36 +244,43 @@ def whole_groups(ctx: StepContext, n: int, tag: str) -> list[Grant]:
     return fit_to_budget(grants, ctx.budget)
 
 
-class StagedTopUp:
+class StagedAllocator(Allocator):
     """The skeleton of allocators that sample a step in stages until each prompt is settled
-    (`adaptive_stop`, `until_correct`): stage 1 gives whole groups of `size` in sampler order
-    (`whole_groups`); each later stage gives another `size` rollouts (up to `n_max` in the step) to
-    every prompt of stage 1 whose pooled group the allocator still wants more of; the step ends when
-    it wants none or the budget is spent. `stage` is the stage being granted; `ctx.info["stages"]`
-    gets the number of stages that granted rollouts."""
+    (`adaptive_stop`, `until_correct`): stage 1 gives whole groups of `config.stage_size` in sampler
+    order (`whole_groups`, reasons "<tag> stage 1: ..."); each later stage gives another `stage_size`
+    rollouts (up to `config.n_max` in the step) to every prompt of stage 1 for which `more` gives a
+    reason; the step ends when none gets one or the budget is spent. `ctx.info["stages"]` gets the
+    number of stages that granted rollouts. Subclasses set `tag` and implement `more`."""
 
-    def __init__(self) -> None:
+    tag: ClassVar[str]
+    """Opens every grant's reason ("ar3po" -> "ar3po stage 2: ...")."""
+
+    def __init__(self, config: Any | None = None, *, seed: int = 0) -> None:
+        super().__init__(config, seed=seed)
         self.order: list[str] = []
+        """The prompts stage 1 gave rollouts, in sampler order."""
         self.stage = 0
+        """The stage being granted."""
 
-    def begin(self, ctx: StepContext, size: int, tag: str) -> list[Grant]:
-        """Stage 1's grants; remembers which prompts got rollouts."""
-        grants = whole_groups(ctx, size, tag)
+    @abstractmethod
+    def more(self, ctx: StepContext, prompt_id: str, group: GroupResult) -> tuple[str, float | None] | None:
+        """(reason, predicted pass rate) when the prompt should get more rollouts, None when it is settled."""
+
+    def begin_step(self, ctx: StepContext) -> list[Grant]:
+        grants = whole_groups(ctx, self.config.stage_size, f"{self.tag} stage 1")
         self.order = [g.prompt_id for g in grants if g.n > 0]
         self.stage = 1
         return grants
 
-    def next(self, ctx: StepContext, results: dict[str, GroupResult], *, size: int, n_max: int,
-             more: Callable[[str, GroupResult], tuple[str, float | None] | None]) -> list[Grant]:
-        """The next stage's grants: `more(prompt_id, group)` gives (reason, predicted pass rate) for a
-        prompt that should get more rollouts, None for one that is settled."""
+    def next_stage(self, ctx: StepContext, results: dict[str, GroupResult]) -> list[Grant]:
+        c = self.config
         self.stage += 1
         grants = []
         for pid in self.order:
             g = results.get(pid)
-            want = None if g is None else more(pid, g)
+            want = None if g is None else self.more(ctx, pid, g)
             if want is not None:
-                grants.append(Grant(pid, min(size, n_max - g.n), *want))
+                grants.append(Grant(pid, min(c.stage_size, c.n_max - g.n), *want))
         grants = [g for g in fit_to_budget(grants, ctx.budget) if g.n > 0]
         ctx.info.update(stages=self.stage if grants else self.stage - 1)
         return grants

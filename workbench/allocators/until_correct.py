@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from workbench.checks import check_int
-from workbench.allocators.base import Allocator, Grant, GroupResult, StagedTopUp, StepContext
+from workbench.allocators.base import Grant, GroupResult, StagedAllocator, StepContext
 from workbench.allocators.registry import register_allocator
 
 
@@ -37,32 +37,27 @@ class UntilCorrectConfig:
 
 
 @register_allocator("until_correct")
-class UntilCorrect(Allocator):
+class UntilCorrect(StagedAllocator):
     Config = UntilCorrectConfig
+    tag = "ar3po"
 
     def __init__(self, config=None, *, seed: int = 0) -> None:
         super().__init__(config, seed=seed)
-        self._stages = StagedTopUp()
         self._solved_before: set[str] = set()
 
     def begin_step(self, ctx: StepContext) -> list[Grant]:
         self._solved_before = {c.prompt_id for c in ctx.candidates if c.stats.correct > 0}
-        return self._stages.begin(ctx, self.config.stage_size, "ar3po stage 1")
+        return super().begin_step(ctx)
 
-    def next_stage(self, ctx: StepContext, results: dict[str, GroupResult]) -> list[Grant]:
-        c = self.config
-
-        def more(pid: str, g: GroupResult) -> tuple[str, float] | None:
-            if g.correct > 0 or g.n >= c.n_max:
-                return None
-            return f"ar3po stage {self._stages.stage}: no correct response in {g.n}", 0.0
-
-        return self._stages.next(ctx, results, size=c.stage_size, n_max=c.n_max, more=more)
+    def more(self, ctx: StepContext, prompt_id: str, group: GroupResult) -> tuple[str, float] | None:
+        if group.correct > 0 or group.n >= self.config.n_max:
+            return None
+        return f"ar3po stage {self.stage}: no correct response in {group.n}", 0.0
 
     def reuse_requests(self, results: dict[str, GroupResult]) -> list[str]:
         if not self.config.reuse:
             return []
         return [
-            pid for pid in self._stages.order
+            pid for pid in self.order
             if pid in results and results[pid].n > 0 and results[pid].correct == 0 and pid in self._solved_before
         ]

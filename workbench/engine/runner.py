@@ -14,8 +14,9 @@ import json
 import os
 import socket
 import traceback
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from workbench.config import RunConfig
 from workbench.engine.control import Heartbeat
@@ -34,12 +35,19 @@ def _code_version() -> str:
         return __version__
 
 
-def _open(store: Any):
-    if isinstance(store, (str, Path)):
-        from workbench.store import open_store
+@contextmanager
+def _opened(store: Any) -> Iterator[Any]:
+    """`store` itself when it is open; else the store at that path, opened for the run and closed after."""
+    if not isinstance(store, (str, Path)):
+        yield store
+        return
+    from workbench.store import open_store
 
-        return open_store(str(store), threads=1), True  # see open_store: DuckDB's threads vs torch's
-    return store, False
+    st = open_store(str(store), threads=1)  # see open_store: DuckDB's threads vs torch's
+    try:
+        yield st
+    finally:
+        st.close()
 
 
 def store_dir_of(store: Any) -> str:
@@ -64,17 +72,12 @@ def run(cfg: RunConfig, *, store: Any, run_id: str | None = None, name: str | No
         from workbench.control.launch import preflight
 
         preflight(cfg)  # model directory and data set, before the run's row is written
-    st, owned = _open(store)
-    try:
+    with _opened(store) as st:
         if run_id is None:
             run_id = st.create_run(name or cfg.name, cfg.to_dict(), cfg.seed, pid=os.getpid(),
                                    host=socket.gethostname(), code_version=_code_version(), status="created")
-        _drive(cfg, st, folder, run_id, resume=False, on_step=on_step,
-               stop_after=stop_after)
+        _drive(cfg, st, folder, run_id, resume=False, on_step=on_step, stop_after=stop_after)
         return run_id
-    finally:
-        if owned:
-            st.close()
 
 
 def resume(store: Any, run_id: str, *, on_step: Callable[[int, dict[str, float]], None] | None = None,
@@ -83,8 +86,7 @@ def resume(store: Any, run_id: str, *, on_step: Callable[[int, dict[str, float]]
     from workbench.errors import ConfigError
 
     folder = str(store_dir or store_dir_of(store))
-    st, owned = _open(store)
-    try:
+    with _opened(store) as st:
         row = st.run(run_id)
         if not row:
             raise ConfigError(f"run {run_id!r}: not in the store")
@@ -94,12 +96,8 @@ def resume(store: Any, run_id: str, *, on_step: Callable[[int, dict[str, float]]
         cfg = RunConfig.from_dict(config)
         if steps is not None:
             cfg = cfg.replace(steps=steps)
-        _drive(cfg, st, folder, run_id, resume=True, on_step=on_step,
-               stop_after=stop_after)
+        _drive(cfg, st, folder, run_id, resume=True, on_step=on_step, stop_after=stop_after)
         return run_id
-    finally:
-        if owned:
-            st.close()
 
 
 def _alive(row: dict[str, Any]) -> bool:
