@@ -23,7 +23,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object (fo
 
 def store_path(store: Path | None) -> Path:
     """The store directory in force: --store, else $WORKBENCH_STORE, else ./store."""
-    from workbench.store.store import default_store_path
+    from workbench.store.store import default_store_path  # here: the store loads duckdb, `--help` should not
 
     return store if store is not None else default_store_path()
 
