@@ -1,8 +1,9 @@
 """Pure chart builders: Polars frames in, Plotly figures out. No Streamlit, no store access, so every
 builder is unit-tested on hand-made frames (tests/app/test_charts.py).
 
-Frames follow the store's tables (docs/store.md); derived frames (pass@k per step, regime changes)
-come from `app.data`'s helpers, which are pure as well.
+Frames follow the store's tables (docs/store.md); derived frames (pass@k per step, regime changes,
+budget used, cumulative axes) come from `app.derive`, pure as well; `app.data` only reads the store
+and caches.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import polars as pl
 import streamlit as st
 
 from app import data
@@ -27,6 +28,19 @@ def pick_run(page: str, *, label: str = "run", container: Any = None) -> str | N
     run_id = box.selectbox(label, ids, index=index, format_func=lambda r: labels.get(r, r), key=f"{page}_run")
     st.session_state[CURRENT_RUN] = run_id
     return run_id
+
+
+def pick_run_with_steps(page: str) -> tuple[str, pl.DataFrame]:
+    """The run picked (`pick_run`) and its finished steps; the page stops, saying why, when the store
+    has no run or the run no finished step."""
+    run_id = pick_run(page)
+    if not run_id:
+        st.stop()
+    steps = data.steps((run_id,))
+    if steps.is_empty():
+        st.info("This run has no finished step yet.")
+        st.stop()
+    return run_id, steps
 
 
 def as_dict(value: Any) -> dict:

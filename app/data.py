@@ -8,7 +8,6 @@ finished steps (rollouts, allocations) keep longer.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ import streamlit as st
 
 from app import derive
 from workbench.analysis.terms import metric_items
-from workbench.store import open_store
+from workbench.store import default_store_path, open_store
 
 LIVE_TTL = 2.0
 BROWSE_TTL = 30.0
@@ -35,7 +34,7 @@ def store_location() -> str:
             return argv[i + 1]
         if arg.startswith("--store="):
             return arg.split("=", 1)[1]
-    return os.environ.get("WORKBENCH_STORE") or "store"
+    return str(default_store_path())
 
 
 def shown_location(location: str | None = None) -> str:

@@ -52,3 +52,13 @@ def test_import_workbench_is_light():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "", f"importing workbench pulled in: {out.stdout.strip()}"
+
+
+def test_resume_of_an_unknown_run_says_so_before_any_progress_bar(tmp_path):
+    from workbench.store import open_store
+
+    open_store(tmp_path / "store").close()
+    out = subprocess.run([sys.executable, "-m", "workbench.cli", "resume", "NOSUCH", "--store",
+                          str(tmp_path / "store")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and out.stdout == "", out.stdout
+    assert out.stderr.startswith("error: unknown run 'NOSUCH'") and out.stderr.count("\n") == 1, out.stderr

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
-import typing
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from workbench.checks import build_config, check, to_plain
 from workbench.docstrings import field_docs
 from workbench.errors import ConfigError
 from workbench.tasks.reward_config import RewardsConfig
@@ -45,6 +45,10 @@ class ModelConfig:
     chat_template: bool = False
     """Wrap each prompt in the tokenizer's chat template as one user turn (instruction-tuned models)."""
 
+    def __post_init__(self) -> None:
+        check(bool(self.path), "model.path", 'a model directory or "organism"', self.path)
+        check(self.threads >= 0, "model.threads", "an integer >= 0", self.threads)
+
 
 @dataclass(frozen=True)
 class SamplingConfig:
@@ -56,6 +60,12 @@ class SamplingConfig:
     """Sample among the k most likely tokens; 0 disables it."""
     max_new_tokens: int = 8
     """Generated tokens per rollout at most (finish reason "length" beyond)."""
+
+    def __post_init__(self) -> None:
+        check(self.temperature > 0, "sampling.temperature", "a number > 0", self.temperature)
+        check(0 < self.top_p <= 1, "sampling.top_p", "a number in (0, 1]", self.top_p)
+        check(self.top_k >= 0, "sampling.top_k", "an integer >= 0 (0: off)", self.top_k)
+        check(self.max_new_tokens >= 1, "sampling.max_new_tokens", "an integer >= 1", self.max_new_tokens)
 
 
 @dataclass(frozen=True)
@@ -74,6 +84,12 @@ class AllocatorConfig:
     """Engine limit on allocation stages within one step."""
     stats_decay: float = 1.0
     """Per-visit decay of the per-prompt Beta posterior (1: never forget)."""
+
+    def __post_init__(self) -> None:
+        check(self.budget >= 1, "allocator.budget", "an integer >= 1", self.budget)
+        check(self.prompts_per_step >= 1, "allocator.prompts_per_step", "an integer >= 1", self.prompts_per_step)
+        check(self.max_stages >= 1, "allocator.max_stages", "an integer >= 1", self.max_stages)
+        check(0 < self.stats_decay <= 1, "allocator.stats_decay", "a number in (0, 1]", self.stats_decay)
 
 
 @dataclass(frozen=True)
@@ -98,6 +114,14 @@ class AlgorithmConfig:
     micro_batch_size: int = 0
     """Sequences per forward/backward pass, gradients accumulated (0: the whole mini-batch at once)."""
 
+    def __post_init__(self) -> None:
+        check(0 <= self.clip_low < 1, "algorithm.clip_low", "a number in [0, 1)", self.clip_low)
+        check(self.clip_high >= 0, "algorithm.clip_high", "a number >= 0", self.clip_high)
+        check(self.kl_coef >= 0, "algorithm.kl_coef", "a number >= 0", self.kl_coef)
+        check(self.updates_per_step >= 1, "algorithm.updates_per_step", "an integer >= 1", self.updates_per_step)
+        check(self.micro_batch_size >= 0, "algorithm.micro_batch_size", "an integer >= 0 (0: whole batch)",
+              self.micro_batch_size)
+
 
 @dataclass(frozen=True)
 class OptimConfig:
@@ -118,6 +142,15 @@ class OptimConfig:
     grad_clip: float = 1.0
     """Clip the global gradient norm to this (0: no clipping)."""
 
+    def __post_init__(self) -> None:
+        check(self.lr > 0, "optim.lr", "a number > 0", self.lr)
+        check(self.weight_decay >= 0, "optim.weight_decay", "a number >= 0", self.weight_decay)
+        check(all(0 <= b < 1 for b in self.betas), "optim.betas", "two numbers in [0, 1)", list(self.betas))
+        check(self.eps > 0, "optim.eps", "a number > 0", self.eps)
+        check(self.warmup_steps >= 0, "optim.warmup_steps", "an integer >= 0", self.warmup_steps)
+        check(0 <= self.min_lr_ratio <= 1, "optim.min_lr_ratio", "a share in [0, 1]", self.min_lr_ratio)
+        check(self.grad_clip >= 0, "optim.grad_clip", "a number >= 0 (0: off)", self.grad_clip)
+
 
 @dataclass(frozen=True)
 class EvalConfig:
@@ -134,6 +167,12 @@ class EvalConfig:
     at_start: bool = True
     """Evaluate the initial policy (step 0) before training."""
 
+    def __post_init__(self) -> None:
+        check(self.every >= 0, "eval.every", "an integer >= 0 (0: start and end only)", self.every)
+        check(self.samples >= 1, "eval.samples", "an integer >= 1", self.samples)
+        check(self.temperature > 0, "eval.temperature", "a number > 0", self.temperature)
+        check(self.max_prompts >= 0, "eval.max_prompts", "an integer >= 0 (0: all)", self.max_prompts)
+
 
 @dataclass(frozen=True)
 class CheckpointConfig:
@@ -141,6 +180,10 @@ class CheckpointConfig:
     """Write a checkpoint every this many steps (0: only at stop and at the end)."""
     keep: int = 2
     """Checkpoints kept per run (older ones are deleted)."""
+
+    def __post_init__(self) -> None:
+        check(self.every >= 0, "checkpoint.every", "an integer >= 0", self.every)
+        check(self.keep >= 1, "checkpoint.keep", "an integer >= 1", self.keep)
 
 
 @dataclass(frozen=True)
@@ -158,6 +201,9 @@ class LoggingConfig:
     heartbeat_s: float = 2.0
     """Seconds between heartbeats of a running engine."""
 
+    def __post_init__(self) -> None:
+        check(self.heartbeat_s > 0, "logging.heartbeat_s", "a number > 0", self.heartbeat_s)
+
 
 @dataclass(frozen=True)
 class StoreConfig:
@@ -173,6 +219,12 @@ class StoreConfig:
     writer_nice: int = 0
     """Scheduling niceness of the store's writer thread (0-19, Linux; ignored elsewhere). Above 0 the
     commit's CPU work yields to the training threads when both want a core."""
+
+    def __post_init__(self) -> None:
+        check(self.commit_max_rows >= 1, "store.commit_max_rows", "an integer >= 1", self.commit_max_rows)
+        check(self.commit_interval_s > 0, "store.commit_interval_s", "a number > 0 (seconds)",
+              self.commit_interval_s)
+        check(0 <= self.writer_nice <= 19, "store.writer_nice", "an integer from 0 to 19", self.writer_nice)
 
 
 @dataclass(frozen=True)
@@ -209,6 +261,18 @@ class RolloutConfig:
     """vLLM: put the engine to sleep during the policy update (frees its KV cache and weights' memory
     for training) and wake it for generation, as TRL's colocate mode does."""
 
+    def __post_init__(self) -> None:
+        check(self.workers >= 1, "rollout.workers", "an integer >= 1", self.workers)
+        check(self.num_cpus >= 0, "rollout.num_cpus", "an integer >= 0 (0: every core)", self.num_cpus)
+        check(self.worker_cpus >= 0, "rollout.worker_cpus", "a number >= 0 (0: shared out)", self.worker_cpus)
+        check(self.worker_gpus >= 0, "rollout.worker_gpus", "a number >= 0", self.worker_gpus)
+        check(self.max_restarts >= 0, "rollout.max_restarts", "an integer >= 0", self.max_restarts)
+        check(self.start_timeout_s > 0, "rollout.start_timeout_s", "a number > 0", self.start_timeout_s)
+        check(0 < self.gpu_memory_utilization < 1, "rollout.gpu_memory_utilization", "a share in (0, 1)",
+              self.gpu_memory_utilization)
+        check(self.backend == "ray" or self.workers == 1, "rollout.workers",
+              'more than 1 needs rollout.backend = "ray"', self.workers)
+
 
 @dataclass(frozen=True)
 class RunConfig:
@@ -244,83 +308,26 @@ class RunConfig:
     rewards: RewardsConfig = field(default_factory=RewardsConfig)
     """The reward as a weighted sum of terms (the verifier, a format check, DAPO's overlong penalty, functions)."""
 
+    def __post_init__(self) -> None:
+        check(self.steps >= 0, "steps", "an integer >= 0", self.steps)
+        self.rewards.check_lengths(self.sampling.max_new_tokens)
+        _check_registries(self)
+
     # -- loading and saving --------------------------------------------------------------------
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RunConfig":
-        cfg = _build(cls, data, "")
-        validate(cfg)
-        return cfg
+        """Built and checked (`workbench.checks.build_config`); ConfigError names the bad field."""
+        return build_config(cls, data, where="")
 
     def to_dict(self) -> dict[str, Any]:
-        return _to_plain(self)
+        return to_plain(self)
 
     def replace(self, **changes: Any) -> "RunConfig":
         return dataclasses.replace(self, **changes)
 
 
-# -- checks beyond types ----------------------------------------------------------------------------
-
-
-def _check(ok: bool, name: str, allowed: str, value: Any) -> None:
-    if not ok:
-        raise ConfigError(f"{name}: {value!r} is not allowed ({allowed})")
-
-
-def validate(cfg: RunConfig) -> None:
-    """Range and combination checks; raises ConfigError naming the field."""
-    _check(cfg.steps >= 0, "steps", "an integer >= 0", cfg.steps)
-    _check(bool(cfg.model.path), "model.path", 'a model directory or "organism"', cfg.model.path)
-    _check(cfg.model.threads >= 0, "model.threads", "an integer >= 0", cfg.model.threads)
-    s = cfg.sampling
-    _check(s.temperature > 0, "sampling.temperature", "a number > 0", s.temperature)
-    _check(0 < s.top_p <= 1, "sampling.top_p", "a number in (0, 1]", s.top_p)
-    _check(s.top_k >= 0, "sampling.top_k", "an integer >= 0 (0: off)", s.top_k)
-    _check(s.max_new_tokens >= 1, "sampling.max_new_tokens", "an integer >= 1", s.max_new_tokens)
-    a = cfg.allocator
-    _check(a.budget >= 1, "allocator.budget", "an integer >= 1", a.budget)
-    _check(a.prompts_per_step >= 1, "allocator.prompts_per_step", "an integer >= 1", a.prompts_per_step)
-    _check(a.max_stages >= 1, "allocator.max_stages", "an integer >= 1", a.max_stages)
-    _check(0 < a.stats_decay <= 1, "allocator.stats_decay", "a number in (0, 1]", a.stats_decay)
-    g = cfg.algorithm
-    _check(0 <= g.clip_low < 1, "algorithm.clip_low", "a number in [0, 1)", g.clip_low)
-    _check(g.clip_high >= 0, "algorithm.clip_high", "a number >= 0", g.clip_high)
-    _check(g.kl_coef >= 0, "algorithm.kl_coef", "a number >= 0", g.kl_coef)
-    _check(g.updates_per_step >= 1, "algorithm.updates_per_step", "an integer >= 1", g.updates_per_step)
-    _check(g.micro_batch_size >= 0, "algorithm.micro_batch_size", "an integer >= 0 (0: whole batch)", g.micro_batch_size)
-    o = cfg.optim
-    _check(o.lr > 0, "optim.lr", "a number > 0", o.lr)
-    _check(o.weight_decay >= 0, "optim.weight_decay", "a number >= 0", o.weight_decay)
-    _check(all(0 <= b < 1 for b in o.betas), "optim.betas", "two numbers in [0, 1)", list(o.betas))
-    _check(o.eps > 0, "optim.eps", "a number > 0", o.eps)
-    _check(o.warmup_steps >= 0, "optim.warmup_steps", "an integer >= 0", o.warmup_steps)
-    _check(0 <= o.min_lr_ratio <= 1, "optim.min_lr_ratio", "a share in [0, 1]", o.min_lr_ratio)
-    _check(o.grad_clip >= 0, "optim.grad_clip", "a number >= 0 (0: off)", o.grad_clip)
-    e = cfg.eval
-    _check(e.every >= 0, "eval.every", "an integer >= 0 (0: start and end only)", e.every)
-    _check(e.samples >= 1, "eval.samples", "an integer >= 1", e.samples)
-    _check(e.temperature > 0, "eval.temperature", "a number > 0", e.temperature)
-    _check(e.max_prompts >= 0, "eval.max_prompts", "an integer >= 0 (0: all)", e.max_prompts)
-    _check(cfg.checkpoint.every >= 0, "checkpoint.every", "an integer >= 0", cfg.checkpoint.every)
-    _check(cfg.checkpoint.keep >= 1, "checkpoint.keep", "an integer >= 1", cfg.checkpoint.keep)
-    _check(cfg.logging.heartbeat_s > 0, "logging.heartbeat_s", "a number > 0", cfg.logging.heartbeat_s)
-    r = cfg.rollout
-    _check(r.workers >= 1, "rollout.workers", "an integer >= 1", r.workers)
-    _check(r.num_cpus >= 0, "rollout.num_cpus", "an integer >= 0 (0: every core)", r.num_cpus)
-    _check(r.worker_cpus >= 0, "rollout.worker_cpus", "a number >= 0 (0: shared out)", r.worker_cpus)
-    _check(r.worker_gpus >= 0, "rollout.worker_gpus", "a number >= 0", r.worker_gpus)
-    _check(r.max_restarts >= 0, "rollout.max_restarts", "an integer >= 0", r.max_restarts)
-    _check(r.start_timeout_s > 0, "rollout.start_timeout_s", "a number > 0", r.start_timeout_s)
-    _check(0 < r.gpu_memory_utilization < 1, "rollout.gpu_memory_utilization", "a share in (0, 1)",
-           r.gpu_memory_utilization)
-    _check(r.backend == "ray" or r.workers == 1, "rollout.workers",
-           'more than 1 needs rollout.backend = "ray"', r.workers)
-    _check(cfg.store.commit_max_rows >= 1, "store.commit_max_rows", "an integer >= 1", cfg.store.commit_max_rows)
-    _check(cfg.store.commit_interval_s > 0, "store.commit_interval_s", "a number > 0 (seconds)",
-           cfg.store.commit_interval_s)
-    _check(0 <= cfg.store.writer_nice <= 19, "store.writer_nice", "an integer from 0 to 19", cfg.store.writer_nice)
-    cfg.rewards.check_lengths(cfg.sampling.max_new_tokens)
-    _check_registries(cfg)
+# -- names that live in registries other parts own -----------------------------------------------
 
 
 def _check_registries(cfg: RunConfig) -> None:
@@ -338,7 +345,7 @@ def _check_registries(cfg: RunConfig) -> None:
             getter(value)
         except (KeyError, ValueError) as exc:
             raise ConfigError(f"{name}: {exc}") from None
-    _check(cfg.algorithm.aggregation in AGGREGATIONS, "algorithm.aggregation",
+    check(cfg.algorithm.aggregation in AGGREGATIONS, "algorithm.aggregation",
            "one of " + ", ".join(AGGREGATIONS), cfg.algorithm.aggregation)
     try:
         make_allocator(cfg.allocator.name, dict(cfg.allocator.params), seed=cfg.seed)
@@ -355,92 +362,6 @@ def task_config(data: dict[str, Any]) -> Any:
     return task_config_from_dict(data)
 
 
-# -- building dataclasses from plain data, with type checks -----------------------------------------
-
-
-def _type_name(tp: Any) -> str:
-    origin = typing.get_origin(tp)
-    if origin is Literal:
-        return "one of " + ", ".join(repr(v) for v in typing.get_args(tp))
-    if origin is tuple:
-        return f"a list of {len(typing.get_args(tp))} numbers"
-    if origin is dict:
-        return "a table"
-    if origin is list:
-        return "a list"
-    return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(tp, str(tp))
-
-
-def _coerce(tp: Any, value: Any, name: str) -> Any:
-    origin = typing.get_origin(tp)
-    bad = ConfigError(f"{name}: {value!r} is not allowed ({_type_name(tp)})")
-    if origin is Literal:
-        if value not in typing.get_args(tp):
-            raise bad
-        return value
-    if origin is tuple:
-        args = typing.get_args(tp)
-        if not isinstance(value, (list, tuple)) or len(value) != len(args):
-            raise bad
-        return tuple(_coerce(a, v, f"{name}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise bad
-        return dict(value)
-    if origin is list:
-        if not isinstance(value, (list, tuple)):
-            raise bad
-        return [_coerce(typing.get_args(tp)[0], v, f"{name}[{i}]") for i, v in enumerate(value)]
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise bad
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise bad
-        return value
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise bad
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise bad
-        return value
-    raise bad
-
-
-def _build(cls: type, data: Any, prefix: str) -> Any:
-    where = prefix.rstrip(".") or "the config"
-    if isinstance(data, cls):
-        return data
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where}: expected a table, got {data!r}")
-    hints = typing.get_type_hints(cls)
-    known = {f.name: f for f in fields(cls)}
-    unknown = sorted(set(data) - set(known))
-    if unknown:
-        raise ConfigError(
-            f"{prefix}{unknown[0]}: unknown field (allowed in {where}: {', '.join(known)})"
-        )
-    kwargs = {}
-    for key, value in data.items():
-        tp = hints[key]
-        name = f"{prefix}{key}"
-        kwargs[key] = _build(tp, value, name + ".") if is_dataclass(tp) else _coerce(tp, value, name)
-    return cls(**kwargs)
-
-
-def _to_plain(obj: Any) -> Any:
-    if is_dataclass(obj):
-        return {f.name: _to_plain(getattr(obj, f.name)) for f in fields(obj)}
-    if isinstance(obj, tuple):
-        return [_to_plain(v) for v in obj]
-    if isinstance(obj, dict):
-        return {k: _to_plain(v) for k, v in obj.items()}
-    return obj
-
-
 # -- TOML and --set overrides ----------------------------------------------------------------------
 
 
@@ -453,7 +374,7 @@ def _parse_value(text: str) -> Any:
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Apply `key.sub=value` strings (values parsed as TOML, else taken as strings) to plain data."""
-    out = _to_plain(data)
+    out = to_plain(data)
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"--set {item!r}: expected key=value (for example optim.lr=5e-5)")
@@ -487,5 +408,5 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 __all__ = [
     "RunConfig", "ModelConfig", "SamplingConfig", "AllocatorConfig", "AlgorithmConfig",
     "OptimConfig", "EvalConfig", "CheckpointConfig", "LoggingConfig", "load_config", "apply_overrides",
-    "validate", "field_docs",
+    "field_docs",
 ]

@@ -11,7 +11,8 @@ import typing
 from dataclasses import fields, is_dataclass
 from typing import Any
 
-from workbench.config import RunConfig, _type_name
+from workbench.checks import type_name
+from workbench.config import RunConfig
 from workbench.docstrings import field_docs
 
 
@@ -43,7 +44,7 @@ def config_markdown() -> str:
         hints = typing.get_type_hints(type(sub))
         for g in fields(sub):
             v = getattr(sub, g.name)
-            allowed = _type_name(hints[g.name])
+            allowed = type_name(hints[g.name])
             allowed = f" ({allowed})" if allowed.startswith("one of") else ""
             out.append(f"| `{g.name}` | `{_toml_value(v)}` | {_md(docs.get(g.name, ''))}{_md(allowed)} |")
         for title, cls in getattr(type(sub), "DOC_TABLES", []):  # a section's own sub-tables (reward terms)

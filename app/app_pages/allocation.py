@@ -13,13 +13,7 @@ CALIBRATION_STEPS = 10
 WINDOWS = ["this step", f"last {CALIBRATION_STEPS} steps"]
 
 st.title("Allocation")
-run_id = components.pick_run(PAGE)
-if not run_id:
-    st.stop()
-steps = data.steps((run_id,))
-if steps.is_empty():
-    st.info("This run has no finished step yet.")
-    st.stop()
+run_id, steps = components.pick_run_with_steps(PAGE)
 lo, hi = int(steps["step"].min()), int(steps["step"].max())
 source = components.source_of(run_id)
 

@@ -13,14 +13,7 @@ VERDICTS = ["any", "correct", "wrong", "no_answer", OTHER]
 NO_TERM = "none"
 
 st.title("Rollouts")
-run_id = components.pick_run(PAGE)
-if not run_id:
-    st.stop()
-
-steps = data.steps((run_id,))
-if steps.is_empty():
-    st.info("This run has no finished step yet.")
-    st.stop()
+run_id, steps = components.pick_run_with_steps(PAGE)
 lo, hi = int(steps["step"].min()), int(steps["step"].max())
 
 with st.container(border=True):

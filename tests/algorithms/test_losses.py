@@ -140,6 +140,21 @@ def test_normalizer_makes_micro_batches_exact(agg, norm):
     assert (parts[0] + parts[1]).item() == pytest.approx(full.item(), abs=f32_atol(max(abs(full.item()), 1.0), 64))
 
 
+@pytest.mark.parametrize("agg,norm", [("token-mean", lambda m: m.sum()), ("sequence", lambda m: (m.sum(1) > 0).sum()),
+                                      ("seq-mean-token-sum-norm", lambda m: m.shape[0] * 8)])
+def test_loss_normaliser_is_the_aggregations_denominator(agg, norm):
+    """The engine's mini-batch denominator is the one `aggregate` divides by when given none."""
+    from workbench.algorithms.losses import loss_normaliser
+
+    logp, old, _, adv, mask = _fixed(seed=5)
+    assert loss_normaliser(mask, agg, max_tokens=8) == float(norm(mask))
+    given = ppo(logp, old, adv, mask, clip_low=0.2, clip_high=0.2, aggregation=agg, max_tokens=8,
+                normalizer=loss_normaliser(mask, agg, max_tokens=8))[0]
+    default = ppo(logp, old, adv, mask, clip_low=0.2, clip_high=0.2, aggregation=agg, max_tokens=8)[0]
+    assert given.item() == default.item()
+    assert loss_normaliser(mask[:0], agg, max_tokens=8) == 1.0
+
+
 def test_per_token_advantages_accepted():
     logp, old, _, adv, mask = _fixed()
     a, _ = ppo(logp, old, adv, mask, clip_low=0.2, clip_high=0.2, aggregation="token")

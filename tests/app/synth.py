@@ -73,7 +73,7 @@ def fill(path, *, runs=("uniform", "multistage"), steps=6, n=4, seed=0, entropy_
                            "rollout/tokens_generated": sum(g["length"] for g in rollouts),
                            "rollout/reward_mean": sum(rewards) / len(rewards), "rollout/reward_std": 0.4,
                            "rollout/entropy_mean": 0.9 - 0.05 * step, "rollout/entropy_p10": 0.3,
-                           "rollout/entropy_p90": 1.5, "rollout/frac_zero_signal_groups": 0.25,
+                           "rollout/entropy_p90": 1.5, "rollout/zero_signal_frac": 0.25,
                            "train/loss": 0.1, "alloc/budget_kind": "rollouts", "alloc/budget": budget,
                            "alloc/allocator": alloc_name, "alloc/params": {}, "policy_version": step,
                            "timing_s/generate": 0.2, "timing_s/verify": 0.01, "timing_s/train": 0.5,
@@ -124,7 +124,7 @@ def fill_imported(path, *, source="verl", steps=5, prompts_per_step=4, n=4, seed
                        "rollout/tokens_generated": sum(r["length"] for r in rows),
                        "rollout/reward_mean": mean,
                        "rollout/reward_std": (sum((x - mean) ** 2 for x in rewards) / len(rewards)) ** 0.5,
-                       "rollout/frac_zero_signal_groups": zero / len(chosen)}
+                       "rollout/zero_signal_frac": zero / len(chosen)}
             ev = []
             if evals and step % 2 == 0:
                 ev = [{"prompt_id": p, "level": 1, "samples": 4, "correct": min(4, step // 2 + i),

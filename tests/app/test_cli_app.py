@@ -33,6 +33,25 @@ def test_app_command_starts_streamlit_on_the_store(monkeypatch, tmp_path):
     assert seen["env"]["WORKBENCH_STORE"] == str(tmp_path.resolve())
 
 
+@pytest.mark.parametrize("kind", ["file", "folder"])
+def test_app_refuses_a_path_that_is_not_a_store(tmp_path, kind):
+    """A file, or a folder of other things, is refused with one line before any server starts (a
+    server would outlive the timeout)."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "passwd"
+    if kind == "file":
+        path.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    else:
+        path.mkdir()
+        (path / "notes.txt").write_text("not a store\n")
+    out = subprocess.run([sys.executable, "-m", "workbench.cli", "app", "--store", str(path), "--headless",
+                          "--port", "8766"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr.startswith("error: ") and out.stderr.count("\n") == 1 and str(path) in out.stderr
+
+
 def test_every_page_is_timed():
     pages = {p.stem for p in (app_cmd.APP_DIR / "app_pages").glob("*.py")}
     assert {Path(p).stem for p in app_cmd.PAGES.values()} == pages

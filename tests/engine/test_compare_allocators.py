@@ -108,9 +108,9 @@ def test_a_finished_run_with_the_same_config_is_reused(tmp_path):
     """`--keep-in`: a run finished in the store with exactly the comparison's config is found (an
     interrupted comparison picks up there); one with another config or not finished is not."""
     from workbench.experiments.compare import _config, finished_run
-    from workbench.experiments.engine_bench import _base_config
+    from workbench.experiments.engine_bench import base_config
 
-    base = _base_config(["steps=4", "eval.every=2"])
+    base = base_config(["steps=4", "eval.every=2"])
     want = _config(base, "selective", 1, 500)
     assert finished_run(want, tmp_path / "none") is None
     with open_store(tmp_path) as st:
@@ -129,10 +129,10 @@ def test_runs_kept_by_an_older_workbench_are_found_after_migrating_the_store(tmp
     """A store kept with `--keep-in` by an older schema is migrated when the comparison opens it
     (a read-only open refuses an unmigrated store), and its finished runs are still found."""
     from workbench.experiments.compare import _config, finished_run
-    from workbench.experiments.engine_bench import _base_config
+    from workbench.experiments.engine_bench import base_config
     from workbench.store import schema
 
-    want = _config(_base_config(["steps=4", "eval.every=2"]), "selective", 1, 500)
+    want = _config(base_config(["steps=4", "eval.every=2"]), "selective", 1, 500)
     with open_store(tmp_path) as st:
         done = st.create_run("compare-selective", want.to_dict(), seed=1)
         st.set_run_status(done, "finished")
@@ -153,11 +153,11 @@ def test_the_profiles_run_config_matches_its_comparison_settings(profile):
 
     from workbench.config import load_config
     from workbench.experiments.compare import PROFILE_RUNS
-    from workbench.experiments.engine_bench import _base_config
+    from workbench.experiments.engine_bench import base_config
 
     root = Path(__file__).resolve().parents[2]
     shipped = load_config(root / "configs" / f"organism-{profile}.toml")
-    bench = _base_config(list(PROFILE_RUNS[profile]))
+    bench = base_config(list(PROFILE_RUNS[profile]))
     for get in (lambda c: c.steps, lambda c: c.eval.every, lambda c: c.task["profile"],
                 lambda c: c.sampling.max_new_tokens, lambda c: c.allocator.prompts_per_step):
         assert get(shipped) == get(bench)

@@ -80,7 +80,7 @@ def test_three_step_run_fills_every_table_and_moves_parameters(store_dir, tiny_c
     assert steps["tokens_generated"].sum() == r["length"].sum()
     assert set(steps["allocator"].to_list()) == {"uniform"}
     m = seen[-1][1]
-    for key in ("rollout/frac_zero_signal_groups", "rollout/tokens_generated", "alloc/budget", "train/loss",
+    for key in ("rollout/zero_signal_frac", "rollout/tokens_generated", "alloc/budget", "train/loss",
                 "timing_s/generate", "perf/rollouts_per_s"):
         assert key in m, key
     # token-entropy quantiles of the step, around its mean, computed over the step's tokens

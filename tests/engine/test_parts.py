@@ -69,3 +69,20 @@ def test_checkpoints_keep_the_newest(tmp_path):
     assert [p.name for p in list_checkpoints(tmp_path)] == ["step-000006.pt", "step-000008.pt"]
     st = load_checkpoint(latest_checkpoint(tmp_path))
     assert st["step"] == 8 and int(st["x"]) == 8
+
+
+def test_store_dir_of_a_store_is_its_directory(tmp_path):
+    """A run given an open Store keeps its checkpoints in that store's directory (not a folder named
+    after the Store's repr); a Store over a catalog URL has no directory and says what to pass."""
+    import pytest
+
+    from workbench.engine.runner import store_dir_of
+    from workbench.errors import StoreError
+    from workbench.store import open_store
+
+    with open_store(tmp_path / "s") as st:
+        assert store_dir_of(st) == str((tmp_path / "s").absolute())
+    assert store_dir_of(tmp_path / "s") == str(tmp_path / "s")
+    with open_store(catalog=f"sqlite:{tmp_path / 'c.sqlite'}", data_path=str(tmp_path / "d")) as st:
+        with pytest.raises(StoreError, match="pass store_dir="):
+            store_dir_of(st)

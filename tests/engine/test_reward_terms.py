@@ -74,7 +74,7 @@ def test_terms_array_leaves_out_missing_terms_and_nulls_rows_without_any():
     ([{"kind": "fromat"}], "rewards.terms[0].kind: 'fromat' is not a reward term (allowed: verifier, format, "
                            "overlong, function)"),
     ([{"kind": "verifier"}, {"kind": "format", "pattern": "x", "weight": "0.5"}],
-     "rewards.terms[1].weight: '0.5' is not allowed (a finite number)"),
+     "rewards.terms[1].weight: '0.5' is not allowed (must be a number)"),
     ([{"kind": "function", "path": "no_such_module_xyz:f"}],
      "rewards.terms[0].path: cannot import module 'no_such_module_xyz'"),
     ([{"kind": "function", "path": "tests.engine.test_reward_terms:nope"}],
@@ -100,7 +100,7 @@ def test_bad_term_on_the_command_line_is_one_line_and_starts_nothing(tmp_path):
         capture_output=True, text=True, timeout=300)
     assert out.returncode == 1, out.stderr
     assert out.stderr.strip().splitlines()[-1].endswith(
-        "rewards.terms[0].weight: 'heavy' is not allowed (a finite number)")
+        "rewards.terms[0].weight: 'heavy' is not allowed (must be a number)")
     assert len(out.stderr.strip().splitlines()) == 1
     assert not (store / "catalog.sqlite").exists()  # no store, no run row
 

@@ -124,7 +124,7 @@ def test_step_metrics_match_a_plain_loop():
     mean = sum(rewards) / len(rewards)
     assert m["rollout/reward_mean"] == pytest.approx(mean)
     assert m["rollout/reward_std"] == pytest.approx((sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5)
-    assert m["rollout/frac_zero_signal_groups"] == pytest.approx(
+    assert m["rollout/zero_signal_frac"] == pytest.approx(
         sum(len(set(v)) == 1 for v in groups.values()) / len(groups))
     assert m["rollout/frac_all_wrong"] == pytest.approx(
         sum(all(r <= 0 for r in v) for v in groups.values()) / len(groups))

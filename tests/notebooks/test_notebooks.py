@@ -169,7 +169,7 @@ def add_imported_run(path: Path, source: str = "verl") -> str:
     from workbench.store.synthetic import Shape, SyntheticRun
 
     keep = ("rollout/count", "rollout/prompts", "rollout/tokens_generated", "rollout/reward_mean",
-            "rollout/reward_std", "rollout/frac_zero_signal_groups")
+            "rollout/reward_std", "rollout/zero_signal_frac")
     with open_store(path) as store:
         run_id = store.create_run(f"{source}-import", {"source": source}, seed=0, source=source, status="imported")
         run = SyntheticRun(run_id, Shape(prompts_per_step=6, rollouts_per_prompt=4, tokens=6, prompt_pool=30,

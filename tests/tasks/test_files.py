@@ -114,7 +114,7 @@ def test_missing_file_and_bad_config(tmp_path):
         FileTaskConfig(path="x.jsonl", answer_extraction="magic")
     with pytest.raises(ConfigError, match="task.max_bad_frac"):
         FileTaskConfig(path="x.jsonl", max_bad_frac=2)
-    with pytest.raises(ConfigError, match="unknown field.*answer_feild"):
+    with pytest.raises(ConfigError, match=r"task\.answer_feild: unknown field"):
         FileTaskConfig.from_dict({"path": "x.jsonl", "answer_feild": "a"})
 
 

@@ -24,7 +24,7 @@ from typing import Callable, Protocol
 
 import torch
 
-from workbench.algorithms.registry import Registry
+from workbench.registry import Registry
 
 
 class AdvantageFn(Protocol):

@@ -36,7 +36,7 @@ from typing import Callable, Protocol
 
 import torch
 
-from workbench.algorithms.registry import Registry
+from workbench.registry import Registry
 
 POLICY_LOSSES: Registry[Callable] = Registry("policy loss")
 
@@ -95,6 +95,19 @@ def canonical_aggregation(aggregation: str) -> str:
         ) from None
 
 
+def loss_normaliser(mask: torch.Tensor, aggregation: str, max_tokens: int | None = None) -> float:
+    """The denominator of `aggregation` over the rows of `mask` [N, T] (at least 1): tokens for `token`,
+    non-empty sequences for `sequence`, N x `max_tokens` (default: the width T) for
+    `seq-mean-token-sum-norm`. Micro-batches of one mini-batch pass this as `normalizer=`."""
+    mode = canonical_aggregation(aggregation)
+    if mode == "token":
+        return max(float(mask.sum()), 1.0)
+    if mode == "sequence":
+        return max(float((mask.sum(-1) > 0).sum()), 1.0)
+    width = max_tokens if max_tokens is not None else mask.shape[-1]
+    return max(float(mask.shape[0] * width), 1.0)
+
+
 def aggregate(
     values: torch.Tensor,
     mask: torch.Tensor,
@@ -106,17 +119,12 @@ def aggregate(
     """Reduce per-token `values` [N, T] under `mask` to a scalar with one of the AGGREGATIONS."""
     mode = canonical_aggregation(aggregation)
     m = mask.to(values.dtype)
-    if mode == "token":
-        denom = normalizer if normalizer is not None else m.sum().clamp(min=1.0)
-        return (values * m).sum() / denom
+    denom = normalizer if normalizer is not None else loss_normaliser(mask, aggregation, max_tokens)
     if mode == "sequence":
         lengths = m.sum(dim=-1)
         per_seq = (values * m).sum(dim=-1) / lengths.clamp(min=1.0)
         nonempty = (lengths > 0).to(values.dtype)
-        denom = normalizer if normalizer is not None else nonempty.sum().clamp(min=1.0)
         return (per_seq * nonempty).sum() / denom
-    width = max_tokens if max_tokens is not None else values.shape[-1]
-    denom = normalizer if normalizer is not None else max(values.shape[0] * width, 1)
     return (values * m).sum() / denom
 
 

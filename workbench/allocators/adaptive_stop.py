@@ -22,11 +22,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workbench.allocators._config import check_float, check_int
+from workbench.checks import check_float, check_int
 from workbench.allocators._stats import beta_cdf
-from workbench.allocators.base import Allocator, Grant, GroupResult, StepContext, fit_to_budget
+from workbench.allocators.base import GroupResult, StagedAllocator, StepContext
 from workbench.allocators.registry import register_allocator
-from workbench.allocators.uniform import whole_groups
 
 
 @dataclass(frozen=True)
@@ -55,19 +54,9 @@ class AdaptiveStopConfig:
 
 
 @register_allocator("adaptive_stop")
-class AdaptiveStop(Allocator):
+class AdaptiveStop(StagedAllocator):
     Config = AdaptiveStopConfig
-
-    def __init__(self, config=None, *, seed: int = 0) -> None:
-        super().__init__(config, seed=seed)
-        self._order: list[str] = []
-        self._stage = 0
-
-    def begin_step(self, ctx: StepContext) -> list[Grant]:
-        grants = fit_to_budget(whole_groups(ctx, self.config.stage_size, "adaptive stage 1"), ctx.budget)
-        self._order = [g.prompt_id for g in grants if g.n > 0]
-        self._stage = 1
-        return grants
+    tag = "adaptive"
 
     def stop_reason(self, g: GroupResult, stats) -> str | None:
         """Why this prompt gets no more rollouts this step (None: keep sampling)."""
@@ -85,17 +74,8 @@ class AdaptiveStop(Allocator):
             return "hopeless"
         return None
 
-    def next_stage(self, ctx: StepContext, results: dict[str, GroupResult]) -> list[Grant]:
-        c = self.config
-        self._stage += 1
-        grants = []
-        for pid in self._order:
-            g = results.get(pid)
-            if g is None or self.stop_reason(g, ctx.stats.get(pid)) is not None:
-                continue
-            k = min(c.stage_size, c.n_max - g.n)
-            mean = (g.correct + 1) / (g.n + 2)
-            grants.append(Grant(pid, k, f"adaptive stage {self._stage}: {g.correct}/{g.n} correct, undecided", mean))
-        grants = [g for g in fit_to_budget(grants, ctx.budget) if g.n > 0]
-        ctx.info.update(stages=self._stage if grants else self._stage - 1)
-        return grants
+    def more(self, ctx: StepContext, prompt_id: str, group: GroupResult) -> tuple[str, float] | None:
+        if self.stop_reason(group, ctx.stats.get(prompt_id)) is not None:
+            return None
+        return (f"adaptive stage {self.stage}: {group.correct}/{group.n} correct, undecided",
+                (group.correct + 1) / (group.n + 2))

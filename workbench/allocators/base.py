@@ -2,10 +2,10 @@
 
 Each training step the engine calls, in order:
 
-1. `begin_step(ctx)` -> grants for stage 0. `ctx.candidates` are the prompts the sampler drew
-   (`ctx.candidates_wanted` of them: an allocator may ask for more than the batch via
-   `candidates_wanted(prompts_per_step)`), each with its `PromptStats`; `ctx.draw(n)` draws more
-   prompts from the sampler mid-step (dynamic sampling).
+1. `begin_step(ctx)` -> grants for the first stage. `ctx.candidates` are the prompts the sampler drew
+   (as many as the allocator's `candidates_wanted(prompts_per_step)` asked for: it may ask for more
+   than the batch), each with its `PromptStats`; `ctx.draw(n)` draws more prompts from the sampler
+   mid-step (dynamic sampling).
 2. The engine generates and scores the granted rollouts, then calls `next_stage(ctx, results)` with
    every group's results so far (all stages pooled per prompt). It returns more grants (a new stage)
    or [] to end the step.
@@ -217,7 +217,8 @@ class Allocator(ABC):
 
 def fit_to_budget(grants: list[Grant], budget: Budget) -> list[Grant]:
     """Trim grants, last first, so that their total fits `budget.rollouts_left()`; the safety net every
-    allocator applies to what it returns. Grants trimmed to 0 keep their reason plus "(budget)"."""
+    allocator applies to what it returns. A trimmed grant (to 0 or not) keeps its reason with
+    " (cut to N by budget)" appended."""
     left = budget.rollouts_left()
     out: list[Grant] = []
     for g in grants:
@@ -227,3 +228,59 @@ def fit_to_budget(grants: list[Grant], budget: Budget) -> list[Grant]:
             g = Grant(g.prompt_id, n, f"{g.reason} (cut to {n} by budget)", g.predicted_pass)
         out.append(g)
     return out
+
+
+def whole_groups(ctx: StepContext, n: int, tag: str) -> list[Grant]:
+    """A first stage: `n` rollouts for each candidate in sampler order while whole groups fit, 0 (with
+    the reason "budget exhausted") after that; fitted to the budget."""
+    left = ctx.budget.rollouts_left()
+    grants = []
+    for c in ctx.candidates:
+        if left >= n:
+            grants.append(Grant(c.prompt_id, n, f"{tag}: group of {n}", c.stats.mean))
+            left -= n
+        else:
+            grants.append(Grant(c.prompt_id, 0, f"{tag}: budget exhausted ({left} left < {n})", c.stats.mean))
+    return fit_to_budget(grants, ctx.budget)
+
+
+class StagedAllocator(Allocator):
+    """The skeleton of allocators that sample a step in stages until each prompt is settled
+    (`adaptive_stop`, `until_correct`): stage 1 gives whole groups of `config.stage_size` in sampler
+    order (`whole_groups`, reasons "<tag> stage 1: ..."); each later stage gives another `stage_size`
+    rollouts (up to `config.n_max` in the step) to every prompt of stage 1 for which `more` gives a
+    reason; the step ends when none gets one or the budget is spent. `ctx.info["stages"]` gets the
+    number of stages that granted rollouts. Subclasses set `tag` and implement `more`."""
+
+    tag: ClassVar[str]
+    """Opens every grant's reason ("ar3po" -> "ar3po stage 2: ...")."""
+
+    def __init__(self, config: Any | None = None, *, seed: int = 0) -> None:
+        super().__init__(config, seed=seed)
+        self.order: list[str] = []
+        """The prompts stage 1 gave rollouts, in sampler order."""
+        self.stage = 0
+        """The stage being granted."""
+
+    @abstractmethod
+    def more(self, ctx: StepContext, prompt_id: str, group: GroupResult) -> tuple[str, float | None] | None:
+        """(reason, predicted pass rate) when the prompt should get more rollouts, None when it is settled."""
+
+    def begin_step(self, ctx: StepContext) -> list[Grant]:
+        grants = whole_groups(ctx, self.config.stage_size, f"{self.tag} stage 1")
+        self.order = [g.prompt_id for g in grants if g.n > 0]
+        self.stage = 1
+        return grants
+
+    def next_stage(self, ctx: StepContext, results: dict[str, GroupResult]) -> list[Grant]:
+        c = self.config
+        self.stage += 1
+        grants = []
+        for pid in self.order:
+            g = results.get(pid)
+            want = None if g is None else self.more(ctx, pid, g)
+            if want is not None:
+                grants.append(Grant(pid, min(c.stage_size, c.n_max - g.n), *want))
+        grants = [g for g in fit_to_budget(grants, ctx.budget) if g.n > 0]
+        ctx.info.update(stages=self.stage if grants else self.stage - 1)
+        return grants

@@ -19,10 +19,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from workbench.allocators._config import check_float, check_int
-from workbench.allocators.base import Allocator, Grant, GroupResult, StepContext, fit_to_budget
+from workbench.checks import check_float, check_int
+from workbench.allocators.base import Allocator, Grant, GroupResult, StepContext, fit_to_budget, whole_groups
 from workbench.allocators.registry import register_allocator
-from workbench.allocators.uniform import whole_groups
 
 
 @dataclass(frozen=True)
@@ -58,7 +57,7 @@ class DynamicSampling(Allocator):
         return math.ceil(self.config.oversample * prompts_per_step)
 
     def begin_step(self, ctx: StepContext) -> list[Grant]:
-        grants = fit_to_budget(whole_groups(ctx, self.config.n, "dapo round 1"), ctx.budget)
+        grants = whole_groups(ctx, self.config.n, "dapo round 1")
         self._order = [g.prompt_id for g in grants if g.n > 0]
         self._kept = None
         self._rounds = 1 if self._order else 0

@@ -23,7 +23,7 @@ from typing import Sequence
 
 import numpy as np
 
-from workbench.allocators._config import check_int
+from workbench.checks import check_int
 from workbench.allocators.base import Allocator, Grant, StepContext, fit_to_budget
 from workbench.allocators.registry import register_allocator
 

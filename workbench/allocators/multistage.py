@@ -21,10 +21,9 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from workbench.allocators._config import check_choice, check_float, check_int
-from workbench.allocators.base import Allocator, Grant, GroupResult, StepContext, fit_to_budget
+from workbench.checks import check_choice, check_float, check_int
+from workbench.allocators.base import Allocator, Grant, GroupResult, StepContext, fit_to_budget, whole_groups
 from workbench.allocators.registry import register_allocator
-from workbench.allocators.uniform import whole_groups
 
 
 @dataclass(frozen=True)
@@ -84,7 +83,7 @@ class Multistage(Allocator):
 
     def begin_step(self, ctx: StepContext) -> list[Grant]:
         self._stage = 1
-        return fit_to_budget(whole_groups(ctx, self.config.n, "dars stage 1"), ctx.budget)
+        return whole_groups(ctx, self.config.n, "dars stage 1")
 
     def next_stage(self, ctx: StepContext, results: dict[str, GroupResult]) -> list[Grant]:
         if self._stage != 1:

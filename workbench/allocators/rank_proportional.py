@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workbench.allocators._config import check_int
+from workbench.checks import check_int
 from workbench.allocators.base import Allocator, Grant, StepContext, fit_to_budget
 from workbench.allocators.multistage import scale_to_budget
 from workbench.allocators.registry import register_allocator

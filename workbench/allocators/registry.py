@@ -1,5 +1,5 @@
-"""The allocator registry: a module dict, a decorator that refuses duplicates, a getter that lists the
-valid names when it fails, and `make_allocator`, which builds one from a plain dict of parameters (a
+"""The allocator registry (a `workbench.registry.Registry`: a decorator that refuses duplicates, a
+getter that lists the valid names when it fails), and `make_allocator`, which builds one from a plain dict of parameters (a
 run config's table or a live control command) rejecting unknown and ill-typed fields by name."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from typing import Any, Callable, TypeVar
 
 from workbench.allocators._config import config_from_dict, describe_config
 from workbench.allocators.base import Allocator
-from workbench.errors import ConfigError
+from workbench.registry import Registry
 
-_REGISTRY: dict[str, type[Allocator]] = {}
+ALLOCATORS: Registry[type[Allocator]] = Registry("allocator", label="valid")
 
 A = TypeVar("A", bound=type[Allocator])
 
@@ -19,12 +19,10 @@ def register_allocator(name: str) -> Callable[[A], A]:
     """Class decorator: register an Allocator subclass under `name` (sets `cls.name`)."""
 
     def deco(cls: A) -> A:
-        if name in _REGISTRY:
-            raise ValueError(f"allocator {name!r} is already registered (by {_REGISTRY[name].__qualname__})")
         if not isinstance(cls, type) or not issubclass(cls, Allocator):
             raise TypeError(f"register_allocator({name!r}) needs an Allocator subclass, got {cls!r}")
+        ALLOCATORS.add(name, cls)
         cls.name = name
-        _REGISTRY[name] = cls
         return cls
 
     return deco
@@ -32,17 +30,12 @@ def register_allocator(name: str) -> Callable[[A], A]:
 
 def available_allocators() -> list[str]:
     """Registered names, sorted."""
-    return sorted(_REGISTRY)
+    return ALLOCATORS.names()
 
 
 def get_allocator(name: str) -> type[Allocator]:
     """The class registered under `name`; an unknown name raises ConfigError listing the valid ones."""
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise ConfigError(
-            f"unknown allocator {name!r}; valid: {', '.join(available_allocators())}"
-        ) from None
+    return ALLOCATORS.get(name)
 
 
 def make_config(name: str, params: dict[str, Any] | None = None) -> Any:

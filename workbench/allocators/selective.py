@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workbench.allocators._config import check_float, check_int
+from workbench.checks import check_float, check_int
 from workbench.allocators.base import Allocator, Candidate, Grant, GroupResult, StepContext, fit_to_budget
 from workbench.allocators.registry import register_allocator
 

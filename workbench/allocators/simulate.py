@@ -28,7 +28,7 @@ from typing import Any, Callable, Literal
 
 import numpy as np
 
-from workbench.allocators._config import check_choice, check_float, check_int
+from workbench.checks import check_choice, check_float, check_int
 from workbench.errors import ConfigError
 from workbench.allocators.base import Allocator, Budget, Candidate, Grant, GroupResult, PromptStats, StepContext
 

@@ -21,7 +21,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from workbench.allocators._config import check_float, check_int, config_from_dict
+from workbench.allocators._config import config_from_dict
+from workbench.checks import check_float, check_int
 
 
 @dataclass(frozen=True)

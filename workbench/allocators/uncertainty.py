@@ -26,11 +26,10 @@ import heapq
 import math
 from dataclasses import dataclass
 
-from workbench.allocators._config import check_float, check_int
+from workbench.checks import check_float, check_int
 from workbench.allocators._stats import t_quantile
-from workbench.allocators.base import Allocator, Grant, GroupResult, StepContext, fit_to_budget
+from workbench.allocators.base import Allocator, Grant, GroupResult, StepContext, fit_to_budget, whole_groups
 from workbench.allocators.registry import register_allocator
-from workbench.allocators.uniform import whole_groups
 
 
 @dataclass(frozen=True)
@@ -83,7 +82,7 @@ class Uncertainty(Allocator):
         self._order: list[str] = []
 
     def begin_step(self, ctx: StepContext) -> list[Grant]:
-        grants = fit_to_budget(whole_groups(ctx, self.config.n0, "xrpo phase 0"), ctx.budget)
+        grants = whole_groups(ctx, self.config.n0, "xrpo phase 0")
         self._order = [g.prompt_id for g in grants if g.n > 0]
         self._phase = 0
         return grants

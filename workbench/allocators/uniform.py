@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workbench.allocators._config import check_int
-from workbench.allocators.base import Allocator, Grant, StepContext, fit_to_budget
+from workbench.checks import check_int
+from workbench.allocators.base import Allocator, Grant, StepContext, whole_groups
 from workbench.allocators.registry import register_allocator
 
 
@@ -33,17 +33,5 @@ class Uniform(Allocator):
     Config = UniformConfig
 
     def begin_step(self, ctx: StepContext) -> list[Grant]:
-        return fit_to_budget(whole_groups(ctx, self.config.n, "uniform"), ctx.budget)
+        return whole_groups(ctx, self.config.n, "uniform")
 
-
-def whole_groups(ctx: StepContext, n: int, tag: str) -> list[Grant]:
-    """n rollouts for each candidate in order while whole groups fit; 0 (with a reason) after that."""
-    left = ctx.budget.rollouts_left()
-    grants = []
-    for c in ctx.candidates:
-        if left >= n:
-            grants.append(Grant(c.prompt_id, n, f"{tag}: group of {n}", c.stats.mean))
-            left -= n
-        else:
-            grants.append(Grant(c.prompt_id, 0, f"{tag}: budget exhausted ({left} left < {n})", c.stats.mean))
-    return grants

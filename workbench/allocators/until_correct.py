@@ -17,10 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workbench.allocators._config import check_int
-from workbench.allocators.base import Allocator, Grant, GroupResult, StepContext, fit_to_budget
+from workbench.checks import check_int
+from workbench.allocators.base import Grant, GroupResult, StagedAllocator, StepContext
 from workbench.allocators.registry import register_allocator
-from workbench.allocators.uniform import whole_groups
 
 
 @dataclass(frozen=True)
@@ -38,40 +37,27 @@ class UntilCorrectConfig:
 
 
 @register_allocator("until_correct")
-class UntilCorrect(Allocator):
+class UntilCorrect(StagedAllocator):
     Config = UntilCorrectConfig
+    tag = "ar3po"
 
     def __init__(self, config=None, *, seed: int = 0) -> None:
         super().__init__(config, seed=seed)
-        self._order: list[str] = []
         self._solved_before: set[str] = set()
-        self._stage = 0
 
     def begin_step(self, ctx: StepContext) -> list[Grant]:
-        grants = fit_to_budget(whole_groups(ctx, self.config.stage_size, "ar3po stage 1"), ctx.budget)
-        self._order = [g.prompt_id for g in grants if g.n > 0]
         self._solved_before = {c.prompt_id for c in ctx.candidates if c.stats.correct > 0}
-        self._stage = 1
-        return grants
+        return super().begin_step(ctx)
 
-    def next_stage(self, ctx: StepContext, results: dict[str, GroupResult]) -> list[Grant]:
-        c = self.config
-        self._stage += 1
-        grants = []
-        for pid in self._order:
-            g = results.get(pid)
-            if g is None or g.correct > 0 or g.n >= c.n_max:
-                continue
-            k = min(c.stage_size, c.n_max - g.n)
-            grants.append(Grant(pid, k, f"ar3po stage {self._stage}: no correct response in {g.n}", 0.0))
-        grants = fit_to_budget(grants, ctx.budget)
-        ctx.info.update(stages=self._stage - (0 if any(g.n for g in grants) else 1))
-        return [g for g in grants if g.n > 0]
+    def more(self, ctx: StepContext, prompt_id: str, group: GroupResult) -> tuple[str, float] | None:
+        if group.correct > 0 or group.n >= self.config.n_max:
+            return None
+        return f"ar3po stage {self.stage}: no correct response in {group.n}", 0.0
 
     def reuse_requests(self, results: dict[str, GroupResult]) -> list[str]:
         if not self.config.reuse:
             return []
         return [
-            pid for pid in self._order
+            pid for pid in self.order
             if pid in results and results[pid].n > 0 and results[pid].correct == 0 and pid in self._solved_before
         ]

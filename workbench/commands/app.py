@@ -14,19 +14,10 @@ from typing import Annotated
 import typer
 
 from workbench.commands.common import JsonOpt, StoreOpt, print_json, store_path
+from workbench.dashboard import APP_DIR, MAIN, PAGES
 from workbench.errors import StoreError
 
-APP_DIR = Path(__file__).resolve().parents[2] / "app"
-MAIN = APP_DIR / "main.py"
-PAGES = {
-    "runs": "app_pages/runs.py",
-    "live": "app_pages/live.py",
-    "rollouts": "app_pages/rollouts.py",
-    "prompt": "app_pages/prompt.py",
-    "allocation": "app_pages/allocation.py",
-    "compare": "app_pages/compare.py",
-}
-"""Page name -> file relative to app/main.py (what AppTest.switch_page takes)."""
+__all__ = ["APP_DIR", "MAIN", "PAGES", "exec_app", "streamlit_command"]
 
 
 def streamlit_command(store: Path, *, port: int, address: str, headless: bool) -> list[str]:
@@ -76,6 +67,15 @@ def exposure_warning(address: str) -> str | None:
 def _check_app() -> None:
     if not MAIN.is_file():
         raise StoreError(f"the dashboard's entry point {MAIN} is missing (is this a source checkout?)")
+
+
+def _check_store(path: Path) -> None:
+    """Refuse a path that exists but is not a store (a file, a folder of other things), with the one
+    line `workbench query` gives, before the server starts."""
+    from workbench.store import open_store
+
+    with open_store(path, read_only=True):
+        pass
 
 
 BENCH_RUN = "bench-app"
@@ -176,8 +176,10 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         allocation, comparisons."""
         _check_app()
         path = store_path(store).resolve()
-        if not path.exists():
-            typer.echo(f"note: {path} does not exist yet; it is created when the first run starts", err=True)
+        if not path.exists() or (path.is_dir() and not any(path.iterdir())):
+            typer.echo(f"note: {path} holds no store yet; it is created when the first run starts", err=True)
+        else:
+            _check_store(path)
         warning = exposure_warning(address)
         if warning:
             typer.echo(warning, err=True)

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-
-DEFAULT_STORE = "store"
 
 StoreOpt = Annotated[
     Path | None,
@@ -26,9 +23,9 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object (fo
 
 def store_path(store: Path | None) -> Path:
     """The store directory in force: --store, else $WORKBENCH_STORE, else ./store."""
-    if store is not None:
-        return store
-    return Path(os.environ.get("WORKBENCH_STORE") or DEFAULT_STORE)
+    from workbench.store.store import default_store_path  # here: the store loads duckdb, `--help` should not
+
+    return store if store is not None else default_store_path()
 
 
 def print_json(obj: Any) -> None:

@@ -56,28 +56,20 @@ def _ctl(ctx: typer.Context, run: str = typer.Argument(..., help="The run id."))
     ctx.obj = {"run": run}
 
 
-@ctl.command()
-def pause(ctx: typer.Context, store: StoreOpt = None, as_json: JsonOpt = False, wait: WaitOpt = 0) -> None:
-    """Pause at the next step boundary (the process keeps its state and waits for resume)."""
-    _send(ctx, store, as_json, wait, "pause")
+def _plain_command(command: str, doc: str) -> None:
+    """Add `workbench ctl RUN <command>` for a command without arguments."""
+
+    def send(ctx: typer.Context, store: StoreOpt = None, as_json: JsonOpt = False, wait: WaitOpt = 0) -> None:
+        _send(ctx, store, as_json, wait, command)
+
+    send.__doc__ = doc
+    ctl.command(command)(send)
 
 
-@ctl.command()
-def resume(ctx: typer.Context, store: StoreOpt = None, as_json: JsonOpt = False, wait: WaitOpt = 0) -> None:
-    """Resume a paused run (a stopped or crashed run restarts with `workbench resume RUN`)."""
-    _send(ctx, store, as_json, wait, "resume")
-
-
-@ctl.command()
-def stop(ctx: typer.Context, store: StoreOpt = None, as_json: JsonOpt = False, wait: WaitOpt = 0) -> None:
-    """Checkpoint, then exit cleanly (status stopped)."""
-    _send(ctx, store, as_json, wait, "stop")
-
-
-@ctl.command()
-def checkpoint(ctx: typer.Context, store: StoreOpt = None, as_json: JsonOpt = False, wait: WaitOpt = 0) -> None:
-    """Write a checkpoint at the end of the current step."""
-    _send(ctx, store, as_json, wait, "checkpoint")
+_plain_command("pause", "Pause at the next step boundary (the process keeps its state and waits for resume).")
+_plain_command("resume", "Resume a paused run (a stopped or crashed run restarts with `workbench resume RUN`).")
+_plain_command("stop", "Checkpoint, then exit cleanly (status stopped).")
+_plain_command("checkpoint", "Write a checkpoint at the end of the current step.")
 
 
 @ctl.command()

@@ -22,6 +22,14 @@ SetOpt = Annotated[
 ]
 
 
+def _planned_steps(root: Path, run_id: str) -> int:
+    """The training steps in `run_id`'s config; a store or run that does not exist raises StoreError."""
+    from workbench.store import open_store
+
+    with open_store(root, read_only=True) as st:
+        return int(st.run(run_id)["config"].get("steps") or 0)
+
+
 def _progress(total: int, title: str):
     """A rich progress bar and the on_step callback that advances it."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -131,10 +139,11 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         from workbench.engine import resume
 
         root = store_path(store)
+        planned = _planned_steps(root, run)  # an unknown run or store is refused before any bar is drawn
         if quiet:
             resume(str(root), run, steps=steps, store_dir=root)
         else:
-            progress, on_step = _progress(steps or 0, f"resume {run}")
+            progress, on_step = _progress(steps or planned, f"resume {run}")
             with progress:
                 resume(str(root), run, steps=steps, store_dir=root, on_step=on_step)
         _summary(root, run)

@@ -52,7 +52,7 @@ def _dispatch(engine: Controllable, command: str, args: dict[str, Any]) -> None:
         engine.request_stop()
 
 
-def _apply_one(
+def apply_one(
     row: dict[str, Any], engine: Controllable, *, paused: bool, limits: Limits
 ) -> tuple[str, str | None, dict[str, Any]]:
     """Validate and apply one control row; returns (status, reason, canonical args)."""
@@ -138,7 +138,7 @@ def apply_pending(
             command = str(row.get("command"))
             if boundary == "stage" and not applies_at(command, "stage"):
                 continue
-            status, reason, args = _apply_one(row, engine, paused=paused, limits=limits)
+            status, reason, args = apply_one(row, engine, paused=paused, limits=limits)
             outcome = {
                 "control_id": row["control_id"],
                 "command": command,

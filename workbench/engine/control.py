@@ -141,12 +141,14 @@ class LiveSettings:
 
     def replay_at(self, step: int) -> list[dict[str, Any]]:
         """Apply again the planned commands of `step` (see `plan_replay`); returns what was applied."""
-        from workbench.control.apply import _apply_one  # noqa: PLC0415 - control depends on engine, not back
+        # The engine depends on control (control sees the engine only as its `Controllable` protocol);
+        # imported here so that importing the engine does not load the control package's API.
+        from workbench.control.apply import apply_one
         from workbench.control.commands import LIMITS
 
         done = []
         for row in self.replay.pop(step, []):
-            status, reason, _ = _apply_one(row, self, paused=False, limits=LIMITS)
+            status, reason, _ = apply_one(row, self, paused=False, limits=LIMITS)
             if status != "applied":  # it was applied once with the same settings; should not happen
                 log.warning("replaying control %s (%s) at step %d failed: %s", row["control_id"],
                             row["command"], step, reason)

@@ -356,7 +356,6 @@ def _step_metrics(s: Setup, r: Rollouts, results: dict[str, GroupResult], group_
         "rollout/entropy_mean": ent, **{f"rollout/entropy_p{p}": v for p, v in zip((10, 50, 90), q)},
         "rollout/length_mean": tokens / max(n_onp, 1),
         "rollout/stop_frac": float(r.finished[torch.as_tensor(onp)].float().mean()) if n_onp else 0.0,
-        "rollout/frac_zero_signal_groups": float(1 - group_signal.mean()) if len(group_signal) else 0.0,
         "rollout/zero_signal_frac": float(1 - group_signal.mean()) if len(group_signal) else 0.0,
         "rollout/temperature": live.temperature,
         **term_means(r.reward_terms, onp),  # reward/<term>

@@ -14,8 +14,9 @@ import json
 import os
 import socket
 import traceback
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from workbench.config import RunConfig
 from workbench.engine.control import Heartbeat
@@ -34,37 +35,49 @@ def _code_version() -> str:
         return __version__
 
 
-def _open(store: Any):
+@contextmanager
+def _opened(store: Any) -> Iterator[Any]:
+    """`store` itself when it is open; else the store at that path, opened for the run and closed after."""
+    if not isinstance(store, (str, Path)):
+        yield store
+        return
+    from workbench.store import open_store
+
+    st = open_store(str(store), threads=1)  # see open_store: DuckDB's threads vs torch's
+    try:
+        yield st
+    finally:
+        st.close()
+
+
+def store_dir_of(store: Any) -> str:
+    """The local directory of `store` (a path, or a Store opened on a store directory): where runs keep
+    their checkpoints and the organism its cache. A Store over a catalog URL has none: pass `store_dir=`."""
     if isinstance(store, (str, Path)):
-        from workbench.store import open_store
+        return str(store)
+    root = getattr(getattr(store, "location", None), "root", None)
+    if root is None:
+        from workbench.errors import StoreError
 
-        return open_store(str(store), threads=1), True  # see open_store: DuckDB's threads vs torch's
-    return store, False
-
-
-def _store_dir(store: Any) -> str:
-    return str(getattr(store, "path", None) or getattr(store, "root", None) or store)
+        raise StoreError(f"{store!r} has no local directory for the run's checkpoints: pass store_dir=")
+    return str(root)
 
 
 def run(cfg: RunConfig, *, store: Any, run_id: str | None = None, name: str | None = None,
         on_step: Callable[[int, dict[str, float]], None] | None = None, stop_after: int | None = None,
         store_dir: str | Path | None = None) -> str:
     """Run `cfg` to the end (or until stopped) in this process; returns the run id."""
+    folder = str(store_dir or store_dir_of(store))
     if run_id is None:  # a launched run (row given) was checked by its launcher
         from workbench.control.launch import preflight
 
         preflight(cfg)  # model directory and data set, before the run's row is written
-    st, owned = _open(store)
-    try:
+    with _opened(store) as st:
         if run_id is None:
             run_id = st.create_run(name or cfg.name, cfg.to_dict(), cfg.seed, pid=os.getpid(),
                                    host=socket.gethostname(), code_version=_code_version(), status="created")
-        _drive(cfg, st, str(store_dir or _store_dir(store)), run_id, resume=False, on_step=on_step,
-               stop_after=stop_after)
+        _drive(cfg, st, folder, run_id, resume=False, on_step=on_step, stop_after=stop_after)
         return run_id
-    finally:
-        if owned:
-            st.close()
 
 
 def resume(store: Any, run_id: str, *, on_step: Callable[[int, dict[str, float]], None] | None = None,
@@ -72,8 +85,8 @@ def resume(store: Any, run_id: str, *, on_step: Callable[[int, dict[str, float]]
     """Continue `run_id` from its last checkpoint (the store is rolled back to it)."""
     from workbench.errors import ConfigError
 
-    st, owned = _open(store)
-    try:
+    folder = str(store_dir or store_dir_of(store))
+    with _opened(store) as st:
         row = st.run(run_id)
         if not row:
             raise ConfigError(f"run {run_id!r}: not in the store")
@@ -83,12 +96,8 @@ def resume(store: Any, run_id: str, *, on_step: Callable[[int, dict[str, float]]
         cfg = RunConfig.from_dict(config)
         if steps is not None:
             cfg = cfg.replace(steps=steps)
-        _drive(cfg, st, str(store_dir or _store_dir(store)), run_id, resume=True, on_step=on_step,
-               stop_after=stop_after)
+        _drive(cfg, st, folder, run_id, resume=True, on_step=on_step, stop_after=stop_after)
         return run_id
-    finally:
-        if owned:
-            st.close()
 
 
 def _alive(row: dict[str, Any]) -> bool:

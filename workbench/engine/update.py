@@ -10,20 +10,10 @@ import numpy as np
 import torch
 
 from workbench.algorithms import GroupedBatch, get_policy_loss, group_sequences, grouped_logprobs
-from workbench.algorithms.losses import canonical_aggregation
+from workbench.algorithms.losses import loss_normaliser
 from workbench.engine.setup import Setup
 from workbench.engine.steplog import Rollouts
 from workbench.faults import fault_point
-
-
-def _normaliser(mask: torch.Tensor, aggregation: str, max_tokens: int) -> float:
-    """The denominator the aggregation uses over a whole mini-batch (micro-batches share it)."""
-    mode = canonical_aggregation(aggregation)
-    if mode == "token":
-        return max(float(mask.sum()), 1.0)
-    if mode == "sequence":
-        return max(float((mask.sum(-1) > 0).sum()), 1.0)
-    return max(float(mask.shape[0] * max_tokens), 1.0)
 
 
 def policy_update(s: Setup, r: Rollouts, adv: np.ndarray, used: np.ndarray, signal: np.ndarray,
@@ -45,7 +35,7 @@ def policy_update(s: Setup, r: Rollouts, adv: np.ndarray, used: np.ndarray, sign
     totals: dict[str, float] = {}
     weights = 0.0
     for chunk in np.array_split(used_rows, a.updates_per_step):
-        norm = _normaliser(mask_all[chunk], a.aggregation, s.cfg.sampling.max_new_tokens)
+        norm = loss_normaliser(mask_all[chunk], a.aggregation, s.cfg.sampling.max_new_tokens)
         rows_in = [int(i) for i in chunk if int(i) in train_set]
         loss_total = 0.0
         for micro in _micro_batches(rows_in, r.temperature, a.micro_batch_size):

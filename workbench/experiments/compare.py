@@ -45,7 +45,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from workbench.allocators._config import check_int
+from workbench.checks import check_int
 from workbench.allocators.registry import get_allocator, shipped_allocators
 from workbench.errors import ConfigError
 from workbench.experiments.intervals import with_intervals
@@ -95,10 +95,10 @@ def compare(allocators: list[str] | None = None, seeds: int = 3, *, base: Any = 
         names.insert(0, REFERENCE)
     names.sort(key=lambda n: n != REFERENCE)
     if base is None:
-        from workbench.experiments.engine_bench import _base_config
+        from workbench.experiments.engine_bench import base_config
 
         overrides = PROFILE_RUNS[profile] + list(overrides or [])
-        base = _base_config(overrides)
+        base = base_config(overrides)
     elif overrides:
         raise ConfigError("bench allocators: pass either a base config or overrides, not both")
     if base.eval.every <= 0:
@@ -148,10 +148,10 @@ def _store(store: str | Path | None, base: Any) -> Iterator[Path]:
         Path(store).mkdir(parents=True, exist_ok=True)
         yield Path(store)
         return
-    from workbench.commands.common import store_path
-    from workbench.experiments.engine_bench import _temp_store
+    from workbench.store import default_store_path
+    from workbench.experiments.engine_bench import temp_store
 
-    with _temp_store(Path(store_path(None)), base) as root:
+    with temp_store(Path(default_store_path()), base) as root:
         yield root
 
 
@@ -308,13 +308,14 @@ def write_report(result: dict[str, Any], out_dir: str | Path = DOCS_BENCH) -> li
     return paths + write_overview(out)
 
 
-def _f(v: Any, fmt: str) -> str:
+def format_value(v: Any, fmt: str) -> str:
+    """`v` in `fmt`; None prints as "—" and a saving of 1e9 or more as "∞"."""
     # a bootstrap saving is capped at 1e9 where a resample's target is met at 0 tokens
     return "—" if v is None else "∞" if isinstance(v, float) and v >= 1e9 else format(v, fmt)
 
 
 def _ci(v: Any, ci: Any, fmt: str) -> str:
-    return _f(v, fmt) + (f" [{_f(ci[0], fmt)}, {_f(ci[1], fmt)}]" if ci else "")
+    return format_value(v, fmt) + (f" [{format_value(ci[0], fmt)}, {format_value(ci[1], fmt)}]" if ci else "")
 
 
 def markdown_table(result: dict[str, Any], heading: str = "# Allocators on the model organism") -> str:
@@ -328,7 +329,7 @@ def markdown_table(result: dict[str, Any], heading: str = "# Allocators on the m
         f"{result['steps']} steps per run, {result['tokens_per_step']} generated tokens per step at most "
         f"({result.get('run_minutes', result['minutes']):.1f} minutes of runs in all). Uniform's final held-out "
         f"pass@1: {result['uniform_final_pass1']:.3f}; uniform's zero-signal group fraction: "
-        f"{_f(result.get('uniform_zero_signal_frac'), '.3f')}. " + _best_line(result),
+        f"{format_value(result.get('uniform_zero_signal_frac'), '.3f')}. " + _best_line(result),
         *_learning_line(result),
         f"Reproduce: `workbench bench allocators --json --profile {profile} --seeds {result['seeds']}"
         + "".join(f" --seeds-for {n}={k}" for n, k in seeds.items() if k != result["seeds"])
@@ -353,7 +354,7 @@ def markdown_table(result: dict[str, Any], heading: str = "# Allocators on the m
             f"| {_ci(r['final_pass8'], r.get('final_pass8_ci90'), '.3f')} "
             f"| {'' if r['allocator'] == REFERENCE else _ci(r.get('final_vs_uniform'), r.get('final_vs_uniform_ci90'), '+.3f')} "
             f"| {r['final_tokens']:.0f} "
-            f"| {_f(r['zero_signal_frac'], '.3f')} | {_f(r['tokens_to_uniform_final'], '.0f')} "
+            f"| {format_value(r['zero_signal_frac'], '.3f')} | {format_value(r['tokens_to_uniform_final'], '.0f')} "
             f"| {_ci(r['token_saving_vs_uniform'], r.get('saving_ci90'), '.2f')} | {real} | {r['minutes']:.1f} |")
     return "\n".join(lines) + "\n"
 
@@ -395,7 +396,7 @@ def _plotly_figure(result: dict[str, Any]) -> Any:
         for col, key in ((1, "pass1"), (2, "pass8")):
             fig.add_trace(go.Scatter(x=xs, y=[p[key] for p in r["curve"]], mode="lines+markers",
                                      name=r["allocator"], legendgroup=r["allocator"], showlegend=col == 1,
-                                     line=dict(color=_COLOURS[i % len(_COLOURS)])), row=1, col=col)
+                                     line=dict(color=COLOURS[i % len(COLOURS)])), row=1, col=col)
     fig.update_xaxes(title_text="generated tokens")
     fig.update_layout(title=f"Allocators on the model organism, profile {result.get('profile', 'default')} "
                             "(mean over seeds)", height=450, width=1100)
@@ -413,7 +414,7 @@ def _png(result: dict[str, Any], path: Path) -> None:
         xs = [p["tokens"] for p in r["curve"]]
         for ax, key in zip(axes, ("pass1", "pass8")):
             ax.plot(xs, [p[key] for p in r["curve"]], marker="o", ms=3, label=r["allocator"],
-                    color=_COLOURS[i % len(_COLOURS)])
+                    color=COLOURS[i % len(COLOURS)])
     for ax, title in zip(axes, ("held-out pass@1", "held-out pass@8")):
         ax.set_title(title)
         ax.set_xlabel("generated tokens")
@@ -425,5 +426,5 @@ def _png(result: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-            "#bcbd22", "#17becf", "#000000"]
+COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+           "#bcbd22", "#17becf", "#000000"]

@@ -23,7 +23,7 @@ DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "organism.tom
 WARMUP_STEPS = 2
 
 
-def _base_config(overrides: list[str], base: dict[str, Any] | None = None):
+def base_config(overrides: list[str], base: dict[str, Any] | None = None):
     """The default experiment (or `base`, a run config as a dict) with `overrides` applied."""
     from workbench.config import RunConfig, apply_overrides, load_config
 
@@ -46,7 +46,7 @@ def missing_peer() -> str | None:
 
 
 @contextmanager
-def _temp_store(organism_cache: Path, cfg) -> Iterator[Path]:
+def temp_store(organism_cache: Path, cfg) -> Iterator[Path]:
     """A temporary store whose models/ is the cache's (the organism is built there once)."""
     from workbench.engine.setup import model_path
 
@@ -172,17 +172,17 @@ def bench_engine(*, steps: int = 12, with_trl: bool = True, rounds: int = 2, ove
     `backend="ray"` also times the run with the Ray backend for each count in `workers`, interleaved
     with the in-process runs: `ray[N].rollouts_per_s` and `rayN_vs_inprocess`. Without TRL installed
     (`missing_peer()`), the peer is skipped and `trl_missing` names the package."""
-    from workbench.commands.common import store_path
+    from workbench.store import default_store_path
 
     base_over = ["eval.at_start=false", "eval.every=0", "checkpoint.every=0", f"steps={steps + WARMUP_STEPS + 1}"]
     base_over += list(overrides or [])
-    on_cfg = _base_config(base_over, base)
-    off_cfg = _base_config(base_over + ["logging.rollouts=false"], base)
-    ray_cfgs = {n: _base_config(base_over + ["rollout.backend=\"ray\"", f"rollout.workers={n}"], base)
+    on_cfg = base_config(base_over, base)
+    off_cfg = base_config(base_over + ["logging.rollouts=false"], base)
+    ray_cfgs = {n: base_config(base_over + ["rollout.backend=\"ray\"", f"rollout.workers={n}"], base)
                 for n in (workers or [1, 2])} if backend == "ray" else {}
     absent = missing_peer() if with_trl else None
-    cache_dir = Path(cache) if cache else store_path(None)
-    with _temp_store(cache_dir, on_cfg) as store, _ray_runtime(bool(ray_cfgs)):
+    cache_dir = Path(cache) if cache else default_store_path()
+    with temp_store(cache_dir, on_cfg) as store, _ray_runtime(bool(ray_cfgs)):
         on, off, ray_marks = [], [], {n: [] for n in ray_cfgs}
         for _ in range(rounds):  # interleaved, so drifting machine load hits every side alike
             on += _timed_run(on_cfg, store)
@@ -267,11 +267,11 @@ def _threads() -> int:
 def bench_learn(*, seeds: int = 3, store: str | os.PathLike | None = None, overrides: list[str] | None = None,
                 cache: str | os.PathLike | None = None) -> dict[str, Any]:
     """The default experiment once per seed: held-out pass@1 (T=1) before and after, in points."""
-    from workbench.commands.common import store_path
+    from workbench.store import default_store_path
     from workbench.engine import run
 
-    cfgs = [_base_config([f"seed={seed}", "eval.every=0"] + list(overrides or [])) for seed in range(seeds)]
-    cache_dir = Path(cache) if cache else store_path(None)
+    cfgs = [base_config([f"seed={seed}", "eval.every=0"] + list(overrides or [])) for seed in range(seeds)]
+    cache_dir = Path(cache) if cache else default_store_path()
     warm, final, minutes, run_ids = [], [], [], []
 
     def one(cfg, root: Path) -> None:
@@ -291,7 +291,7 @@ def bench_learn(*, seeds: int = 3, store: str | os.PathLike | None = None, overr
         for cfg in cfgs:
             one(cfg, Path(store))
     else:
-        with _temp_store(cache_dir, cfgs[0]) as root:
+        with temp_store(cache_dir, cfgs[0]) as root:
             for cfg in cfgs:
                 one(cfg, root)
     gains = [100 * (f - w) for f, w in zip(final, warm)]
@@ -392,7 +392,7 @@ def gpu_check(*, steps: int = 4, cache: str | os.PathLike | None = None) -> dict
 
     import torch
 
-    from workbench.commands.common import store_path
+    from workbench.store import default_store_path
     from workbench.errors import WorkbenchError
 
     if not torch.cuda.is_available():
@@ -402,16 +402,16 @@ def gpu_check(*, steps: int = 4, cache: str | os.PathLike | None = None) -> dict
     big = ["model.dtype=\"bfloat16\"", "allocator.prompts_per_step=16", "allocator.budget=128",
            "sampling.max_new_tokens=64", "algorithm.kl_coef=0.001", "algorithm.micro_batch_size=32"]
     out: dict[str, Any] = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}
-    cache_dir = Path(cache) if cache else store_path(None)
+    cache_dir = Path(cache) if cache else default_store_path()
     vllm = importlib.util.find_spec("vllm") is not None
-    with _temp_store(cache_dir, _base_config(common)) as store:
+    with temp_store(cache_dir, base_config(common)) as store:
         qwen = _save_random_qwen2(store)
         cases = {"organism": common, "qwen2_like_0.5b": common + big + [f"model.path=\"{qwen}\""]}
         for name, over in cases.items():
-            out[name] = {"hf": _gpu_figures(_base_config(over), store)}
+            out[name] = {"hf": _gpu_figures(base_config(over), store)}
             if vllm:
                 try:
-                    out[name]["vllm"] = _gpu_figures(_base_config(over + ["rollout.backend=\"vllm\""]), store,
+                    out[name]["vllm"] = _gpu_figures(base_config(over + ["rollout.backend=\"vllm\""]), store,
                                                        with_bare=False)
                 except Exception as exc:  # noqa: BLE001 - record it and go on: the script reports everything
                     out[name]["vllm"] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}

@@ -43,9 +43,9 @@ def zero_signal_chance(correct: int, samples: int, n: int = GROUP) -> float:
 
 def _run_settings(profile: str) -> Any:
     from workbench.experiments.compare import PROFILE_RUNS
-    from workbench.experiments.engine_bench import _base_config
+    from workbench.experiments.engine_bench import base_config
 
-    return _base_config(list(PROFILE_RUNS[profile]))
+    return base_config(list(PROFILE_RUNS[profile]))
 
 
 def profile_report(profile: str, store_dir: str | Path, *, samples: int = 16, sim_seeds: int = 3,
@@ -278,9 +278,9 @@ def _fmt(x: float | None) -> str:
 
 
 def _ci(ci: list[float] | None) -> str:
-    from workbench.experiments.compare import _f  # its number format: an open end prints as ∞
+    from workbench.experiments.compare import format_value  # its number format: an open end prints as ∞
 
-    return "—" if not ci else f"[{_f(ci[0], '.2f')}, {_f(ci[1], '.2f')}]"
+    return "—" if not ci else f"[{format_value(ci[0], '.2f')}, {format_value(ci[1], '.2f')}]"
 
 
 def _yes(b: bool | None) -> str:
@@ -343,7 +343,7 @@ def _leverage_png(lev: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from workbench.experiments.compare import _COLOURS
+    from workbench.experiments.compare import COLOURS
 
     fig, ax = plt.subplots(figsize=(8.5, 5.5))
     xs = np.linspace(0.0, 0.85, 100)
@@ -353,7 +353,7 @@ def _leverage_png(lev: dict[str, Any], path: Path) -> None:
     ax.annotate("never reached uniform's final pass@1 within the run", (0.01, NEVER_Y), xytext=(0, 3),
                 textcoords="offset points", fontsize=7, color="#666666")
     names = sorted({r["allocator"] for p in lev["profiles"].values() for r in p["allocators"]})
-    colour = {n: _COLOURS[i % len(_COLOURS)] for i, n in enumerate(names)}
+    colour = {n: COLOURS[i % len(COLOURS)] for i, n in enumerate(names)}
     # a small sideways offset per allocator, so that points of one profile do not hide each other
     shift = {n: (i - (len(names) - 1) / 2) * 0.006 for i, n in enumerate(names)}
     top = 2.0

@@ -5,7 +5,7 @@ What runs at once (each a separate process, except the controller):
 
 - three engine processes (`workbench.engine.run`, the small organism, 8 prompts x 4 rollouts per
   step, group commit on, an evaluation every 20 steps, a checkpoint every 25) writing one store;
-- the dashboard: every page script (`workbench.commands.app.PAGES`) run with Streamlit's AppTest,
+- the dashboard: every page script (`workbench.dashboard.PAGES`) run with Streamlit's AppTest,
   each page once per second, the data cache cleared before each run so every run reads the store;
 - a notebook-style reader: a full scan of every run's rollouts (per-token entropy included) into
   Polars, then the entropy-by-step analysis, and a whole-step check in ONE statement (one snapshot):
@@ -115,7 +115,7 @@ def _pages_main(spec: dict[str, str], seconds: float, out: str) -> None:
     import streamlit as st
     from streamlit.testing.v1 import AppTest
 
-    from workbench.commands.app import MAIN, PAGES
+    from workbench.dashboard import MAIN, PAGES
 
     if "path" in spec:
         os.environ["WORKBENCH_STORE"] = spec["path"]

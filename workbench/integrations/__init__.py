@@ -15,17 +15,19 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import DataError
+from workbench.registry import Registry
 
-FORMATS = {"verl": "verl", "trl": "trl_files", "nemo-rl": "nemo_rl", "jsonl": "jsonl"}
-"""Format name -> module of workbench.integrations that reads it."""
+FORMATS: Registry[str] = Registry("import format", error=DataError, label="formats", sort=False)
+"""Format name -> module of workbench.integrations that reads it (imported when asked for)."""
+FORMATS.add("verl", "verl")
+FORMATS.add("trl", "trl_files")
+FORMATS.add("nemo-rl", "nemo_rl")
+FORMATS.add("jsonl", "jsonl")
 
 
 def get_format(name: str) -> Any:
-    """The module reading format `name`; DataError listing the formats otherwise."""
-    key = name.replace("_", "-").lower()
-    if key not in FORMATS:
-        raise DataError(f"unknown import format {name!r}; formats: {', '.join(FORMATS)}")
-    return importlib.import_module(f"workbench.integrations.{FORMATS[key]}")
+    """The module reading format `name` ("nemo_rl" = "nemo-rl"); DataError listing the formats otherwise."""
+    return importlib.import_module(f"workbench.integrations.{FORMATS.get(name.replace('_', '-').lower())}")
 
 
 def import_path(store: Any, fmt: str, path: str | Path, *, name: str | None = None,

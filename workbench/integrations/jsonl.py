@@ -65,9 +65,9 @@ def looks_complete(f: StepFile) -> bool:
         from workbench.integrations.trl_files import looks_complete as parquet_complete
 
         return parquet_complete(f)
-    from workbench.integrations.verl import _ends_with_newline
+    from workbench.integrations.verl import ends_with_newline
 
-    return _ends_with_newline(f.path)
+    return ends_with_newline(f.path)
 
 
 def read(f: StepFile, problems: Problems, options: dict[str, Any]) -> pl.DataFrame:

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from workbench.errors import WorkbenchError
-from workbench.integrations.trl_writer import HEARTBEAT_S, _Batch, _Step, _Writer
+from workbench.integrations.trl_writer import HEARTBEAT_S, GenerationBatch, TrainStep, StepWriter
 
 TESTED_TRL = ("1.16",)
 """TRL major.minor versions this module is tested with (it reads private methods of GRPOTrainer)."""
@@ -118,7 +118,7 @@ class _WorkbenchMixin:
         self.add_callback(_StepHook())
         self._wb_store_arg, self._wb_answer_column, self._wb_heartbeat_s = store, answer_column, heartbeat_s
         self._wb_run_name = run_name or getattr(self.args, "run_name", None) or Path(self.args.output_dir).name
-        self._wb_writer: _Writer | None = None
+        self._wb_writer: StepWriter | None = None
         self.workbench_run_id: str | None = None
         self.workbench_writer_stats: dict[str, Any] = {}
         self._wb_reset()
@@ -139,7 +139,7 @@ class _WorkbenchMixin:
                 store.close()
             raise
         self.workbench_run_id = run_id
-        self._wb_writer = _Writer(store, run_id, self._wb_static(), self._wb_heartbeat_s)
+        self._wb_writer = StepWriter(store, run_id, self._wb_static(), self._wb_heartbeat_s)
         status, error, trained = "finished", None, False
         try:
             result = super().train(*args, **kwargs)
@@ -176,9 +176,9 @@ class _WorkbenchMixin:
                 raise write_error  # noqa: B012 - training itself succeeded: the failed write is the error
 
     def _wb_reset(self) -> None:
-        self._wb_batches: list[_Batch] = []
-        self._wb_steps: list[_Step] = []
-        self._wb_ready: list[tuple[int, list[_Batch], dict[str, Any]]] = []
+        self._wb_batches: list[GenerationBatch] = []
+        self._wb_steps: list[TrainStep] = []
+        self._wb_ready: list[tuple[int, list[GenerationBatch], dict[str, Any]]] = []
         self._wb_rows = 0
         self._wb_scored: dict[str, Any] | None = None
         self._wb_capture: list | None = None
@@ -242,7 +242,7 @@ class _WorkbenchMixin:
         if behaviour is not None:
             b = behaviour.detach().float().cpu().numpy()
             logprobs = [b[i, :k] for i, k in enumerate(lengths)]
-        batch = _Batch(step=self.state.global_step + 1, first_row=self._wb_rows,
+        batch = GenerationBatch(step=self.state.global_step + 1, first_row=self._wb_rows,
                        policy_version=self.state.global_step, prompts=scored["prompts"],
                        responses=scored["responses"], answers=scored["answers"], token_ids=scored["token_ids"],
                        rewards=rewards.numpy(), rewards_per_func=rpf.numpy(),
@@ -309,7 +309,7 @@ class _WorkbenchMixin:
         metrics = {"timing_s/step": now - t["mark"], "timing_s/generate": t["generate"], "timing_s/verify": t["verify"],
                    "timing_s/log": t["log"]}
         self._wb_t = {"generate": 0.0, "verify": 0.0, "log": 0.0, "mark": now}
-        self._wb_steps.append(_Step(step, logged=not will_log, metrics=metrics))
+        self._wb_steps.append(TrainStep(step, logged=not will_log, metrics=metrics))
         self._wb_release(self._wb_writer)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
@@ -327,7 +327,7 @@ class _WorkbenchMixin:
                         s.metrics.setdefault(TRL_TO_STEP[key], float(value))
             self._wb_release(self._wb_writer)
 
-    def _wb_release(self, writer: _Writer | None, final: bool = False) -> None:
+    def _wb_release(self, writer: StepWriter | None, final: bool = False) -> None:
         """Make ready, in step order, each step that has ended, been logged and whose completions have
         all been through the loss; ready steps go to the writer when the next update starts (generation
         is a Python loop that the writer's Python work would slow) or at the end of training, with
@@ -337,7 +337,7 @@ class _WorkbenchMixin:
         if final:
             ended = {s.step for s in self._wb_steps}
             for st in sorted({b.step for b in self._wb_batches} - ended):
-                self._wb_steps.append(_Step(st, logged=True))  # generated, but the step never ended
+                self._wb_steps.append(TrainStep(st, logged=True))  # generated, but the step never ended
         while self._wb_steps:
             s = self._wb_steps[0]
             mine = [b for b in self._wb_batches if b.step == s.step]

@@ -1,5 +1,5 @@
 """The store side of the live TRL logging (`workbench.integrations.trl`): what one generation batch
-carries (`_Batch`), and the background thread (`_Writer`) that turns finished optimizer steps into store
+carries (`GenerationBatch`), and the background thread (`StepWriter`) that turns finished optimizer steps into store
 rows and commits them, heart-beats the run and applies `stop`. It needs neither TRL nor torch, so the
 trainer hooks stay in `trl.py` and this part can be read (and tested) on its own."""
 
@@ -22,7 +22,7 @@ HEARTBEAT_S = 5.0
 
 
 @dataclass
-class _Batch:
+class GenerationBatch:
     """One generation batch (rows in TRL's order: `num_generations` consecutive rows per prompt)."""
 
     step: int
@@ -49,13 +49,13 @@ class _Batch:
 
 
 @dataclass
-class _Step:
+class TrainStep:
     step: int
     logged: bool
     metrics: dict[str, Any] = field(default_factory=dict)
 
 
-class _Writer:
+class StepWriter:
     """The background thread: builds each step's rows and commits queued steps together."""
 
     def __init__(self, store: Any, run_id: str, static: dict[str, Any], heartbeat_s: float = HEARTBEAT_S) -> None:
@@ -72,7 +72,7 @@ class _Writer:
         self._thread = threading.Thread(target=self._work, name=f"trl-writer-{run_id}", daemon=True)
         self._thread.start()
 
-    def put(self, step: int, batches: list[_Batch], metrics: dict[str, Any]) -> None:
+    def put(self, step: int, batches: list[GenerationBatch], metrics: dict[str, Any]) -> None:
         if self.error is not None:
             raise WorkbenchError(f"writing run {self.run_id} to the store failed: {self.error}") from self.error
         self._queue.put((step, batches, metrics))
@@ -134,7 +134,7 @@ class _Writer:
                     f"a TRL run applies only stop; {row['command']!r} cannot be applied to TRL's trainer"
                     if row["command"] != "stop" else "the run is already stopping"))
 
-    def _record(self, step: int, batches: list[_Batch], metrics: dict[str, Any]):
+    def _record(self, step: int, batches: list[GenerationBatch], metrics: dict[str, Any]):
         import polars as pl
 
         from workbench.integrations.common import prompt_ids
@@ -161,7 +161,7 @@ class _Writer:
                   for p, k in zip(ids, sizes)]
         return StepRecord(self.run_id, step, metrics=m, rollouts=rows, allocations=allocs, prompts=new)
 
-    def _rollouts(self, batches: list[_Batch], pids: list[str]) -> pa.Table:
+    def _rollouts(self, batches: list[GenerationBatch], pids: list[str]) -> pa.Table:
         counter: dict[str, int] = {}
         idx = []
         for p in pids:
@@ -206,12 +206,12 @@ class _Writer:
             "reward_terms": terms_array(terms, len(pids)),
         })
 
-    def _terms(self, batches: list[_Batch]) -> dict[str, np.ndarray]:
+    def _terms(self, batches: list[GenerationBatch]) -> dict[str, np.ndarray]:
         """Each reward function's values (TRL's `rewards_per_func` columns, NaN where it did not score)."""
         per_func = np.concatenate([b.rewards_per_func for b in batches]).astype(np.float64)
         return {name: per_func[:, j] for j, name in enumerate(self.static["reward_funcs"])}
 
-    def _rollout_metrics(self, batches: list[_Batch], rows: pa.Table) -> dict[str, Any]:
+    def _rollout_metrics(self, batches: list[GenerationBatch], rows: pa.Table) -> dict[str, Any]:
         n = rows.num_rows
         if n == 0:
             return {}
@@ -229,7 +229,7 @@ class _Writer:
             "rollout/stop_frac": float(np.mean([f == "stop" for f in rows["finish_reason"].to_pylist()])),
             "rollout/reward_mean": float(np.nanmean(rewards)) if not np.isnan(rewards).all() else None,
             "rollout/reward_std": float(np.nanstd(rewards)) if not np.isnan(rewards).all() else None,
-            "rollout/frac_zero_signal_groups": float(1 - np.mean(signal)),
+            "rollout/zero_signal_frac": float(1 - np.mean(signal)),
             "rollout/temperature": self.static["temperature"], "policy_version": batches[0].policy_version,
             "alloc/allocator": "trl", "alloc/budget_kind": "rollouts", "alloc/budget": n,
         }

@@ -65,10 +65,10 @@ def discover(path: Path, options: dict[str, Any]) -> list[StepFile]:
 
 def looks_complete(f: StepFile) -> bool:
     """verl writes the whole file in one call ending with a newline."""
-    return _ends_with_newline(f.path)
+    return ends_with_newline(f.path)
 
 
-def _ends_with_newline(path: Path) -> bool:
+def ends_with_newline(path: Path) -> bool:
     try:
         with open(path, "rb") as fh:
             fh.seek(0, 2)

@@ -49,9 +49,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from workbench.checks import build_config, require, to_plain
 from workbench.errors import ConfigError
 from workbench.tasks.arithmetic import ArithmeticTask, ArithmeticTaskConfig
-from workbench.tasks.common import config_to_dict, require
 
 PROFILE_WARM_START: dict[str, dict[str, Any]] = {
     "default": {"untaught_levels": ("3*2",), "level_corrupt": {}},
@@ -159,17 +159,13 @@ class OrganismRecipe:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "OrganismRecipe":
         """Build from a plain dict (TOML/JSON); "task" may be a nested table."""
-        from workbench.tasks.common import config_from_dict
-
         data = dict(data)
         if isinstance(data.get("task"), dict):
             data["task"] = ArithmeticTaskConfig.from_dict(data["task"])
-        return config_from_dict(cls, data, where="organism")
+        return build_config(cls, data, where="organism")
 
     def to_dict(self) -> dict[str, Any]:
-        out = config_to_dict(self)
-        out["task"] = config_to_dict(self.task)
-        return out
+        return to_plain(self)
 
     def corrupt_share(self, level: int) -> float:
         """Share of corrupted warm-start answers on task level `level` (1-based)."""

@@ -8,19 +8,20 @@ extra. `backend_for_run(cfg, ...)` builds the one a run config asks for (`[rollo
 from __future__ import annotations
 
 import importlib.util
-from typing import Any
+from typing import Any, Callable
 
 from workbench.errors import WorkbenchError
+from workbench.registry import Registry
 from workbench.rollout.base import BackendDefaults, GenerationBatch, RolloutBackend, SamplingParams, group_seed
 
-BACKENDS = ("hf", "vllm", "ray")
+BACKENDS: Registry[Callable[..., RolloutBackend]] = Registry("rollout backend", error=WorkbenchError, sort=False)
+"""Backend name -> builder(model, tokenizer, device, options=, model_path=)."""
 _EXTRAS = {"vllm": "gpu", "ray": "ray"}
 
 
 def require(kind: str) -> None:
     """Raise one clear line when backend `kind` cannot run here (its package, or CUDA, is missing)."""
-    if kind not in BACKENDS:
-        raise WorkbenchError(f"unknown rollout backend {kind!r}; valid names: {', '.join(BACKENDS)}")
+    BACKENDS.get(kind)
     if kind in _EXTRAS and importlib.util.find_spec(kind) is None:
         raise WorkbenchError(
             f"rollout backend {kind!r} is not available in this installation: the package {kind!r} is not "
@@ -40,19 +41,32 @@ def make_backend(kind: str, model, tokenizer, device: str = "cpu", *, options: A
     "ray" takes `options` (`RayOptions`; default: one worker, a local runtime); "vllm" loads
     `model_path` into an in-process vLLM engine on the GPU."""
     require(kind)
+    return BACKENDS.get(kind)(model, tokenizer, device, options=options, model_path=model_path)
+
+
+@BACKENDS.register("hf")
+def _hf(model, tokenizer, device: str, *, options: Any, model_path: str | None) -> RolloutBackend:
     from workbench.rollout.hf import HFBackend
 
-    if kind == "hf":
-        return HFBackend(model, tokenizer, device)
-    if kind == "ray":
-        from workbench.rollout.ray_backend import RayBackend, RayOptions
+    return HFBackend(model, tokenizer, device)
 
-        return RayBackend(model, HFBackend(model, tokenizer, device), options or RayOptions())
+
+@BACKENDS.register("vllm")
+def _vllm(model, tokenizer, device: str, *, options: Any, model_path: str | None) -> RolloutBackend:
+    from workbench.rollout.hf import HFBackend
     from workbench.rollout.vllm_backend import VLLMBackend
 
     if model_path is None:
         raise WorkbenchError("rollout backend 'vllm' needs the model's directory (model.path)")
     return VLLMBackend.from_path(model_path, local=HFBackend(model, tokenizer, device), **(options or {}))
+
+
+@BACKENDS.register("ray")
+def _ray(model, tokenizer, device: str, *, options: Any, model_path: str | None) -> RolloutBackend:
+    from workbench.rollout.hf import HFBackend
+    from workbench.rollout.ray_backend import RayBackend, RayOptions
+
+    return RayBackend(model, HFBackend(model, tokenizer, device), options or RayOptions())
 
 
 def backend_for_run(cfg: Any, model, tokenizer, device, model_path: str) -> RolloutBackend:

@@ -12,7 +12,7 @@ See docs/store.md for the tables and columns.
 
 from workbench.store.records import StepRecord
 from workbench.store.schema import SCHEMA_VERSION, TABLES, arrow_schema
-from workbench.store.store import Store, check_read_only_sql, open_store
+from workbench.store.store import Store, check_read_only_sql, default_store_path, open_store
 
 __all__ = ["SCHEMA_VERSION", "TABLES", "StepRecord", "Store", "arrow_schema", "check_read_only_sql",
-           "open_store"]
+           "default_store_path", "open_store"]

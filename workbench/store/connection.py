@@ -34,7 +34,7 @@ import duckdb
 import polars as pl
 
 from workbench.errors import StoreError
-from workbench.store.extensions import _quote, load_extension
+from workbench.store.extensions import quote_literal, load_extension
 
 T = TypeVar("T")
 
@@ -155,12 +155,12 @@ class Lake:
         try:
             load_extension(con, "sqlite" if self.location.kind == "sqlite" else self.location.kind)
             load_extension(con, "ducklake")
-            options = [f"DATA_PATH '{_quote(self.location.data_path)}'"]
+            options = [f"DATA_PATH '{quote_literal(self.location.data_path)}'"]
             if self.location.root is not None:  # a store directory may have been moved or copied:
                 options.append("OVERRIDE_DATA_PATH true")  # its data is always <root>/data
             if self.read_only:
                 options.append("READ_ONLY")
-            con.execute(f"ATTACH 'ducklake:{_quote(self.location.catalog)}' AS {ALIAS} ({', '.join(options)})")
+            con.execute(f"ATTACH 'ducklake:{quote_literal(self.location.catalog)}' AS {ALIAS} ({', '.join(options)})")
             con.execute(f"USE {ALIAS}")
             con.execute("SET ducklake_max_retry_count = 100")
             if self.threads is not None:

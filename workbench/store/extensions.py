@@ -64,10 +64,10 @@ def load_extension(con: duckdb.DuckDBPyConnection, name: str) -> None:
         if attempt == "tempdir":
             ext_dir = Path(tempfile.gettempdir()) / f"workbench-duckdb-ext-{os.getuid()}"
             ext_dir.mkdir(parents=True, exist_ok=True)
-            con.execute(f"SET extension_directory = '{_quote(str(ext_dir))}'")
+            con.execute(f"SET extension_directory = '{quote_literal(str(ext_dir))}'")
         try:
             if path is not None:
-                con.execute(f"INSTALL '{_quote(str(path))}'")
+                con.execute(f"INSTALL '{quote_literal(str(path))}'")
             else:
                 con.execute(f"INSTALL {name}")
             con.execute(f"LOAD {name}")
@@ -78,6 +78,6 @@ def load_extension(con: duckdb.DuckDBPyConnection, name: str) -> None:
     raise StoreError(f"cannot load DuckDB extension {name!r} ({source}): {' | '.join(errors)}")
 
 
-def _quote(text: str) -> str:
+def quote_literal(text: str) -> str:
     """Escape a string for a single-quoted SQL literal (only for paths and URLs we build ourselves)."""
     return text.replace("'", "''")

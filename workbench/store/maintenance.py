@@ -12,7 +12,7 @@ from typing import Any
 
 from workbench.errors import StoreError
 from workbench.store.connection import ALIAS
-from workbench.store.extensions import _quote
+from workbench.store.extensions import quote_literal
 from workbench.store.schema import TABLES
 from workbench.store.store import Store
 
@@ -137,7 +137,7 @@ def export(store: Store, out: str | os.PathLike[str], *, run_id: str | None = No
         try:
             if fmt == "duckdb":
                 written.append(target)
-                cur.execute(f"ATTACH '{_quote(str(target))}' AS export_db")
+                cur.execute(f"ATTACH '{quote_literal(str(target))}' AS export_db")
             for table in TABLES:
                 where, params = _run_filter(table, run_id)
                 select = f"SELECT * FROM {ALIAS}.{table}{where}"
@@ -145,7 +145,7 @@ def export(store: Store, out: str | os.PathLike[str], *, run_id: str | None = No
                     cur.execute(f"CREATE TABLE export_db.{table} AS {select}", params)
                 else:
                     written.append(target / f"{table}.parquet")
-                    path = _quote(str(written[-1]))
+                    path = quote_literal(str(written[-1]))
                     cur.execute(f"COPY ({select}) TO '{path}' (FORMAT parquet, COMPRESSION zstd)", params)
                 cur.execute(f"SELECT count(*) FROM {ALIAS}.{table}{where}", params)
                 counts[table] = int(cur.fetchone()[0])

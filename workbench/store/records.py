@@ -52,7 +52,7 @@ STEP_METRIC_KEYS: dict[str, tuple[str, ...]] = {
     "reward_mean": ("reward_mean", "rollout/reward_mean"),
     "reward_std": ("reward_std", "rollout/reward_std"),
     "entropy_mean": ("entropy_mean", "rollout/entropy_mean"),
-    "zero_signal_frac": ("zero_signal_frac", "rollout/frac_zero_signal_groups"),
+    "zero_signal_frac": ("zero_signal_frac", "rollout/zero_signal_frac"),
     "loss": ("loss", "train/loss"),
     "kl": ("kl", "train/kl"),
     "clip_frac": ("clip_frac", "train/clip_frac"),

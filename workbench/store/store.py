@@ -217,5 +217,6 @@ def _migrate(cur: duckdb.DuckDBPyConnection, version: int, statements: list[str]
 
 
 def default_store_path() -> Path:
-    """$WORKBENCH_STORE, else ./store (the CLI's default)."""
+    """The store directory when none is given: $WORKBENCH_STORE, else ./store (the CLI's, the
+    dashboard's and the experiments' default)."""
     return Path(os.environ.get("WORKBENCH_STORE") or "store")

@@ -33,9 +33,9 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 
+from workbench.checks import build_config, require
 from workbench.errors import ConfigError
 from workbench.tasks.base import Prompt, VerifyResult
-from workbench.tasks.common import config_from_dict, require
 from workbench.tasks.verifiers import BUILTIN_METHODS, Verifier
 
 LEVEL_SPEC = re.compile(r"^[1-6](?:[+\-*][1-6]){1,3}$")
@@ -105,7 +105,7 @@ class ArithmeticTaskConfig:
     @classmethod
     def from_dict(cls, data: dict) -> "ArithmeticTaskConfig":
         """Build from a plain dict (TOML/JSON), rejecting unknown keys by name."""
-        return config_from_dict(cls, data, where="task")
+        return build_config(cls, data, where="task")
 
 
 def _operand(rng: random.Random, digits: int) -> int:

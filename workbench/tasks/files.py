@@ -22,9 +22,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterator
 
+from workbench.checks import build_config, require
 from workbench.errors import ConfigError, DataError
 from workbench.tasks.base import Prompt, VerifyResult
-from workbench.tasks.common import config_from_dict, require
 from workbench.tasks.extract import reference_answer
 from workbench.tasks.verifiers import BUILTIN_METHODS, Verifier
 
@@ -102,7 +102,7 @@ class FileTaskConfig:
     @classmethod
     def from_dict(cls, data: dict) -> "FileTaskConfig":
         """Build from a plain dict (TOML/JSON), rejecting unknown keys by name."""
-        return config_from_dict(cls, data, where="task")
+        return build_config(cls, data, where="task")
 
 
 _TYPES = {"str": (str, "a string"), "float": ((int, float), "a number"), "int": (int, "an integer")}

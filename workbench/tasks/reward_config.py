@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from workbench.errors import ConfigError
-from workbench.tasks.common import config_from_dict, require
+from workbench.checks import build_config, require
 
 
 def _check_common(where: str, name: str, weight: Any) -> None:
     if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
-        raise ConfigError(f"{where}.weight: {weight!r} is not allowed (a finite number)")
+        raise ConfigError(f"{where}.weight: {weight!r} is not allowed (must be a finite number)")
     require(isinstance(name, str) and name.strip() == name and bool(name) and len(name) <= 64,
             f"{where}.name", f"{name!r} is not allowed (a non-empty name of at most 64 characters, "
             "no surrounding spaces)")
@@ -112,7 +112,7 @@ def parse_term(data: Any, where: str) -> Term:
     rest = {k: v for k, v in data.items() if k != "kind"}
     if kind == "function" and not rest.get("name") and isinstance(rest.get("path"), str):
         rest["name"] = rest["path"].rpartition(":")[2]
-    term = config_from_dict(TERM_KINDS[kind], rest, where=where)
+    term = build_config(TERM_KINDS[kind], rest, where=where)
     _check_common(where, term.name, term.weight)
     if isinstance(term, FormatTerm):
         require(isinstance(term.pattern, str) and bool(term.pattern), f"{where}.pattern",
@@ -144,14 +144,16 @@ class RewardsConfig:
     The default is the verifier alone with weight 1."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.terms, (list, tuple)) or not self.terms:
-            raise ConfigError(f"rewards.terms: {self.terms!r} is not allowed (a non-empty list of tables)")
+        terms = list(self.terms) if isinstance(self.terms, tuple) else self.terms  # a list built as a tuple
+        if not isinstance(terms, list) or not terms:
+            raise ConfigError(f"rewards.terms: {terms!r} is not allowed (a non-empty list of tables)")
         parsed = tuple(parse_term(t, f"rewards.terms[{i}]") for i, t in enumerate(self.terms))
         names = [t.name for t in parsed]
         for i, name in enumerate(names):
             if name in names[:i]:
                 raise ConfigError(f"rewards.terms[{i}].name: {name!r} is used by an earlier term (names are "
                                   "unique; set `name`)")
+        object.__setattr__(self, "terms", [dict(t) for t in self.terms])  # one form, whoever built it
         object.__setattr__(self, "_parsed", parsed)
 
     def parsed(self) -> tuple[Term, ...]:

@@ -1,0 +1,76 @@
+"""The layer rules as tests: the import-linter contracts in pyproject.toml (the layer map of
+docs/development.md, no streamlit or app in the library, pure chart and derive modules) and no module
+importing another module's private names."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_import_contracts_are_kept():
+    """`lint-imports` over the contracts in pyproject.toml; a breach names the importing line."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    code = "import sys; from importlinter.cli import lint_imports; sys.exit(lint_imports(no_cache=True, no_logo=True))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    assert "0 broken" in out.stdout
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def private_imports(path: Path) -> list[str]:
+    """`from other import _name` lines, and imports of another package's `_module`, in one file."""
+    me = _module_name(path)
+    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            modules, names = [node.module], [a.name for a in node.names]
+        elif isinstance(node, ast.Import):
+            modules, names = [a.name for a in node.names], []
+        else:
+            continue
+        for module in modules:
+            if not module.startswith(("workbench", "app")) or module == me:
+                continue
+            parts = module.split(".")
+            for i, part in enumerate(parts):
+                # a private module may be imported from inside the package that holds it
+                if _private(part) and not (package + ".").startswith(".".join(parts[:i]) + "."):
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno} imports private module {module}")
+            found += [f"{path.relative_to(ROOT)}:{node.lineno} imports {module}.{n}" for n in names if _private(n)]
+    return found
+
+
+def test_no_module_imports_another_modules_private_names():
+    files = sorted((ROOT / "workbench").rglob("*.py")) + sorted((ROOT / "app").rglob("*.py"))
+    bad = [line for f in files for line in private_imports(f)]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_private_import_check_can_fail(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    pkg = tmp_path / "workbench" / "engine"
+    pkg.mkdir(parents=True)
+    (pkg / "x.py").write_text("from workbench.control.apply import _apply_one\n"
+                              "from workbench.allocators._config import check_int\n"
+                              "from workbench.engine._own import fine\n"
+                              "from workbench.store import open_store\n")
+    assert private_imports(pkg / "x.py") == [
+        "workbench/engine/x.py:1 imports workbench.control.apply._apply_one",
+        "workbench/engine/x.py:2 imports private module workbench.allocators._config",
+    ]
