@@ -48,6 +48,14 @@ class Rollouts:
     responses: list[str] = field(default_factory=list)
     rewards: np.ndarray | None = None
     verdicts: list[str] = field(default_factory=list)
+    correct: np.ndarray | None = None
+    """[N] bool: the verifier's judgement (`VerifyResult.correct`); None: read from `verdicts`."""
+
+    def correct_mask(self) -> np.ndarray:
+        """[N] bool: which rows the verifier judged correct (never a threshold of the reward)."""
+        if self.correct is not None:
+            return np.asarray(self.correct, dtype=bool)
+        return np.asarray([v == "correct" for v in self.verdicts], dtype=bool)
 
     @property
     def n(self) -> int:
@@ -80,6 +88,7 @@ class Rollouts:
             responses=[r for p in parts for r in p.responses],
             rewards=np.concatenate([p.rewards for p in parts]) if parts else np.zeros(0),
             verdicts=[v for p in parts for v in p.verdicts],
+            correct=np.concatenate([p.correct_mask() for p in parts]) if parts else np.zeros(0, dtype=bool),
         )
 
     def mask(self) -> torch.Tensor:
@@ -130,6 +139,7 @@ def rollouts_table(
         else pa.nulls(n, pa.list_(pa.float32())),
         "reward": pa.array(np.asarray(r.rewards, dtype=np.float64)),
         "verdict": pa.array(r.verdicts, pa.string()),
+        "correct": pa.array(r.correct_mask(), pa.bool_()),
         "finish_reason": pa.array(finish.tolist(), pa.string()),
         "length": pa.array(lengths.numpy().astype(np.int32)),
         "logprob_sum": pa.array(logprob_sum.numpy().astype(np.float64)),
