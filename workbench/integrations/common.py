@@ -11,12 +11,14 @@ The normalised frame, one row per sampled response (columns after `step` may be 
 | column | type | meaning |
 |---|---|---|
 | step | Int64 | the trainer's step the file belongs to |
-| prompt | Utf8 | prompt text as the framework logged it; rows with equal text in one step are one group |
-| response | Utf8 | response text |
+| prompt | Utf8 | prompt text as the framework logged it |
+| response | Utf8 | response text (a multi-turn rollout's assistant turns) |
 | reward | Float64 | the scalar reward the trainer used |
+| group | Utf8 | the trainer's group key (verl's uid less its last two parts), when logged; without it, rows with equal prompt text in one step are one group |
 | answer | Utf8 | reference answer (verl `gts`), when logged |
 | advantage | Float64 | the advantage the trainer computed, when logged |
-| correct | Boolean | the verifier's accuracy flag (verl `acc`), when logged |
+| correct | Boolean | the source's verdict (verl `acc`), when logged; null rows are judged by the run's rule |
+| observations | List(Utf8) | environment turns kept apart from the response (NeMo-RL), when logged |
 | length | Int64 | response length in tokens, when the format has tokens |
 | token_ids | List(Int64) | response token ids, when logged |
 | token_logprobs | List(Float64) | behaviour (generation) log-probs of the response tokens, when logged |
@@ -34,14 +36,16 @@ from typing import Any, Protocol
 
 import polars as pl
 
+from workbench.correctness import DEFAULT, Rule, parse_rule, rule_config, run_rule, with_correct
 from workbench.errors import DataError
 from workbench.store import StepRecord
 
 BATCH_ROWS = 50_000
 """Rollouts per store transaction: whole steps are grouped until they reach this many rows."""
 
-OPTIONAL_COLUMNS = {"answer": pl.Utf8, "advantage": pl.Float64, "correct": pl.Boolean, "length": pl.Int64,
-                    "token_ids": pl.List(pl.Int64), "token_logprobs": pl.List(pl.Float64)}
+OPTIONAL_COLUMNS = {"group": pl.Utf8, "answer": pl.Utf8, "advantage": pl.Float64, "correct": pl.Boolean,
+                    "length": pl.Int64, "token_ids": pl.List(pl.Int64), "token_logprobs": pl.List(pl.Float64),
+                    "observations": pl.List(pl.Utf8)}
 
 
 @dataclass(frozen=True)
@@ -149,6 +153,20 @@ def read_json_lines(path: Path, required: dict[str, str], problems: Problems,
     return out
 
 
+def ends_with_newline(path: Path) -> bool:
+    """Does the file end with a newline (a JSONL writer that writes a whole file in one call has
+    finished it)? False for an empty or unreadable file."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            if fh.tell() == 0:
+                return False
+            fh.seek(-1, 2)
+            return fh.read(1) == b"\n"
+    except OSError:
+        return False
+
+
 def as_text(value: Any) -> str | None:
     """A logged value as text: strings unchanged, anything else as JSON (None stays None)."""
     if value is None or isinstance(value, str):
@@ -186,15 +204,31 @@ def prompt_ids(texts: pl.Series) -> pl.Series:
 
 
 def with_groups(frame: pl.DataFrame) -> pl.DataFrame:
-    """Add prompt_id and idx (0.. within each prompt's group, in file order)."""
-    return frame.with_columns(prompt_id=prompt_ids(frame["prompt"])).with_columns(
-        idx=pl.int_range(pl.len(), dtype=pl.Int32).over("prompt_id"))
+    """Add prompt_id and idx (0.. within each group, in file order). One step's frame: without a
+    `group` column, rows with equal prompt text are one group; with one (the trainer's own group key),
+    the k-th further group of a prompt text in the step gets the prompt id `<id>~k`, so two groups of
+    one prompt stay apart in every reader that groups by (step, prompt_id)."""
+    frame = frame.with_columns(prompt_id=prompt_ids(frame["prompt"]))
+    if "group" in frame.columns:
+        ranks = (frame.select("prompt_id", "group").unique(maintain_order=True)
+                 .with_columns(rank=pl.int_range(pl.len(), dtype=pl.Int64).over("prompt_id")))
+        frame = frame.join(ranks, on=["prompt_id", "group"], how="left", maintain_order="left").with_columns(
+            prompt_id=pl.when(pl.col("rank") > 0)
+            .then(pl.col("prompt_id") + "~" + pl.col("rank").cast(pl.Utf8))
+            .otherwise(pl.col("prompt_id"))).drop("rank")
+    return frame.with_columns(idx=pl.int_range(pl.len(), dtype=pl.Int32).over("prompt_id"))
+
+
+def group_sizes(frame: pl.DataFrame) -> pl.Series:
+    """Rollouts per group of one step's normalised frame (the group key, else the prompt text)."""
+    return frame.group_by("group" if "group" in frame.columns else "prompt").len()["len"]
 
 
 def group_table(frame: pl.DataFrame) -> pl.DataFrame:
-    """One row per group: n, mean reward, correct (reward > 0), signal (reward varies), tokens."""
+    """One row per group: n, mean reward, correct (verdicts, see workbench.correctness), signal
+    (reward varies), tokens."""
     aggs = [pl.len().alias("n"), pl.col("reward").mean().alias("pass_mean"),
-            (pl.col("reward") > 0).sum().alias("correct"),
+            pl.col("correct").sum().alias("correct"),
             (pl.col("reward").n_unique() > 1).alias("has_signal")]
     if "length" in frame.columns:
         aggs.append(pl.col("length").sum().alias("tokens"))
@@ -228,8 +262,10 @@ def step_metrics(frame: pl.DataFrame, groups: pl.DataFrame, source: str) -> dict
 def rollout_table(frame: pl.DataFrame) -> Any:
     """The store's rollouts columns as an Arrow table (the writer casts to the store's types)."""
     cols = [pl.lit(0, pl.Int32).alias("stage"), "prompt_id", "idx", "response",
-            pl.col("reward").cast(pl.Float32), pl.lit(False).alias("off_policy"),
+            pl.col("reward").cast(pl.Float32), pl.col("correct").cast(pl.Boolean), pl.lit(False).alias("off_policy"),
             pl.lit(True).alias("used_in_update")]
+    if "observations" in frame.columns:
+        cols.append(pl.col("observations").cast(pl.List(pl.Utf8)))
     if "length" in frame.columns:
         cols.append(pl.col("length").cast(pl.Int32))
     if "advantage" in frame.columns:
@@ -257,10 +293,11 @@ def prompt_rows(frame: pl.DataFrame, split: str, known: set[str] | None = None) 
 
 
 def train_record(run_id: str, step: int, frame: pl.DataFrame, source: str,
-                 known: set[str] | None = None) -> StepRecord:
+                 known: set[str] | None = None, rule: Rule = DEFAULT) -> StepRecord:
     """One training step file as one StepRecord: rollouts, per-group allocation rows (the framework's
-    fixed group size, logged as allocator `source`), prompts and step metrics."""
-    frame = with_groups(frame)
+    fixed group size, logged as allocator `source`), prompts and step metrics. A row's correctness is
+    its logged verdict, else `rule` over its reward."""
+    frame = with_correct(with_groups(frame), rule)
     groups = group_table(frame)
     n = frame.height
     allocs = groups.select(
@@ -273,13 +310,13 @@ def train_record(run_id: str, step: int, frame: pl.DataFrame, source: str,
                       allocations=allocs, prompts=prompt_rows(frame, "train", known))
 
 
-def eval_rows(frame: pl.DataFrame,
-              known: set[str] | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def eval_rows(frame: pl.DataFrame, known: set[str] | None = None,
+              rule: Rule = DEFAULT) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Validation samples as `evals` rows (one per prompt: samples, correct, mean_length) and prompts.
-    A sample is correct when the logged accuracy flag says so (verl `acc`), else when reward > 0."""
-    frame = with_groups(frame)
-    ok = pl.col("correct").fill_null(pl.col("reward") > 0) if "correct" in frame.columns else pl.col("reward") > 0
-    aggs = [pl.len().cast(pl.Int32).alias("samples"), ok.sum().cast(pl.Int32).alias("correct")]
+    A sample is correct by its logged verdict (verl `acc`), else by `rule` over its reward. Samples of
+    one prompt are pooled whatever their group (pass@k counts samples of a prompt)."""
+    frame = with_correct(with_groups(frame.drop("group", strict=False)), rule)
+    aggs = [pl.len().cast(pl.Int32).alias("samples"), pl.col("correct").sum().cast(pl.Int32).alias("correct")]
     if "length" in frame.columns:
         aggs.append(pl.col("length").mean().alias("mean_length"))
     rows = frame.group_by("prompt_id", maintain_order=True).agg(aggs).to_dicts()
@@ -342,10 +379,15 @@ class Importer:
         if not self.path.exists():
             raise DataError(f"{path}: no such file or folder")
         self.options = dict(options or {})
+        self.rule = parse_rule(self.options.get("correct_if"))
+        if self.options.get("correct_if") is not None:
+            self.options["correct_if"] = self.rule.text
         self.name = name or f"{fmt.name}-{self.path.stem}"
         self.problems = Problems(skip_bad)
         self.batch_rows = batch_rows
         self.run_id: str | None = find_run(store, fmt.name, self.path, self.name)
+        if self.run_id is not None:
+            self._check_rule()
         self.created = False
         self._done: set[int] | None = None
         self._done_eval: set[int] | None = None
@@ -353,6 +395,17 @@ class Importer:
         self._tokenizer: Any = None
         self._prompts: set[str] = set()
         """Prompt ids the run stores (or that a batch being written holds)."""
+
+    def _check_rule(self) -> None:
+        """A run imported again keeps its rule: a different --correct-if would judge its steps two ways."""
+        runs = self.store.list_runs()
+        config = runs.filter(pl.col("run_id") == self.run_id)["config"].to_list()
+        stored = run_rule(config[0] if config else None)
+        if self.options.get("correct_if") is None:
+            self.rule = stored
+        elif stored != self.rule:
+            raise DataError(f"--correct-if {self.rule.text!r}: run {self.run_id} was imported with the rule "
+                            f"{stored.text!r}; import under another --name to judge it another way")
 
     # which steps the run holds
     def _load_done(self) -> None:
@@ -384,11 +437,11 @@ class Importer:
             return self.run_id
         group = 8
         if first is not None and first.height:
-            sizes = first.group_by("prompt").len()["len"]
-            group = int(sizes.mode().sort()[-1])
+            group = int(group_sizes(first).mode().sort()[-1])
         config = {"import": {"format": self.fmt.name, "path": str(self.path),
                              "options": {k: v for k, v in self.options.items() if v is not None}},
-                  "allocator": {"name": "uniform", "params": {"n": max(1, min(group, 4096))}}}
+                  "allocator": {"name": "uniform", "params": {"n": max(1, min(group, 4096))}},
+                  "correctness": rule_config(self.rule, "the source's logged verdict where it has one, else the rule")}
         self.run_id = self.store.create_run(self.name, config, 0, status="imported", source=self.fmt.name)
         self.created = True
         return self.run_id
@@ -425,7 +478,7 @@ class Importer:
                 for step, part in self._steps_of(f, frame):
                     run_id = self._ensure_run(part if f.split == "train" else None)
                     if f.split == "eval":
-                        evals, prompts = eval_rows(part, self._prompts)
+                        evals, prompts = eval_rows(part, self._prompts, self.rule)
                         report.parse_s += time.perf_counter() - t0
                         self._flush(batch, report)
                         batch, rows = [], 0
@@ -438,7 +491,7 @@ class Importer:
                         self._done_eval.add(step)  # type: ignore[union-attr]
                         t0 = time.perf_counter()
                         continue
-                    batch.append(train_record(run_id, step, part, self.fmt.name, self._prompts))
+                    batch.append(train_record(run_id, step, part, self.fmt.name, self._prompts, self.rule))
                     report.parse_s += time.perf_counter() - t0
                     t0 = time.perf_counter()
                     rows += part.height

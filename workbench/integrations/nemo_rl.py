@@ -28,8 +28,7 @@ from typing import Any
 import polars as pl
 
 from workbench.errors import DataError
-from workbench.integrations.common import Problems, StepFile, kind_ok, read_json_lines
-from workbench.integrations.verl import _ends_with_newline
+from workbench.integrations.common import Problems, StepFile, ends_with_newline, kind_ok, read_json_lines
 
 name = "nemo-rl"
 
@@ -53,7 +52,7 @@ def discover(path: Path, options: dict[str, Any]) -> list[StepFile]:
 
 
 def looks_complete(f: StepFile) -> bool:
-    return _ends_with_newline(f.path)
+    return ends_with_newline(f.path)
 
 
 def _one(obj: dict[str, Any], key: str) -> Any:
