@@ -112,7 +112,7 @@ def test_imported_run_refuses_control(store):
 
 def test_step_metrics_match_a_plain_loop():
     from workbench.correctness import is_correct, with_correct
-    from workbench.integrations.common import group_table, step_metrics, with_groups
+    from workbench.integrations.records import group_table, step_metrics, with_groups
 
     frame = pl.DataFrame({"step": [1] * 10, "prompt": list("aaaabbbccd"), "response": ["x"] * 10,
                           "reward": [1.0, 0, 1, 1, 0, 0, 0, 1, 1, 0.5], "length": [3, 4, 5, 6, 7, 8, 9, 1, 2, 3]})

@@ -18,7 +18,7 @@ import polars as pl
 
 from workbench.correctness import Rule, correct_expr, parse_rule
 
-_KEYS = ("run_id", "step", "stage", "prompt_id", "idx", "reward")
+_KEYS = ("run_id", "step", "stage", "prompt_id", "idx", "reward", "correct")
 
 
 def _logged(rollouts: pl.DataFrame) -> pl.DataFrame:
