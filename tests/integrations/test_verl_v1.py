@@ -161,3 +161,18 @@ def _dashboard_agrees(store, rid: str, plain: dict, evals: pl.DataFrame) -> None
         at = evals.filter(pl.col("step") == step)
         got = passk.filter((pl.col("step") == step) & (pl.col("k") == 1))["pass_at_k"][0]
         assert got == pytest.approx(float((at["correct"] / at["samples"]).mean()))
+
+
+def test_the_older_dump_groups_by_text_and_takes_acc_as_the_verdict(store):
+    """`RayPPOTrainer`'s dump (no uid): rows of one prompt text are one group, so the prompt drawn twice
+    in the batch is one group of 8 (the documented limit of that format); `acc` is the verdict, over
+    any rule given at import."""
+    folder = V1.parent / "ray_trainer" / "rollouts"
+    rid = import_path(store, "verl", folder, options={"correct_if": "reward>0"})["run_id"]
+    assert sorted(store.allocations(rid)["granted"].to_list()) == [4, 8]
+    rows = lines(folder)[1]
+    rolls = store.rollouts(rid, limit=100)
+    texts = dict(zip(store.prompts(rid)["prompt_id"], store.prompts(rid)["text"]))
+    got = sorted((texts[p], r, c) for p, r, c in rolls.select("prompt_id", "response", "correct").iter_rows())
+    assert got == sorted((x["input"], x["output"], x["acc"]) for x in rows)
+    assert any(x["score"] > 0 and not x["acc"] for x in rows)  # a format bonus alone: acc says wrong
