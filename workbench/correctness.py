@@ -10,7 +10,7 @@ A rollout's correctness is a verdict, stored apart from its reward (`rollouts.co
   given at import (`workbench import ... --correct-if 'reward>=1'`), or `DEFAULT_RULE`. The rule is
   kept in the run's config (`config.correctness.rule`).
 - A row without a stored verdict (a store from before the `correct` column, written by code that
-  does not set it) is judged by its run's rule; readers use `correct_expr` / `correct_sql` for that.
+  does not set it) is judged by its run's rule; readers use `correct_expr` / `with_correct` for that.
 
 A rule is `reward OP NUMBER` with OP one of `>=`, `>`, `<=`, `<`, `==` (spaces allowed), for example
 `reward>=1` for a verifier reward of 1 plus a format bonus below 1.
@@ -25,11 +25,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-import numpy as np
-
 from workbench.errors import DataError
 
-if TYPE_CHECKING:  # polars is imported where an expression is built: allocators need numpy only
+if TYPE_CHECKING:  # polars is imported where an expression is built: the allocators import this module
     import polars as pl
 
 DEFAULT_RULE = "reward>=0.5"
@@ -50,7 +48,9 @@ class Rule:
 
     @property
     def text(self) -> str:
-        return f"reward{self.op}{self.threshold:g}"
+        """The rule as it is written and stored (`reward>=1`, `reward>0.25`)."""
+        number = repr(self.threshold)
+        return f"reward{self.op}{number[:-2] if number.endswith('.0') else number}"
 
     def __call__(self, reward: Any) -> Any:
         """A bool for a number, a bool array for an array (NaN is never correct)."""
@@ -61,10 +61,6 @@ class Rule:
         import polars as pl
 
         return _OPS[self.op](pl.col(column), self.threshold)
-
-    def sql(self, column: str = "reward") -> str:
-        """The rule as an SQL expression over `column` (the threshold is a checked number)."""
-        return f"({column} {'=' if self.op == '==' else self.op} {self.threshold!r})"
 
 
 def parse_rule(text: str | Rule | None, *, where: str = "--correct-if") -> Rule:
@@ -126,15 +122,3 @@ def correct_expr(columns: Iterable[str], rule: Rule = DEFAULT) -> pl.Expr:
 def with_correct(frame: pl.DataFrame, rule: Rule = DEFAULT) -> pl.DataFrame:
     """`frame` with its `correct` column filled (see `correct_expr`)."""
     return frame.with_columns(correct_expr(frame.columns, rule))
-
-
-def correct_sql(rule: Rule = DEFAULT) -> str:
-    """SQL for a rollouts row's correctness: its verdict, else `rule` over its reward."""
-    return f"coalesce(correct, {rule.sql()})"
-
-
-def correct_array(rewards: np.ndarray, correct: np.ndarray | None, rule: Rule = DEFAULT) -> np.ndarray:
-    """Bool array: the given verdicts, else `rule` over the rewards."""
-    if correct is not None:
-        return np.asarray(correct, dtype=bool)
-    return np.asarray(rule(np.asarray(rewards, dtype=np.float64)), dtype=bool)
