@@ -51,3 +51,27 @@ def test_a_verifier_result_carries_its_own_verdict():
     assert VerifyResult(0.0, "format only", correct=False).correct is False
     assert score_user_result(0.7).correct and not score_user_result(0.2).correct
     assert score_user_result(True).correct and not score_user_result(False).correct
+
+
+def test_a_schema_4_store_opens_and_its_rollouts_are_judged_by_their_runs_rule(tmp_path):
+    """A store from before `rollouts.correct`: the migration adds the column (null in the rows kept)
+    and the readers judge those rows by their run's rule; an imported run keeps its rule."""
+    from workbench.analysis.replay import load_run
+    from workbench.store import StepRecord, open_store
+
+    path = tmp_path / "old"
+    with open_store(path) as s:
+        run_id = s.create_run("old", {"correctness": {"rule": "reward>=1"}}, seed=0, status="imported", source="verl")
+        s.write_step(StepRecord(run_id, 1, {}, [
+            {"prompt_id": "p", "idx": i, "reward": r, "response": "x"} for i, r in enumerate([1.1, 0.1, 0.5])]))
+
+        def to_schema_4(cur):
+            cur.execute("ALTER TABLE rollouts DROP COLUMN correct")
+            cur.execute("ALTER TABLE rollouts DROP COLUMN observations")
+            cur.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
+
+        s._lake.write(to_schema_4, "as a schema-4 workbench left it")
+    with open_store(path) as s:
+        rolls = s.rollouts(run_id, limit=10)
+        assert rolls["correct"].to_list() == [None, None, None]
+        assert load_run(s, run_id).rollouts.sort("idx")["correct"].to_list() == [True, False, False]
