@@ -328,6 +328,7 @@ ROLLOUT_FIELDS = [
     ("policy_version", "policy", "{}"),
     ("reward", "reward", "{:.3g}"),
     ("verdict", "verdict", "{}"),
+    ("correct", "correct", "{}"),
     ("advantage", "advantage", "{:+.3f}"),
     ("length", "len", "{}"),
     ("entropy_mean", "H mean", "{:.3f}"),
@@ -345,7 +346,8 @@ def _fmt(fmt: str, value: Any) -> str:
 
 def group_html(rows: list[dict], decode: Any | None = None, h_max: float = 2.0) -> str:
     """One prompt's rollouts within a step as an HTML table: the rollout's fields, then its response
-    with each token coloured by entropy. Every value is escaped."""
+    with each token coloured by entropy, and the environment's turns of a multi-turn rollout under it
+    (`observations`, kept apart from the response). Every value is escaped."""
     head = "".join(f"<th style='text-align:left;padding:2px 6px'>{html.escape(lab)}</th>" for _, lab, _ in ROLLOUT_FIELDS)
     body = []
     for r in rows:
@@ -355,6 +357,8 @@ def group_html(rows: list[dict], decode: Any | None = None, h_max: float = 2.0) 
         )
         pieces = token_pieces(r.get("response") or "", r.get("token_ids"), decode)
         tokens = token_html(pieces, r.get("token_entropy"), h_max)
+        for obs in r.get("observations") or []:
+            tokens += f"<div style='color:#666;font-family:monospace'>environment: {html.escape(str(obs))}</div>"
         body.append(f"<tr>{cells}<td style='padding:2px 6px;width:100%'>{tokens}</td></tr>")
     return (
         "<table style='border-collapse:collapse;font-size:0.85rem;width:100%'>"

@@ -64,3 +64,13 @@ def test_validation_groups_by_prompt(store, run):
         got = evals.filter(pl.col("step") == step)
         assert {texts[p]: [n, c] for p, n, c in got.select("prompt_id", "samples", "correct").iter_rows()} == want
         assert all(n == 3 for n, _ in want.values())
+
+
+def test_the_rollouts_page_shows_the_observations_under_the_response(store):
+    from app import derive
+
+    rid = import_path(store, "nemo-rl", NEMO / "multiturn")["run_id"]
+    rows = store.rollouts(rid, step_min=1, step_max=1, limit=4).to_dicts()
+    page = derive.group_html(rows)
+    assert page.count("environment: Environment: check your sum") == 4
+    assert page.count("environment: Environment: ") == 8
