@@ -17,6 +17,7 @@ import streamlit as st
 
 from app import derive
 from workbench.analysis.terms import metric_items
+from workbench.correctness import run_rule, with_correct
 from workbench.store import default_store_path, open_store
 
 LIVE_TTL = 2.0
@@ -189,7 +190,13 @@ def worker_frames(steps_frame: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame
 
 @st.cache_data(ttl=BROWSE_TTL, show_spinner=False)
 def rollouts(run_id: str, filters: tuple[tuple[str, Any], ...], limit: int, offset: int) -> pl.DataFrame:
-    return store().rollouts(run_id, **dict(filters), limit=limit, offset=offset)
+    return judged(run_id, store().rollouts(run_id, **dict(filters), limit=limit, offset=offset))
+
+
+def judged(run_id: str, frame: pl.DataFrame) -> pl.DataFrame:
+    """Rollouts with `correct` filled: the stored verdict, else the run's rule (see
+    `workbench.correctness`; rows of a store from before the verdict column)."""
+    return with_correct(frame, run_rule(run(run_id).get("config")))
 
 
 @st.cache_data(ttl=BROWSE_TTL, show_spinner=False)
@@ -208,10 +215,10 @@ def _limit(steps_frame: pl.DataFrame, step_min: int, step_max: int | None = None
 
 @st.cache_data(ttl=BROWSE_TTL, show_spinner=False)
 def step_rewards(run_id: str, step_min: int, step_max: int) -> pl.DataFrame:
-    """(step, prompt_id, reward) of every rollout in a step range (for observed pass rates)."""
-    return store().rollouts(run_id, step_min=step_min, step_max=step_max,
-                            limit=_limit(steps((run_id,)), step_min, step_max), offset=0,
-                            columns=["step", "prompt_id", "reward"])
+    """(step, prompt_id, reward, correct) of every rollout in a step range (for observed pass rates)."""
+    return judged(run_id, store().rollouts(run_id, step_min=step_min, step_max=step_max,
+                                           limit=_limit(steps((run_id,)), step_min, step_max), offset=0,
+                                           columns=["step", "prompt_id", "reward", "correct"]))
 
 
 class _CachedReader:
@@ -316,8 +323,9 @@ def run_options() -> tuple[list[str], dict[str, str]]:
 
 @st.cache_data(ttl=BROWSE_TTL, show_spinner=False)
 def prompt_rollout_outcomes(run_id: str, prompt_id: str) -> pl.DataFrame:
-    """(step, stage, reward) of every rollout of one prompt in a run: its visits as the rollouts tell
-    them, for the Prompt page of a run with no `allocations` / `prompt_stats` rows."""
+    """(step, stage, reward, correct) of every rollout of one prompt in a run: its visits as the
+    rollouts tell them, for the Prompt page of a run with no `allocations` / `prompt_stats` rows."""
     s = store()
     n = int(s.count_rollouts(run_id, prompt_id=prompt_id))
-    return s.rollouts(run_id, prompt_id=prompt_id, limit=max(n, 1), offset=0, columns=["step", "stage", "reward"])
+    return judged(run_id, s.rollouts(run_id, prompt_id=prompt_id, limit=max(n, 1), offset=0,
+                                     columns=["step", "stage", "reward", "correct"]))

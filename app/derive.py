@@ -12,6 +12,7 @@ from typing import Any
 
 import polars as pl
 
+from workbench.correctness import correct_expr, is_correct
 
 
 def _ks(max_samples: int) -> list[int]:
@@ -178,7 +179,7 @@ def rollouts_per_prompt(allocs: pl.DataFrame) -> list[int]:
 
 def calibration_pairs(allocs: pl.DataFrame, rollouts: pl.DataFrame) -> pl.DataFrame:
     """Predicted pass rate (the stage-0 prediction of each prompt in each step) against the pass
-    rate observed over all the group's rollouts in that step (reward >= 0.5 counts as a pass)."""
+    rate observed over all the group's rollouts in that step (their verdicts, see `workbench.correctness`)."""
     schema = {"step": pl.Int64, "prompt_id": pl.Utf8, "predicted": pl.Float64, "observed": pl.Float64, "n": pl.Int64}
     if allocs.is_empty() or rollouts.is_empty():
         return pl.DataFrame(schema=schema)
@@ -189,7 +190,7 @@ def calibration_pairs(allocs: pl.DataFrame, rollouts: pl.DataFrame) -> pl.DataFr
         .agg(pl.col("predicted_pass").first().alias("predicted"))
     )
     obs = rollouts.group_by(["step", "prompt_id"]).agg(
-        (pl.col("reward") >= 0.5).mean().alias("observed"), pl.len().alias("n")
+        correct_expr(rollouts.columns).mean().alias("observed"), pl.len().alias("n")
     )
     return pred.join(obs, on=["step", "prompt_id"], how="inner").select(list(schema)).cast(schema)
 
@@ -234,21 +235,21 @@ def reward_curves(per_run: dict[str, pl.DataFrame]) -> pl.DataFrame:
 
 
 def group_pass_rates(rewards: pl.DataFrame) -> pl.DataFrame:
-    """Per (step, prompt) group of rollouts (columns step, prompt_id, reward): rollouts, correct
-    (reward >= 0.5), observed pass rate, and whether the group carried no signal (all rewards equal)."""
+    """Per (step, prompt) group of rollouts (columns step, prompt_id, reward, correct): rollouts,
+    correct (the verdicts), observed pass rate, and whether the group carried no signal (all rewards equal)."""
     schema = {"step": pl.Int64, "prompt_id": pl.Utf8, "rollouts": pl.Int64, "correct": pl.Int64,
               "pass_rate": pl.Float64, "zero_signal": pl.Boolean}
     if rewards.is_empty():
         return pl.DataFrame(schema=schema)
     return (rewards.group_by(["step", "prompt_id"])
-            .agg(pl.len().alias("rollouts"), (pl.col("reward") >= 0.5).sum().alias("correct"),
-                 (pl.col("reward") >= 0.5).mean().alias("pass_rate"),
+            .agg(pl.len().alias("rollouts"), correct_expr(rewards.columns).sum().alias("correct"),
+                 correct_expr(rewards.columns).mean().alias("pass_rate"),
                  (pl.col("reward").n_unique() == 1).alias("zero_signal"))
             .select(list(schema)).cast(schema).sort(["step", "prompt_id"]))
 
 
 def prompt_visits(rollouts: pl.DataFrame) -> pl.DataFrame:
-    """One prompt's visits told by its rollouts alone (columns step, stage, reward), for runs that
+    """One prompt's visits told by its rollouts alone (columns step, stage, reward, correct), for runs that
     logged no allocation decisions: per step the rollouts it got (`granted`), in how many stages, how
     many were correct, and the observed pass rate (`last_pass`)."""
     schema = {"step": pl.Int64, "granted": pl.Int64, "stages": pl.Int64, "correct": pl.Int64, "last_pass": pl.Float64}
@@ -256,7 +257,8 @@ def prompt_visits(rollouts: pl.DataFrame) -> pl.DataFrame:
         return pl.DataFrame(schema=schema)
     return (rollouts.group_by("step")
             .agg(pl.len().alias("granted"), pl.col("stage").n_unique().alias("stages"),
-                 (pl.col("reward") >= 0.5).sum().alias("correct"), (pl.col("reward") >= 0.5).mean().alias("last_pass"))
+                 correct_expr(rollouts.columns).sum().alias("correct"),
+                 correct_expr(rollouts.columns).mean().alias("last_pass"))
             .select(list(schema)).cast(schema).sort("step"))
 
 
@@ -326,6 +328,7 @@ ROLLOUT_FIELDS = [
     ("policy_version", "policy", "{}"),
     ("reward", "reward", "{:.3g}"),
     ("verdict", "verdict", "{}"),
+    ("correct", "correct", "{}"),
     ("advantage", "advantage", "{:+.3f}"),
     ("length", "len", "{}"),
     ("entropy_mean", "H mean", "{:.3f}"),
@@ -345,7 +348,8 @@ def group_html(rows: list[dict], decode: Any | None = None, h_max: float = 2.0, 
                term_span: tuple[float, float] = (0.0, 0.0)) -> str:
     """One prompt's rollouts within a step as an HTML table: the rollout's fields, its reward terms (the
     cell coloured by `term`'s value on the scale `term_span`, when a term is picked), then its response
-    with each token coloured by entropy. Every value is escaped."""
+    with each token coloured by entropy, and the environment's turns of a multi-turn rollout under it
+    (`observations`, kept apart from the response). Every value is escaped."""
     from app.terms import terms_cell
 
     with_terms = any(r.get("reward_terms") is not None for r in rows)
@@ -359,6 +363,8 @@ def group_html(rows: list[dict], decode: Any | None = None, h_max: float = 2.0, 
         ) + (terms_cell(r, term, term_span) if with_terms else "")
         pieces = token_pieces(r.get("response") or "", r.get("token_ids"), decode)
         tokens = token_html(pieces, r.get("token_entropy"), h_max)
+        for obs in r.get("observations") or []:
+            tokens += f"<div style='color:#666;font-family:monospace'>environment: {html.escape(str(obs))}</div>"
         body.append(f"<tr>{cells}<td style='padding:2px 6px;width:100%'>{tokens}</td></tr>")
     return (
         "<table style='border-collapse:collapse;font-size:0.85rem;width:100%'>"
@@ -381,7 +387,8 @@ def group_rollouts(frame: pl.DataFrame) -> list[tuple[int, str, list[dict]]]:
 
 def group_header(step: int, prompt_id: str, rows: list[dict], text: str | None) -> str:
     """A group's one-line header as escaped HTML: step, prompt, correct count, prompt text."""
-    correct = sum(1 for r in rows if (r.get("reward") or 0) >= 0.5)
+    correct = sum(1 for r in rows if (r["correct"] if r.get("correct") is not None
+                                      else is_correct(r.get("reward") or 0)))
     t = f" — <code>{html.escape(text)}</code>" if text else ""
     return (f"<div style='margin-top:0.6rem'><b>step {step}</b> · prompt <code>{html.escape(str(prompt_id))}</code>"
             f" · {correct}/{len(rows)} correct on this page{t}</div>")

@@ -60,7 +60,8 @@ def entropy() -> list:
                       metadata={"tags": ["parameters"]}),
         new_code_cell(SETUP),
         new_code_cell(
-            "cols = [\"step\", \"stage\", \"prompt_id\", \"idx\", \"reward\", \"length\", \"token_ids\", \"token_entropy\"]\n"
+            "cols = [\"step\", \"stage\", \"prompt_id\", \"idx\", \"reward\", \"correct\", \"length\", \"token_ids\",\n"
+            "        \"token_entropy\"]\n"
             "rollouts = stack(store, runs, lambda s, r: run_rollouts(s, r, columns=cols, step_min=step_range[0],\n"
             "                                                     step_max=step_range[1]))\n"
             "print(f\"{rollouts.height:,} rollouts from {runs.height} run(s)\")"),
@@ -122,7 +123,7 @@ def entropy() -> list:
             "        .agg(pl.col(\"entropy_mean\").filter(pl.col(\"f\") < 0.1).mean().alias(\"entropy_start\"),\n"
             "             pl.col(\"entropy_mean\").filter(pl.col(\"f\") >= 0.9).mean().alias(\"entropy_end\"))\n"
             "        .join(collapse.select(\"label\", \"collapsed\"), on=\"label\").sort(\"allocator\", \"label\"))\n"
-            "fork_correct = with_labels(forks.group_by(\"run_id\").agg((pl.col(\"reward\") >= 0.5).mean()\n"
+            "fork_correct = with_labels(forks.group_by(\"run_id\").agg(pl.col(\"correct\").mean()\n"
             "                                                        .alias(\"forks_in_correct\")), runs)\n"
             "ends = ends.join(fork_correct.select(\"label\", \"forks_in_correct\"), on=\"label\", how=\"left\")\n"
             "ends"),

@@ -172,7 +172,10 @@ class FakeStore:
     """The four store readers the replay uses, over in-memory frames."""
 
     def __init__(self, alloc, rolls, stats, config):
-        self.alloc, self.rolls, self.stats, self.config = alloc, rolls, stats, config
+        from workbench.correctness import with_correct
+
+        # the store keeps each rollout's verdict (`correct`) next to its reward
+        self.alloc, self.rolls, self.stats, self.config = alloc, with_correct(rolls), stats, config
 
     def run(self, run_id):
         return {"run_id": run_id, "seed": 0, "config": self.config}

@@ -111,11 +111,12 @@ def test_imported_run_refuses_control(store):
 
 
 def test_step_metrics_match_a_plain_loop():
-    from workbench.integrations.common import group_table, step_metrics, with_groups
+    from workbench.correctness import is_correct, with_correct
+    from workbench.integrations.records import group_table, step_metrics, with_groups
 
     frame = pl.DataFrame({"step": [1] * 10, "prompt": list("aaaabbbccd"), "response": ["x"] * 10,
                           "reward": [1.0, 0, 1, 1, 0, 0, 0, 1, 1, 0.5], "length": [3, 4, 5, 6, 7, 8, 9, 1, 2, 3]})
-    g = with_groups(frame)
+    g = with_correct(with_groups(frame))
     m = step_metrics(g, group_table(g), "verl")
     groups: dict[str, list[float]] = {}
     for p, r in zip(frame["prompt"], frame["reward"]):
@@ -127,9 +128,9 @@ def test_step_metrics_match_a_plain_loop():
     assert m["rollout/zero_signal_frac"] == pytest.approx(
         sum(len(set(v)) == 1 for v in groups.values()) / len(groups))
     assert m["rollout/frac_all_wrong"] == pytest.approx(
-        sum(all(r <= 0 for r in v) for v in groups.values()) / len(groups))
+        sum(not any(is_correct(r) for r in v) for v in groups.values()) / len(groups))
     assert m["rollout/frac_all_correct"] == pytest.approx(
-        sum(all(r > 0 for r in v) for v in groups.values()) / len(groups))
+        sum(all(is_correct(r) for r in v) for v in groups.values()) / len(groups))
     assert m["rollout/tokens_generated"] == 48 and m["rollout/prompts"] == 4
     assert g["idx"].to_list() == [0, 1, 2, 3, 0, 1, 2, 0, 1, 0]
 

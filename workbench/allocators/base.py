@@ -32,6 +32,15 @@ from typing import Any, Callable, ClassVar, Literal, Sequence
 
 import numpy as np
 
+from workbench.correctness import is_correct
+
+
+def count_correct(rewards: Sequence[float], correct: Sequence[bool] | None = None) -> int:
+    """Correct rollouts among `rewards`: their verdicts `correct` where given (position by position),
+    else the default rule of `workbench.correctness` over the reward."""
+    verdicts = list(correct or [])
+    return sum(bool(verdicts[i]) if i < len(verdicts) else is_correct(r) for i, r in enumerate(rewards))
+
 
 @dataclass
 class PromptStats:
@@ -47,7 +56,7 @@ class PromptStats:
     rollouts: int = 0
     """Rollouts received in total."""
     correct: int = 0
-    """Correct rollouts in total (reward >= 0.5)."""
+    """Correct rollouts in total (the verifier's verdicts, see `workbench.correctness`)."""
     easy_streak: int = 0
     """Consecutive visits whose group was all correct."""
     hard_streak: int = 0
@@ -68,12 +77,14 @@ class PromptStats:
     def seen(self) -> bool:
         return self.visits > 0
 
-    def update(self, rewards: Sequence[float], step: int, tokens: int = 0, decay: float = 1.0) -> None:
-        """Fold one visit's rewards in (decay < 1 forgets older evidence)."""
+    def update(self, rewards: Sequence[float], step: int, tokens: int = 0, decay: float = 1.0,
+               correct: Sequence[bool] | None = None) -> None:
+        """Fold one visit's rewards in (decay < 1 forgets older evidence). `correct`: the verdicts of
+        the rollouts (default: the default rule over `rewards`)."""
         n = len(rewards)
         if n == 0:
             return
-        c = sum(1 for r in rewards if r >= 0.5)
+        c = count_correct(rewards, correct)
         self.alpha = 1.0 + decay * (self.alpha - 1.0) + c
         self.beta = 1.0 + decay * (self.beta - 1.0) + (n - c)
         self.visits += 1
@@ -137,6 +148,9 @@ class GroupResult:
     rewards: list[float]
     tokens: int = 0
     stages: list[int] = field(default_factory=list)
+    oks: list[bool] = field(default_factory=list)
+    """The verifier's verdict of each rollout, in the order of `rewards` (a reward without one is
+    judged by the default rule of `workbench.correctness`)."""
 
     @property
     def n(self) -> int:
@@ -144,7 +158,7 @@ class GroupResult:
 
     @property
     def correct(self) -> int:
-        return sum(1 for r in self.rewards if r >= 0.5)
+        return count_correct(self.rewards, self.oks)
 
     @property
     def has_signal(self) -> bool:

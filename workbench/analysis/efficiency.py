@@ -7,7 +7,8 @@ spends its budget where the outcome is uncertain: informative rollouts per 1,000
 headline figure, and rollouts per prompt against the prompt's difficulty shows where it spent them.
 
 Inputs are frames shaped like the store's `rollouts` (`run_id, step, prompt_id, reward`, optionally
-`length`) and `allocations` (`run_id, step, stage, prompt_id, asked, granted, predicted_pass`) tables.
+`correct` and `length`; a row's correctness is its `correct` verdict, else `rule` over its reward, see
+`workbench.correctness`) and `allocations` (`run_id, step, stage, prompt_id, asked, granted, predicted_pass`) tables.
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ from typing import Sequence
 
 import polars as pl
 
+from workbench.correctness import Rule, correct_expr, parse_rule
 
-def group_outcomes(rollouts: pl.DataFrame, *, threshold: float = 0.5) -> pl.DataFrame:
+
+def group_outcomes(rollouts: pl.DataFrame, *, rule: str | Rule | None = None) -> pl.DataFrame:
     """One row per (run_id, step, prompt_id) group: `rollouts`, `correct`, `pass_rate`, `signal`
     (rewards not all equal), `tokens` (when `length` is present)."""
-    aggs = [pl.len().alias("rollouts"), (pl.col("reward") >= threshold).sum().alias("correct"),
-            (pl.col("reward") >= threshold).mean().alias("pass_rate"),
+    ok = correct_expr(rollouts.columns, parse_rule(rule, where="rule"))
+    aggs = [pl.len().alias("rollouts"), ok.sum().alias("correct"), ok.mean().alias("pass_rate"),
             (pl.col("reward").n_unique() > 1).alias("signal")]
     if "length" in rollouts.columns:
         aggs.append(pl.col("length").sum().alias("tokens"))
@@ -41,20 +44,20 @@ def _summarise(groups: pl.DataFrame, by: Sequence[str]) -> pl.DataFrame:
     return groups.group_by(list(by)).agg(aggs).sort(list(by))
 
 
-def zero_signal_by_step(rollouts: pl.DataFrame, *, threshold: float = 0.5) -> pl.DataFrame:
+def zero_signal_by_step(rollouts: pl.DataFrame, *, rule: str | Rule | None = None) -> pl.DataFrame:
     """Per (run_id, step): groups, zero-signal groups and fraction, all-correct / all-wrong groups,
     rollouts, informative rollouts and informative rollouts per 1,000 (and tokens when logged)."""
-    return _summarise(group_outcomes(rollouts, threshold=threshold), ["run_id", "step"])
+    return _summarise(group_outcomes(rollouts, rule=rule), ["run_id", "step"])
 
 
-def allocation_efficiency(rollouts: pl.DataFrame, *, threshold: float = 0.5,
+def allocation_efficiency(rollouts: pl.DataFrame, *, rule: str | Rule | None = None,
                           by: Sequence[str] = ("run_id",)) -> pl.DataFrame:
     """The same figures as `zero_signal_by_step`, over whole runs (or any grouping of groups)."""
-    return _summarise(group_outcomes(rollouts, threshold=threshold), by)
+    return _summarise(group_outcomes(rollouts, rule=rule), by)
 
 
 def rollouts_by_difficulty(rollouts: pl.DataFrame, allocations: pl.DataFrame | None = None, *,
-                           difficulty: str = "observed", bins: int = 10, threshold: float = 0.5) -> pl.DataFrame:
+                           difficulty: str = "observed", bins: int = 10, rule: str | Rule | None = None) -> pl.DataFrame:
     """Rollouts per prompt against difficulty, in `bins` equal-width pass-rate bins per run.
 
     `difficulty="observed"` bins each group by its own pass rate in the step; `"predicted"` by the
@@ -64,7 +67,7 @@ def rollouts_by_difficulty(rollouts: pl.DataFrame, allocations: pl.DataFrame | N
     """
     if bins < 1:
         raise ValueError(f"bins must be >= 1, got {bins}")
-    groups = group_outcomes(rollouts, threshold=threshold)
+    groups = group_outcomes(rollouts, rule=rule)
     if difficulty == "observed":
         groups = groups.with_columns(pl.col("pass_rate").alias("difficulty"))
     elif difficulty == "predicted":

@@ -16,7 +16,9 @@ from typing import Callable, Sequence
 
 import polars as pl
 
-_KEYS = ("run_id", "step", "stage", "prompt_id", "idx", "reward")
+from workbench.correctness import Rule, correct_expr, parse_rule
+
+_KEYS = ("run_id", "step", "stage", "prompt_id", "idx", "reward", "correct")
 
 
 def _logged(rollouts: pl.DataFrame) -> pl.DataFrame:
@@ -98,14 +100,15 @@ def entropy_by_position(rollouts: pl.DataFrame, *, by: Sequence[str] = ("run_id"
 
 
 def entropy_by_correctness(rollouts: pl.DataFrame, *, by: Sequence[str] = ("run_id", "step"),
-                           threshold: float = 0.5) -> pl.DataFrame:
-    """Entropy of correct (reward >= threshold) vs incorrect rollouts per group.
+                           rule: str | Rule | None = None) -> pl.DataFrame:
+    """Entropy of correct vs incorrect rollouts per group (a rollout's `correct` verdict, else `rule`
+    over its reward, see `workbench.correctness`).
 
     Columns `*by, correct, entropy_mean` (token-weighted), `rollout_entropy_mean` (mean over rollouts
     of each rollout's mean), `tokens`, `rollouts`. Works on the lists directly: no per-token rows.
     """
     per_rollout = (_logged(rollouts)
-                   .with_columns((pl.col("reward") >= threshold).alias("correct"),
+                   .with_columns(correct_expr(rollouts.columns, parse_rule(rule, where="rule")),
                                  pl.col("token_entropy").list.drop_nulls().alias("_e"))
                    .with_columns(pl.col("_e").list.sum().cast(pl.Float64).alias("sum"), pl.col("_e").list.len().alias("n"))
                    .filter(pl.col("n") > 0))

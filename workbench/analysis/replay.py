@@ -52,9 +52,10 @@ from workbench.allocators.base import (
     fit_to_budget,
 )
 from workbench.analysis.replay_logged import SOURCES, LoggedStep, Outcomes, logged_stats, logged_steps
+from workbench.correctness import run_rule, with_correct
 from workbench.errors import DataError
 
-ROLLOUT_COLUMNS = ["step", "stage", "prompt_id", "idx", "reward", "length", "off_policy"]
+ROLLOUT_COLUMNS = ["step", "stage", "prompt_id", "idx", "reward", "correct", "length", "off_policy"]
 """The `rollouts` columns the replay reads."""
 
 
@@ -221,9 +222,10 @@ def _replay_step(st: _State, ls: LoggedStep, budget: Budget, pool: Iterator[str]
             if g.n <= 0:
                 continue
             prior = st.stats.setdefault(g.prompt_id, PromptStats(g.prompt_id)).mean
-            rewards, lens, counts = out.draw(g.prompt_id, g.n, prior)
+            rewards, lens, oks, counts = out.draw_judged(g.prompt_id, g.n, prior)
             res = results.setdefault(g.prompt_id, GroupResult(g.prompt_id, []))
             res.rewards += rewards
+            res.oks += oks
             res.stages += [stage] * g.n
             res.tokens += int(sum(lens))
             lengths.setdefault(g.prompt_id, []).extend(lens)
@@ -246,10 +248,12 @@ def _finish_step(st: _State, ls: LoggedStep, ctx: StepContext, results: dict[str
     """Reuse, use_in_update, statistics and the step's rows."""
     alloc, step = st.alloc, ls.step
     on_policy = {pid: list(g.rewards) for pid, g in results.items()}
+    on_policy_ok = {pid: list(g.oks) for pid, g in results.items()}
     reused = set()
     for pid in alloc.reuse_requests(results) if results else []:
         if pid in results and results[pid].correct == 0 and st.stats[pid].correct > 0:
             results[pid].rewards.append(1.0)
+            results[pid].oks.append(True)
             results[pid].stages.append(stages - 1)
             reused.add(pid)
     informative = used_informative = 0
@@ -259,10 +263,10 @@ def _finish_step(st: _State, ls: LoggedStep, ctx: StepContext, results: dict[str
         informative += signal
         used_informative += signal and used
         st.groups.append(dict(step=step, prompt_id=pid, n=len(on_policy[pid]),
-                              correct=sum(1 for r in on_policy[pid] if r >= 0.5), tokens=g.tokens,
+                              correct=sum(on_policy_ok[pid]), tokens=g.tokens,
                               has_signal=signal, used_in_update=used, reused=pid in reused))
     for pid, rewards in on_policy.items():
-        st.stats[pid].update(rewards, step, int(sum(lengths[pid])), st.decay)
+        st.stats[pid].update(rewards, step, int(sum(lengths[pid])), st.decay, correct=on_policy_ok[pid])
     n = sum(len(r) for r in on_policy.values())
     tokens = sum(sum(v) for v in lengths.values())
     if n:
@@ -361,7 +365,7 @@ def load_run(store: Any, run_id: str) -> RunFrames:
     cfg = run.get("config") or {}
     a = cfg.get("allocator") or {}
     n = store.count_rollouts(run_id)
-    rollouts = store.rollouts(run_id, limit=max(n, 1), columns=ROLLOUT_COLUMNS)
+    rollouts = with_correct(store.rollouts(run_id, limit=max(n, 1), columns=ROLLOUT_COLUMNS), run_rule(cfg))
     allocations = store.allocations(run_id)
     if allocations.height == 0 and rollouts.height:  # imported: no decisions logged, the rollouts tell the steps
         allocations = allocations_from_rollouts(rollouts)

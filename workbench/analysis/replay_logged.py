@@ -13,6 +13,7 @@ import numpy as np
 import polars as pl
 
 from workbench.allocators.base import PromptStats
+from workbench.correctness import with_correct
 from workbench.errors import DataError
 
 SOURCES = ("observed", "resampled", "nearby", "prior")
@@ -22,7 +23,9 @@ SOURCES = ("observed", "resampled", "nearby", "prior")
 # -- the logged outcomes ---------------------------------------------------------------------------
 
 class Outcomes:
-    """Each (step, prompt)'s observed on-policy (reward, length) pairs, served by seeded draws."""
+    """Each (step, prompt)'s observed on-policy (reward, length, correct) outcomes, served by seeded
+    draws. A row's correctness is its `correct` column where given, else the default rule (see
+    `workbench.correctness`; `load_run` fills it with the run's rule)."""
 
     def __init__(self, rollouts: pl.DataFrame, seed: int,
                  extrapolate: Literal["posterior", "empirical"] = "posterior") -> None:
@@ -39,16 +42,17 @@ class Outcomes:
         if "length" not in frame.columns:
             frame = frame.with_columns(pl.lit(0).alias("length"))
         # imported runs may carry no token counts (verl and TRL dumps hold text only): count them as 0
-        frame = frame.with_columns(pl.col("length").cast(pl.Int64).fill_null(0))
+        frame = with_correct(frame.with_columns(pl.col("length").cast(pl.Int64).fill_null(0)))
         order = [c for c in ("step", "stage", "prompt_id", "idx") if c in frame.columns]
         frame = frame.sort(order) if order else frame
         self.seed = seed
-        self.obs: dict[tuple[int, str], tuple[np.ndarray, np.ndarray]] = {}
+        self.obs: dict[tuple[int, str], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self.steps_of: dict[str, list[int]] = {}
         grouped = frame.group_by(["step", "prompt_id"], maintain_order=True).agg(
-            pl.col("reward").cast(pl.Float64), pl.col("length").cast(pl.Int64).fill_null(0))
-        for step, pid, rewards, lengths in grouped.iter_rows():
-            self.obs[(int(step), pid)] = (np.asarray(rewards, float), np.asarray(lengths, np.int64))
+            pl.col("reward").cast(pl.Float64), pl.col("length").cast(pl.Int64).fill_null(0), pl.col("correct"))
+        for step, pid, rewards, lengths, oks in grouped.iter_rows():
+            self.obs[(int(step), pid)] = (np.asarray(rewards, float), np.asarray(lengths, np.int64),
+                                          np.asarray(oks, bool))
             self.steps_of.setdefault(pid, []).append(int(step))
         for steps in self.steps_of.values():
             steps.sort()
@@ -74,15 +78,23 @@ class Outcomes:
         return min(steps, key=lambda s: (abs(s - step), s > step))
 
     def draw(self, pid: str, n: int, prior: float) -> tuple[list[float], list[int], dict[str, int]]:
-        """n outcomes for `pid` at the current step, and how many came from each source."""
+        """n outcomes for `pid` at the current step (rewards, lengths), and how many came from each source."""
+        rewards, lengths, _, counts = self.draw_judged(pid, n, prior)
+        return rewards, lengths, counts
+
+    def draw_judged(self, pid: str, n: int,
+                    prior: float) -> tuple[list[float], list[int], list[bool], dict[str, int]]:
+        """n outcomes for `pid` at the current step: rewards, lengths, verdicts, and how many came
+        from each source. A drawn reward keeps its logged verdict; a binary reward drawn from the
+        posterior (rewards that are their verdicts, 1 correct and 0 wrong) is correct at 1."""
         counts = dict.fromkeys(SOURCES, 0)
         src = self.source_step(self._step, pid)
         if src is None:
-            rewards = (self._rng.random(n) < prior).astype(float)
+            drawn = self._rng.random(n) < prior
             counts["prior"] = n
             length = int(round(self.mean_length))
-            return rewards.tolist(), [length] * n, counts
-        rewards, lengths = self.obs[(src, pid)]
+            return drawn.astype(float).tolist(), [length] * n, drawn.tolist(), counts
+        rewards, lengths, oks = self.obs[(src, pid)]
         order, used = self._cursor.get(pid) or (self._rng.permutation(len(rewards)), 0)
         fresh = order[used:used + n]
         extra = self._rng.integers(0, len(rewards), size=n - len(fresh))
@@ -92,14 +104,15 @@ class Outcomes:
             counts["observed"], counts["resampled"] = len(fresh), len(extra)
         else:
             counts["nearby"] = n
-        out = rewards[pick]
-        if len(extra) and self.extrapolate == "posterior" and np.isin(rewards, (0.0, 1.0)).all():
+        out, out_ok = rewards[pick], oks[pick]
+        if len(extra) and self.extrapolate == "posterior" and (rewards == oks).all():
             p = self._p.get(pid)
             if p is None:
-                c = float(rewards.sum())
-                p = self._p[pid] = float(self._rng.beta(1.0 + c, 1.0 + len(rewards) - c))
-            out[len(fresh):] = (self._rng.random(len(extra)) < p).astype(float)
-        return out.tolist(), lengths[pick].tolist(), counts
+                c = float(oks.sum())
+                p = self._p[pid] = float(self._rng.beta(1.0 + c, 1.0 + len(oks) - c))
+            out_ok[len(fresh):] = self._rng.random(len(extra)) < p
+            out[len(fresh):] = out_ok[len(fresh):].astype(float)
+        return out.tolist(), lengths[pick].tolist(), out_ok.tolist(), counts
 
 
 # -- the logged step structure ---------------------------------------------------------------------

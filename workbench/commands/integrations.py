@@ -63,6 +63,9 @@ def import_cmd(
     tokenizer: Annotated[Optional[Path], typer.Option("--tokenizer", help="verl/trl/jsonl: a local Hugging "
                                                       "Face tokenizer folder; response lengths in tokens are "
                                                       "counted by re-tokenising the text.")] = None,
+    correct_if: Annotated[Optional[str], typer.Option(
+        "--correct-if", help="When a rollout counts as correct where the dump logs no verdict (verl `acc`): "
+        "reward OP NUMBER, e.g. 'reward>=1' (default 'reward>=0.5'); kept in the run's config.")] = None,
     poll_s: Annotated[float, typer.Option("--poll-s", help="--follow: seconds between polls.")] = 2.0,
     idle_exit_s: Annotated[float, typer.Option("--idle-exit-s", help="--follow: stop after this many "
                                                "seconds without a new step (0: never).")] = 0.0,
@@ -90,6 +93,10 @@ def import_cmd(
         parse_map(None)  # raises, naming the required fields
     if tokenizer is not None:
         options["tokenizer"] = str(tokenizer.resolve())
+    if correct_if is not None:
+        from workbench.correctness import parse_rule
+
+        options["correct_if"] = parse_rule(correct_if).text
     weights = _weights(reward_weights)
     if weights:
         options["reward_weights"] = weights

@@ -59,7 +59,7 @@ def evaluate(
     for batch in generate_chunked(backend, repeated, sampling, generator, chunk):
         for text, n in zip(decode(tokenizer, batch), batch.lengths.tolist()):
             p = row // samples
-            correct[p] += task.verify(text, prompts[p]).reward >= 0.5
+            correct[p] += bool(task.verify(text, prompts[p]).correct)
             length_sum[p] += n
             row += 1
     greedy_ok: list[bool | None] = [None] * len(prompts)
@@ -68,7 +68,7 @@ def evaluate(
         row = 0
         for batch in generate_chunked(backend, token_ids, gs, generator, chunk):
             for text in decode(tokenizer, batch):
-                greedy_ok[row] = task.verify(text, prompts[row]).reward >= 0.5
+                greedy_ok[row] = bool(task.verify(text, prompts[row]).correct)
                 row += 1
     rows = [
         {

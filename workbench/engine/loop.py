@@ -104,6 +104,7 @@ def rollout_stage(s: Setup, rows: list[int], stage: int, temperature: float, gen
         policy_version=np.full(n, s.backend.policy_version, dtype=np.int64),
         temperature=np.full(n, temperature, dtype=np.float64), off_policy=np.zeros(n, dtype=bool),
         responses=texts, rewards=scored.rewards, verdicts=scored.verdicts, reward_terms=scored.terms,
+        correct=np.asarray([v.correct for v in scored.results], dtype=bool),
     )
 
 
@@ -120,7 +121,7 @@ def reused_row(s: Setup, prompt: int, stage: int) -> Rollouts:
         prompt=np.array([prompt]), stage=np.array([stage], dtype=np.int32),
         policy_version=np.array([c["policy_version"]]), temperature=np.array([c["temperature"]]),
         off_policy=np.array([True]), responses=[c["response"]], rewards=np.array([c["reward"]]),
-        verdicts=[c["verdict"]],
+        verdicts=[c["verdict"]], correct=np.array([c.get("correct", True)], dtype=bool),
     )
 
 
@@ -247,11 +248,11 @@ def _loop(s: Setup, cfg: RunConfig, store: Any, run_id: str, resume: bool,
                 s.backend.update_weights(s.model)
 
         # 3. per-prompt statistics, reuse cache, eval -----------------------------------------------
-        onp = ~r.off_policy
+        onp, ok = ~r.off_policy, r.correct_mask()
         for pid, g in results.items():
             k = (gidx == group_of[pid]) & onp
             s.stats[pid].update(r.rewards[k].tolist(), step, int(r.lengths[torch.as_tensor(k)].sum()),
-                                cfg.allocator.stats_decay)
+                                cfg.allocator.stats_decay, correct=ok[k].tolist())
         _remember_correct(s, r, pids, workers)
         tokens = int(r.lengths[torch.as_tensor(onp)].sum())
         n_onp = int(onp.sum())
@@ -297,10 +298,11 @@ def _loop(s: Setup, cfg: RunConfig, store: Any, run_id: str, resume: bool,
 
 
 def _pool(results: dict[str, GroupResult], part: Rollouts, s: Setup, stage: int) -> None:
-    for i, (p, rew) in enumerate(zip(part.prompt, part.rewards)):
+    for i, (p, rew, ok) in enumerate(zip(part.prompt, part.rewards, part.correct_mask())):
         pid = s.train[int(p)].id
         g = results.setdefault(pid, GroupResult(pid, []))
         g.rewards.append(float(rew))
+        g.oks.append(bool(ok))
         g.tokens += int(part.lengths[i])
         g.stages.append(stage)
 
@@ -317,13 +319,13 @@ def _idx(gidx: np.ndarray) -> np.ndarray:
 
 def _remember_correct(s: Setup, r: Rollouts, pids: list[str], workers: list[str]) -> None:
     """Keep each prompt's latest on-policy correct response (for allocators that reuse responses)."""
-    for i in np.flatnonzero((r.rewards >= 0.5) & ~r.off_policy):
+    for i in np.flatnonzero(r.correct_mask() & ~r.off_policy):
         n = int(r.lengths[i])
         s.reuse[pids[i]] = dict(tokens=r.tokens[i, :n].tolist(), logprobs=r.logprobs[i, :n].tolist(),
                                 entropy=r.entropy[i, :n].tolist(), finished=bool(r.finished[i]),
                                 policy_version=int(r.policy_version[i]), temperature=float(r.temperature[i]),
                                 response=r.responses[i], reward=float(r.rewards[i]), verdict=r.verdicts[i],
-                                worker=workers[i])
+                                correct=True, worker=workers[i])
 
 
 def _stats_row(st: PromptStats) -> dict[str, Any]:

@@ -52,6 +52,14 @@ class Rollouts:
     verdicts: list[str] = field(default_factory=list)
     reward_terms: dict[str, np.ndarray] = field(default_factory=dict)
     """Term name -> [N] unweighted values (`workbench.tasks.rewards`); NaN where a row lacks the term."""
+    correct: np.ndarray | None = None
+    """[N] bool: the verifier's judgement (`VerifyResult.correct`); None: read from `verdicts`."""
+
+    def correct_mask(self) -> np.ndarray:
+        """[N] bool: which rows the verifier judged correct (never a threshold of the reward)."""
+        if self.correct is not None:
+            return np.asarray(self.correct, dtype=bool)
+        return np.asarray([v == "correct" for v in self.verdicts], dtype=bool)
 
     @property
     def n(self) -> int:
@@ -86,6 +94,7 @@ class Rollouts:
             verdicts=[v for p in parts for v in p.verdicts],
             reward_terms={k: np.concatenate([p.reward_terms.get(k, np.full(p.n, np.nan)) for p in parts])
                           for k in dict.fromkeys(k for p in parts for k in p.reward_terms)},
+            correct=np.concatenate([p.correct_mask() for p in parts]) if parts else np.zeros(0, dtype=bool),
         )
 
     def mask(self) -> torch.Tensor:
@@ -137,6 +146,7 @@ def rollouts_table(
         "reward": pa.array(np.asarray(r.rewards, dtype=np.float64)),
         "reward_terms": terms_array(r.reward_terms, n),
         "verdict": pa.array(r.verdicts, pa.string()),
+        "correct": pa.array(r.correct_mask(), pa.bool_()),
         "finish_reason": pa.array(finish.tolist(), pa.string()),
         "length": pa.array(lengths.numpy().astype(np.int32)),
         "logprob_sum": pa.array(logprob_sum.numpy().astype(np.float64)),

@@ -1,6 +1,6 @@
-"""What every importer shares: the normalised rollout frame, bad-input accounting, turning one step
-file into one `StepRecord` (vectorised: polars, no per-row Python), finding or creating the imported
-run, and the import loop (which step files are new, batching whole steps into transactions).
+"""What every importer shares: the normalised rollout frame, bad-input accounting, finding or creating
+the imported run, and the import loop (which step files are new, batching whole steps into
+transactions). Turning one step's frame into store rows is `workbench.integrations.records`.
 
 A format module (verl, trl_files, nemo_rl, jsonl) only says which files hold which step
 (`discover`), whether a file looks finished (`looks_complete`) and how to read one file into the
@@ -11,12 +11,14 @@ The normalised frame, one row per sampled response (columns after `step` may be 
 | column | type | meaning |
 |---|---|---|
 | step | Int64 | the trainer's step the file belongs to |
-| prompt | Utf8 | prompt text as the framework logged it; rows with equal text in one step are one group |
-| response | Utf8 | response text |
+| prompt | Utf8 | prompt text as the framework logged it |
+| response | Utf8 | response text (a multi-turn rollout's assistant turns) |
 | reward | Float64 | the scalar reward the trainer used |
+| group | Utf8 | the trainer's group key (verl's uid less its last two parts), when logged; without it, rows with equal prompt text in one step are one group |
 | answer | Utf8 | reference answer (verl `gts`), when logged |
 | advantage | Float64 | the advantage the trainer computed, when logged |
-| correct | Boolean | the verifier's accuracy flag (verl `acc`), when logged |
+| correct | Boolean | the source's verdict (verl `acc`), when logged; null rows are judged by the run's rule |
+| observations | List(Utf8) | environment turns kept apart from the response (NeMo-RL), when logged |
 | length | Int64 | response length in tokens, when the format has tokens |
 | token_ids | List(Int64) | response token ids, when logged |
 | token_logprobs | List(Float64) | behaviour (generation) log-probs of the response tokens, when logged |
@@ -25,7 +27,6 @@ The normalised frame, one row per sampled response (columns after `step` may be 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections import Counter
@@ -35,15 +36,18 @@ from typing import Any, Protocol
 
 import polars as pl
 
+from workbench.correctness import parse_rule, rule_config, run_rule
 from workbench.errors import DataError
+# prompt_ids is read from here by the TRL modules
+from workbench.integrations.records import eval_rows, group_sizes, prompt_ids, train_record  # noqa: F401
 from workbench.store import StepRecord
-from workbench.tasks.rewards import frame_terms, term_means, terms_array
 
 BATCH_ROWS = 50_000
 """Rollouts per store transaction: whole steps are grouped until they reach this many rows."""
 
-OPTIONAL_COLUMNS = {"answer": pl.Utf8, "advantage": pl.Float64, "correct": pl.Boolean, "length": pl.Int64,
-                    "token_ids": pl.List(pl.Int64), "token_logprobs": pl.List(pl.Float64)}
+OPTIONAL_COLUMNS = {"group": pl.Utf8, "answer": pl.Utf8, "advantage": pl.Float64, "correct": pl.Boolean,
+                    "length": pl.Int64, "token_ids": pl.List(pl.Int64), "token_logprobs": pl.List(pl.Float64),
+                    "observations": pl.List(pl.Utf8)}
 
 
 @dataclass(frozen=True)
@@ -151,6 +155,20 @@ def read_json_lines(path: Path, required: dict[str, str], problems: Problems,
     return out
 
 
+def ends_with_newline(path: Path) -> bool:
+    """Does the file end with a newline (a JSONL writer that writes a whole file in one call has
+    finished it)? False for an empty or unreadable file."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            if fh.tell() == 0:
+                return False
+            fh.seek(-1, 2)
+            return fh.read(1) == b"\n"
+    except OSError:
+        return False
+
+
 def as_text(value: Any) -> str | None:
     """A logged value as text: strings unchanged, anything else as JSON (None stays None)."""
     if value is None or isinstance(value, str):
@@ -174,121 +192,6 @@ def normalise(frame: pl.DataFrame) -> pl.DataFrame:
             pl.col("reward").cast(pl.Float64)]
     cols += [pl.col(c).cast(t) for c, t in OPTIONAL_COLUMNS.items() if c in frame.columns]
     return frame.select(cols)
-
-
-# -- one step file -> one StepRecord -------------------------------------------------------------
-
-def prompt_ids(texts: pl.Series) -> pl.Series:
-    """Stable prompt ids: the first 16 hex digits of BLAKE2b of the prompt text (the same text gets
-    the same id in every step, run and process, so the Prompt page's history works)."""
-    uniq = texts.unique(maintain_order=True)
-    ids = [hashlib.blake2b(t.encode("utf-8"), digest_size=8).hexdigest() for t in uniq.to_list()]
-    mapping = pl.DataFrame({"prompt": uniq, "prompt_id": ids})
-    return pl.DataFrame({"prompt": texts}).join(mapping, on="prompt", how="left", maintain_order="left")["prompt_id"]
-
-
-def with_groups(frame: pl.DataFrame) -> pl.DataFrame:
-    """Add prompt_id and idx (0.. within each prompt's group, in file order)."""
-    return frame.with_columns(prompt_id=prompt_ids(frame["prompt"])).with_columns(
-        idx=pl.int_range(pl.len(), dtype=pl.Int32).over("prompt_id"))
-
-
-def group_table(frame: pl.DataFrame) -> pl.DataFrame:
-    """One row per group: n, mean reward, correct (reward > 0), signal (reward varies), tokens."""
-    aggs = [pl.len().alias("n"), pl.col("reward").mean().alias("pass_mean"),
-            (pl.col("reward") > 0).sum().alias("correct"),
-            (pl.col("reward").n_unique() > 1).alias("has_signal")]
-    if "length" in frame.columns:
-        aggs.append(pl.col("length").sum().alias("tokens"))
-    return frame.group_by("prompt_id", maintain_order=True).agg(aggs)
-
-
-def step_metrics(frame: pl.DataFrame, groups: pl.DataFrame, source: str) -> dict[str, Any]:
-    """Per-step metrics computed from the step's rollouts (namespaced like the engine's)."""
-    n = frame.height
-    reward = frame["reward"]
-    m: dict[str, Any] = {
-        "rollout/count": n, "rollout/prompts": groups.height,
-        "rollout/reward_mean": float(reward.mean()) if n else None,
-        "rollout/reward_std": float(reward.std(ddof=0)) if n else None,
-        "rollout/zero_signal_frac": float(1.0 - groups["has_signal"].mean()) if groups.height else None,
-        "rollout/frac_all_correct": float((groups["correct"] == groups["n"]).mean()) if groups.height else None,
-        "rollout/frac_all_wrong": float((groups["correct"] == 0).mean()) if groups.height else None,
-        "rollout/group_size_mean": float(groups["n"].mean()) if groups.height else None,
-        "rollout/response_chars_mean": float(frame["response"].str.len_chars().mean()) if n else None,
-        "alloc/allocator": source, "alloc/budget_kind": "rollouts", "alloc/budget": n,
-    }
-    if "length" in frame.columns and frame["length"].null_count() < n:
-        m["rollout/tokens_generated"] = int(frame["length"].sum())
-        m["rollout/length_mean"] = float(frame["length"].mean())
-        m["rollout/length_max"] = int(frame["length"].max())
-    if "advantage" in frame.columns and frame["advantage"].null_count() < n:
-        m["rollout/advantage_abs_mean"] = float(frame["advantage"].abs().mean())
-    m.update(term_means(frame_terms(frame)))  # reward/<term>
-    return {k: v for k, v in m.items() if v is not None}
-
-
-def rollout_table(frame: pl.DataFrame) -> Any:
-    """The store's rollouts columns as an Arrow table (the writer casts to the store's types)."""
-    cols = [pl.lit(0, pl.Int32).alias("stage"), "prompt_id", "idx", "response",
-            pl.col("reward").cast(pl.Float32), pl.lit(False).alias("off_policy"),
-            pl.lit(True).alias("used_in_update")]
-    if "length" in frame.columns:
-        cols.append(pl.col("length").cast(pl.Int32))
-    if "advantage" in frame.columns:
-        cols.append(pl.col("advantage").cast(pl.Float32))
-    if "token_ids" in frame.columns:
-        cols.append(pl.col("token_ids").cast(pl.List(pl.Int32)))
-    if "token_logprobs" in frame.columns:
-        cols += [pl.col("token_logprobs").cast(pl.List(pl.Float32)),
-                 pl.col("token_logprobs").list.sum().cast(pl.Float32).alias("logprob_sum")]
-    table = frame.select(cols).to_arrow()
-    terms = frame_terms(frame)
-    return table.append_column("reward_terms", terms_array(terms, frame.height)) if terms else table
-
-
-def prompt_rows(frame: pl.DataFrame, split: str, known: set[str] | None = None) -> list[dict[str, Any]]:
-    """The step's prompts (first row of each group) as `prompts` rows, less those in `known` (prompt ids
-    the run already stores; they are added to it). Prompts recur across steps: passing only new ones
-    saves converting the same text again at every step."""
-    cols = ["prompt_id", pl.col("prompt").alias("text")]
-    if "answer" in frame.columns:
-        cols.append("answer")
-    firsts = frame.group_by("prompt_id", maintain_order=True).first().select(cols)
-    if known is not None:
-        firsts = firsts.filter(~pl.col("prompt_id").is_in(pl.Series(list(known), dtype=pl.Utf8)))
-        known.update(firsts["prompt_id"].to_list())
-    return firsts.with_columns(pl.lit(split).alias("split")).to_dicts()
-
-
-def train_record(run_id: str, step: int, frame: pl.DataFrame, source: str,
-                 known: set[str] | None = None) -> StepRecord:
-    """One training step file as one StepRecord: rollouts, per-group allocation rows (the framework's
-    fixed group size, logged as allocator `source`), prompts and step metrics."""
-    frame = with_groups(frame)
-    groups = group_table(frame)
-    n = frame.height
-    allocs = groups.select(
-        "prompt_id", pl.lit(0, pl.Int32).alias("stage"), pl.lit(source).alias("allocator"),
-        pl.col("n").cast(pl.Int32).alias("asked"), pl.col("n").cast(pl.Int32).alias("granted"),
-        pl.lit(f"logged by {source}").alias("reason"), pl.lit("rollouts").alias("budget_kind"),
-        pl.lit(n, pl.Int64).alias("budget"), pl.lit(0, pl.Int64).alias("budget_left"),
-        pl.lit(True).alias("used_in_update")).to_dicts()
-    return StepRecord(run_id, step, metrics=step_metrics(frame, groups, source), rollouts=rollout_table(frame),
-                      allocations=allocs, prompts=prompt_rows(frame, "train", known))
-
-
-def eval_rows(frame: pl.DataFrame,
-              known: set[str] | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Validation samples as `evals` rows (one per prompt: samples, correct, mean_length) and prompts.
-    A sample is correct when the logged accuracy flag says so (verl `acc`), else when reward > 0."""
-    frame = with_groups(frame)
-    ok = pl.col("correct").fill_null(pl.col("reward") > 0) if "correct" in frame.columns else pl.col("reward") > 0
-    aggs = [pl.len().cast(pl.Int32).alias("samples"), ok.sum().cast(pl.Int32).alias("correct")]
-    if "length" in frame.columns:
-        aggs.append(pl.col("length").mean().alias("mean_length"))
-    rows = frame.group_by("prompt_id", maintain_order=True).agg(aggs).to_dicts()
-    return rows, prompt_rows(frame, "eval", known)
 
 
 # -- the imported run ------------------------------------------------------------------------------
@@ -347,10 +250,15 @@ class Importer:
         if not self.path.exists():
             raise DataError(f"{path}: no such file or folder")
         self.options = dict(options or {})
+        self.rule = parse_rule(self.options.get("correct_if"))
+        if self.options.get("correct_if") is not None:
+            self.options["correct_if"] = self.rule.text
         self.name = name or f"{fmt.name}-{self.path.stem}"
         self.problems = Problems(skip_bad)
         self.batch_rows = batch_rows
         self.run_id: str | None = find_run(store, fmt.name, self.path, self.name)
+        if self.run_id is not None:
+            self._check_rule()
         self.created = False
         self._done: set[int] | None = None
         self._done_eval: set[int] | None = None
@@ -358,6 +266,17 @@ class Importer:
         self._tokenizer: Any = None
         self._prompts: set[str] = set()
         """Prompt ids the run stores (or that a batch being written holds)."""
+
+    def _check_rule(self) -> None:
+        """A run imported again keeps its rule: a different --correct-if would judge its steps two ways."""
+        runs = self.store.list_runs()
+        config = runs.filter(pl.col("run_id") == self.run_id)["config"].to_list()
+        stored = run_rule(config[0] if config else None)
+        if self.options.get("correct_if") is None:
+            self.rule = stored
+        elif stored != self.rule:
+            raise DataError(f"--correct-if {self.rule.text!r}: run {self.run_id} was imported with the rule "
+                            f"{stored.text!r}; import under another --name to judge it another way")
 
     # which steps the run holds
     def _load_done(self) -> None:
@@ -389,11 +308,11 @@ class Importer:
             return self.run_id
         group = 8
         if first is not None and first.height:
-            sizes = first.group_by("prompt").len()["len"]
-            group = int(sizes.mode().sort()[-1])
+            group = int(group_sizes(first).mode().sort()[-1])
         config = {"import": {"format": self.fmt.name, "path": str(self.path),
                              "options": {k: v for k, v in self.options.items() if v is not None}},
-                  "allocator": {"name": "uniform", "params": {"n": max(1, min(group, 4096))}}}
+                  "allocator": {"name": "uniform", "params": {"n": max(1, min(group, 4096))}},
+                  "correctness": rule_config(self.rule, "the source's logged verdict where it has one, else the rule")}
         self.run_id = self.store.create_run(self.name, config, 0, status="imported", source=self.fmt.name)
         self.created = True
         return self.run_id
@@ -430,7 +349,7 @@ class Importer:
                 for step, part in self._steps_of(f, frame):
                     run_id = self._ensure_run(part if f.split == "train" else None)
                     if f.split == "eval":
-                        evals, prompts = eval_rows(part, self._prompts)
+                        evals, prompts = eval_rows(part, self._prompts, self.rule)
                         report.parse_s += time.perf_counter() - t0
                         self._flush(batch, report)
                         batch, rows = [], 0
@@ -443,7 +362,7 @@ class Importer:
                         self._done_eval.add(step)  # type: ignore[union-attr]
                         t0 = time.perf_counter()
                         continue
-                    batch.append(train_record(run_id, step, part, self.fmt.name, self._prompts))
+                    batch.append(train_record(run_id, step, part, self.fmt.name, self._prompts, self.rule))
                     report.parse_s += time.perf_counter() - t0
                     t0 = time.perf_counter()
                     rows += part.height

@@ -4,9 +4,9 @@
 
 The map names, for each of our fields, the key (JSONL) or column (Parquet) that holds it. Required:
 `prompt`, `response`, `reward`, `step`; optional: `answer`, `advantage`, `correct` (a boolean or 0/1
-accuracy flag), `length` (response tokens), `token_ids`, `token_logprobs`. A file may hold many steps;
-a folder is read file by file (`*.jsonl`, `*.json` lines, `*.parquet`). Rows with the same prompt text in
-one step are one group. Steps the run already holds are skipped, so a file that grows can be imported
+accuracy flag), `group` (the trainer's group key), `length` (response tokens), `token_ids`,
+`token_logprobs`. A file may hold many steps; a folder is read file by file (`*.jsonl`, `*.json` lines,
+`*.parquet`). Rows with the same `group` (without one: the same prompt text) in one step are one group. Steps the run already holds are skipped, so a file that grows can be imported
 again.
 """
 
@@ -19,14 +19,21 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from workbench.errors import DataError
-from workbench.integrations.common import Problems, StepFile, kind_ok, read_json_lines, text_column
+from workbench.integrations.common import (
+    Problems,
+    StepFile,
+    ends_with_newline,
+    kind_ok,
+    read_json_lines,
+    text_column,
+)
 
 name = "jsonl"
 multi_step = True
 
 REQUIRED = ("prompt", "response", "reward", "step")
 KINDS = {"prompt": "any", "response": "str", "reward": "number", "step": "int", "answer": "any",
-         "advantage": "number", "correct": "any", "length": "int", "token_ids": "list", "token_logprobs": "list"}
+         "advantage": "number", "correct": "any", "group": "any", "length": "int", "token_ids": "list", "token_logprobs": "list"}
 SUFFIXES = (".jsonl", ".json", ".parquet")
 
 
@@ -65,8 +72,6 @@ def looks_complete(f: StepFile) -> bool:
         from workbench.integrations.trl_files import looks_complete as parquet_complete
 
         return parquet_complete(f)
-    from workbench.integrations.verl import ends_with_newline
-
     return ends_with_newline(f.path)
 
 
@@ -87,7 +92,7 @@ def read(f: StepFile, problems: Problems, options: dict[str, Any]) -> pl.DataFra
     if not rows:
         return pl.DataFrame()
     data = {ours: [obj.get(theirs) for _, obj in rows] for ours, theirs in fmap.items()}
-    raw = pl.DataFrame({k: pl.Series(k, v, dtype=_dtype(k)) if k not in ("prompt", "answer", "correct")
+    raw = pl.DataFrame({k: pl.Series(k, v, dtype=_dtype(k)) if k not in ("prompt", "answer", "correct", "group")
                         else pl.Series(k, [_plain(x) for x in v]) for k, v in data.items()})
     return _finish(raw)
 
@@ -121,12 +126,13 @@ def _from_frame(raw: pl.DataFrame, fmap: dict[str, str], where: str, problems: P
     frame = frame.drop_nulls(list(REQUIRED))
     if "prompt" in frame.columns:
         frame = frame.with_columns(prompt=text_column(frame, "prompt"))
-    if "answer" in frame.columns:
-        frame = frame.with_columns(answer=text_column(frame, "answer"))
     return _finish(frame)
 
 
 def _finish(frame: pl.DataFrame) -> pl.DataFrame:
+    for key in ("answer", "group"):
+        if key in frame.columns:
+            frame = frame.with_columns(text_column(frame, key).alias(key))
     if "correct" in frame.columns and frame["correct"].dtype != pl.Boolean:
         frame = frame.with_columns(correct=pl.Series([bool(v) if kind_ok(v, "number") or isinstance(v, bool)
                                                       else None for v in frame["correct"].to_list()],

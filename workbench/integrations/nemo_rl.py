@@ -1,22 +1,32 @@
 """NeMo-RL GRPO logs: `train_data_step{N}.jsonl` and `val_data_step{N}.jsonl` of the logger's folder.
 
-Written by `Logger.log_batched_dict_as_jsonl` in `nemo_rl/utils/logger.py` (NVIDIA/NeMo-RL): the file is
+Written by `Logger.log_batched_dict_as_jsonl` in `nemo_rl/utils/logger.py` (NVIDIA-NeMo/RL): the file is
 opened with "w"; the batch is cut into micro-batches of ONE sample, tensors turned into lists, and each
 line is `{**sample, "idx": i}`, so every value is wrapped in a one-element list (`"rewards": [1.0]`,
 `"token_ids": [[...]]`) and `idx` is the line number in the file (not a prompt id).
 
-`grpo_train` in `nemo_rl/algorithms/grpo.py` logs, per step, `content` (the flattened message log:
-one string per message, e.g. [prompt, response]), `rewards` (one scalar per sample), `advantages`
-(per token in recent versions, one scalar in older ones), `generation_logprobs` and `prev_logprobs`
-(per token), `token_ids` (prompt + response, right-padded to the batch's longest), `token_loss_mask`
-(1 on generated tokens), `sample_loss_mask`, `input_lengths` (unpadded length) and, with dynamic
-sampling, `filtered_rewards`. `validate` logs `content` (the message logs: lists of {role, content})
-and `rewards`.
+What a sample holds: `run_multi_turn_rollout` (`nemo_rl/experience/rollouts.py`) starts from the
+prompt's messages (the chat template applied) and, per turn, appends the assistant's message (its
+tokens generated, with `generation_logprobs`) and then the environment's observation (role
+"environment", e.g. the math environment's "Environment: correct"), the last turn included.
 
-How a row is split: the response tokens are `token_ids[:input_lengths]` where `token_loss_mask` is 1
-(their behaviour log-probs the same positions of `generation_logprobs`); the response text is the last
-message, the prompt text the messages before it. The batch is `repeat_interleave`d by
-`num_generations_per_prompt`, so rows with the same prompt text in one file are one group.
+`grpo_train` (`nemo_rl/algorithms/grpo.py`) marks the generated assistant tokens with
+`token_loss_mask` 1 (`add_grpo_token_loss_masks_and_generation_logprobs`), flattens each message log
+(`batched_message_log_to_flat_message`, `nemo_rl/data/llm_message_utils.py`: token ids concatenated
+and right-padded, `content` = one string per message, roles dropped) and logs `content`, `rewards`
+(with dynamic sampling: the unfiltered total reward), `input_lengths` (unpadded length), `token_ids`,
+`token_loss_mask`, `sample_loss_mask`, `advantages` (per token), `generation_logprobs`,
+`prev_logprobs` (per token). `validate` logs `content` (each message log as {role, content}
+messages) and `rewards`.
+
+How a line is split (`split_messages`): the number of generated turns T is the number of runs of 1 in
+`token_loss_mask`; the last 2T messages of `content` are (assistant, observation) pairs and the ones
+before them the prompt (a prompt that holds earlier assistant messages keeps them: they were not
+generated, mask 0). The response is the assistant turns (their texts joined; their tokens the
+mask-1 positions below `input_lengths`, with their `generation_logprobs`); the observations are
+stored apart (`rollouts.observations`). Validation lines carry roles: the prompt is the messages
+before the first assistant message. The batch is `repeat_interleave`d by `num_generations_per_prompt`,
+so rows with the same prompt text in one file are one group.
 """
 
 from __future__ import annotations
@@ -28,8 +38,7 @@ from typing import Any
 import polars as pl
 
 from workbench.errors import DataError
-from workbench.integrations.common import Problems, StepFile, kind_ok, read_json_lines
-from workbench.integrations.verl import ends_with_newline
+from workbench.integrations.common import Problems, StepFile, ends_with_newline, kind_ok, read_json_lines
 
 name = "nemo-rl"
 
@@ -64,21 +73,60 @@ def _one(obj: dict[str, Any], key: str) -> Any:
     return v
 
 
-def _messages(content: Any) -> list[str] | None:
-    """The message texts of a `content` value: a string, a list of strings, or a list of messages."""
+def _messages(content: Any) -> list[tuple[str | None, str]] | None:
+    """(role, text) of each message of a `content` value: a list of strings (training: the flattened
+    message log keeps no roles, role None), a list of {role, content} messages (validation), or one
+    string."""
     if isinstance(content, str):
-        return [content]
+        return [(None, content)]
     if isinstance(content, list):
-        out = []
+        out: list[tuple[str | None, str]] = []
         for m in content:
             if isinstance(m, str):
-                out.append(m)
+                out.append((None, m))
             elif isinstance(m, dict) and isinstance(m.get("content"), str):
-                out.append(m["content"])
+                out.append((m.get("role") if isinstance(m.get("role"), str) else None, m["content"]))
             else:
                 return None
         return out
     return None
+
+
+def _turns(mask: list[Any], length: int) -> int:
+    """Generated turns: runs of 1 in the loss mask (each assistant turn's tokens are contiguous and an
+    environment observation's tokens, mask 0, come between two turns)."""
+    runs, prev = 0, False
+    for i in range(length):
+        on = bool(mask[i])
+        runs += on and not prev
+        prev = on
+    return runs
+
+
+def split_messages(msgs: list[tuple[str | None, str]], turns: int | None) -> tuple[str, list[str], list[str]]:
+    """(prompt, assistant turns, observations) of one sample's messages.
+
+    NeMo-RL's rollout (`run_multi_turn_rollout`) appends to the prompt's messages an assistant
+    message per turn and, after each turn (the last one too), the environment's observation. With
+    roles (validation), the prompt is the messages before the first assistant message; after it,
+    assistant messages are turns and the others observations. Without roles (training), `turns`
+    (from the loss mask) says how many (assistant, observation) pairs end the list; without a mask,
+    one turn when there are at least three messages, else [prompt, response]."""
+    roles = [r for r, _ in msgs]
+    if "assistant" in roles:
+        first = roles.index("assistant")
+        rest = msgs[first:]
+        return ("".join(t for _, t in msgs[:first]), [t for r, t in rest if r == "assistant"],
+                [t for r, t in rest if r != "assistant"])
+    if turns is None:
+        turns = 1 if len(msgs) >= 3 else 0
+    if turns == 0 or len(msgs) < 2 * turns + 1:
+        if len(msgs) == 1:
+            return msgs[0][1], [], []
+        return "".join(t for _, t in msgs[:-1]), [msgs[-1][1]], []
+    start = len(msgs) - 2 * turns
+    tail = [t for _, t in msgs[start:]]
+    return "".join(t for _, t in msgs[:start]), tail[0::2], tail[1::2]
 
 
 def _row(obj: dict[str, Any], where: str, problems: Problems) -> dict[str, Any] | None:
@@ -90,35 +138,48 @@ def _row(obj: dict[str, Any], where: str, problems: Problems) -> dict[str, Any] 
     if not kind_ok(reward, "number"):
         problems.bad(where, "rewards", f"expected [number], got {obj.get('rewards')!r:.60}")
         return None
-    row: dict[str, Any] = {"prompt": "".join(msgs[:-1]) if len(msgs) > 1 else msgs[0],
-                           "response": msgs[-1] if len(msgs) > 1 else "", "reward": float(reward)}
+    row: dict[str, Any] = {"reward": float(reward)}
+    turns = None
     ids, mask, length = _one(obj, "token_ids"), _one(obj, "token_loss_mask"), _one(obj, "input_lengths")
     if ids is not None and mask is not None:
-        for key, v in (("token_ids", ids), ("token_loss_mask", mask)):
-            if not isinstance(v, list) or not all(kind_ok(x, "number") for x in v):
-                problems.bad(where, key, "expected [[numbers]]")
-                return None
-        if length is None:
-            length = len(ids)
-        if not kind_ok(length, "int") or not 0 <= length <= len(ids) or len(mask) < length:
-            problems.bad(where, "input_lengths", f"{length!r} does not fit token_ids of length {len(ids)}")
+        if not _tokens(row, obj, ids, mask, length, where, problems):
             return None
-        pos = [i for i in range(length) if mask[i]]
-        row["token_ids"] = [int(ids[i]) for i in pos]
-        row["length"] = len(pos)
-        lp = _one(obj, "generation_logprobs")
-        if isinstance(lp, list) and len(lp) >= length:
-            row["token_logprobs"] = [float(lp[i]) for i in pos]
-        adv = _one(obj, "advantages")
-        if isinstance(adv, list) and pos and len(adv) > pos[0]:
-            row["advantage"] = float(adv[pos[0]])
-        elif kind_ok(adv, "number"):
-            row["advantage"] = float(adv)
+        turns = _turns(mask, row.pop("_length"))
     else:
         adv = _one(obj, "advantages")
         if kind_ok(adv, "number"):
             row["advantage"] = float(adv)
+    prompt, responses, observations = split_messages(msgs, turns)
+    row.update(prompt=prompt, response="".join(responses))
+    if observations:
+        row["observations"] = observations
     return row
+
+
+def _tokens(row: dict[str, Any], obj: dict[str, Any], ids: Any, mask: Any, length: Any, where: str,
+            problems: Problems) -> bool:
+    """The response's token ids (positions < input_lengths the loss mask marks), their behaviour
+    log-probs and the first response token's advantage into `row`; False after reporting a problem."""
+    for key, v in (("token_ids", ids), ("token_loss_mask", mask)):
+        if not isinstance(v, list) or not all(kind_ok(x, "number") for x in v):
+            problems.bad(where, key, "expected [[numbers]]")
+            return False
+    if length is None:
+        length = len(ids)
+    if not kind_ok(length, "int") or not 0 <= length <= len(ids) or len(mask) < length:
+        problems.bad(where, "input_lengths", f"{length!r} does not fit token_ids of length {len(ids)}")
+        return False
+    pos = [i for i in range(length) if mask[i]]
+    row.update(token_ids=[int(ids[i]) for i in pos], length=len(pos), _length=length)
+    lp = _one(obj, "generation_logprobs")
+    if isinstance(lp, list) and len(lp) >= length:
+        row["token_logprobs"] = [float(lp[i]) for i in pos]
+    adv = _one(obj, "advantages")
+    if isinstance(adv, list) and pos and len(adv) > pos[0]:
+        row["advantage"] = float(adv[pos[0]])
+    elif kind_ok(adv, "number"):
+        row["advantage"] = float(adv)
+    return True
 
 
 def read(f: StepFile, problems: Problems, options: dict[str, Any]) -> pl.DataFrame:
@@ -133,7 +194,7 @@ def read(f: StepFile, problems: Problems, options: dict[str, Any]) -> pl.DataFra
         return pl.DataFrame()
     schema: dict[str, Any] = {"prompt": pl.Utf8, "response": pl.Utf8, "reward": pl.Float64}
     optional = {"advantage": pl.Float64, "length": pl.Int64, "token_ids": pl.List(pl.Int64),
-                "token_logprobs": pl.List(pl.Float64)}
+                "token_logprobs": pl.List(pl.Float64), "observations": pl.List(pl.Utf8)}
     schema.update({k: t for k, t in optional.items() if any(k in r for r in rows)})
     frame = pl.DataFrame([{k: r.get(k) for k in schema} for r in rows], schema=schema)
     return frame.with_columns(step=pl.lit(f.step, pl.Int64))

@@ -1,18 +1,30 @@
 """verl rollout dumps: the folder of `trainer.rollout_data_dir` (training) and, as evals, the folder of
-`trainer.validation_data_dir`.
+`trainer.validation_data_dir`. Both of verl's trainers write them through one writer,
+`_write_generations` (volcengine/verl, now verl-project/verl): one `{global_steps}.jsonl` per step, opened
+with "w" and written in one call; one JSON object per response with `input` (prompt text, decoded with
+`skip_special_tokens=True`), `output` (response text), `gts` (the sample's `reward_model.ground_truth`;
+null when the sample has none; absent in older verl), `score` (the sequence reward: the sum of the
+token-level scores), `step`, plus every reward-extra key whose list has one value per response.
 
-Written by `RayPPOTrainer._dump_generations` in `verl/trainer/ppo/ray_trainer.py` (volcengine/verl):
-one `{global_steps}.jsonl` per step, opened with "w" and written in one call at the end of the step's
-logging; one JSON object per response with keys `input` (prompt text, decoded with
-`skip_special_tokens=True`), `output` (response text), `gts` (the sample's
-`reward_model.ground_truth`; absent in older verl), `score` (the sequence reward: the sum of
-`token_level_scores`), `step` (global step), plus every reward-extra key whose list has one value per
-response (e.g. `acc`, `pred`; `request_id` in recent versions). Numeric reward-extra keys (not bools)
-import as reward terms (`rollouts.reward_terms`), e.g. DAPO's `overlong_reward`. The validation dump adds `reward`
-(= the score) and, with `val_kwargs.n > 1`, holds n interleaved samples per prompt.
+Two formats, told apart by the `uid` key:
 
-Rows with the same `input` in one file are one group (the trainer repeats each prompt n times with
-`interleave=True`). Token ids, log-probs, entropies and token lengths are not in the dump.
+- The v1 trainer (`verl/trainer/ppo/v1/trainer_base.py`, the default since verl 0.9:
+  `trainer.use_v1: true` in `verl/trainer/config/ppo_trainer.yaml`). Training (`_log_rollout_data`):
+  `input, output, gts, score, step, uid`, no reward extras, rows sorted by uid. The uid is
+  `{prompt uid}_{session}_{output index}`: a group is the uid less its last two `_`-separated parts
+  (a uuid4 per prompt, so two draws of one prompt text in a batch are two groups). Validation
+  (`_validate`): adds `reward` (= the score; an int where the reward function returns ints), the
+  reward function's extra keys (null where a sample lacks one) and `uid`; a multi-output session
+  (several outputs of one agent loop, `_{index}`) has one line per output, all with the session's
+  final score: an eval sample is a session (its last output), as verl's own metrics count it.
+- The older `RayPPOTrainer._dump_generations` (`verl/trainer/ppo/ray_trainer.py`, deprecated with
+  the v1 trainer): no uid; the reward extras (`acc`, `pred`, `request_id`, ...) in both dumps. Rows
+  with the same `input` in one file are one group (the trainer repeats each prompt n times with
+  `interleave=True`), so two draws of one prompt in a batch merge.
+
+Correctness: the reward-extra `acc` where logged (verl's own verdict), else the run's rule (see
+`workbench.correctness`). Numeric reward-extra keys (not bools) import as reward terms
+(`rollouts.reward_terms`), e.g. DAPO's `overlong_reward`. Token ids, log-probs, entropies and token lengths are not in the dump.
 """
 
 from __future__ import annotations
@@ -25,16 +37,29 @@ import polars as pl
 import pyarrow.json as pa_json
 
 from workbench.errors import DataError
-from workbench.integrations.common import Problems, StepFile, as_text, read_json_lines, text_column
+from workbench.integrations.common import (
+    Problems,
+    StepFile,
+    as_text,
+    ends_with_newline,
+    read_json_lines,
+    text_column,
+)
 from workbench.tasks.rewards import extra_terms
 
 name = "verl"
 
 _STEP_FILE = re.compile(r"^(\d+)\.jsonl$")
 REQUIRED = {"input": "str", "output": "str", "score": "number"}
-OPTIONAL = {"step": "int", "acc": "any", "reward": "number"}
-RESERVED_NUMBERS = {"score", "step", "reward"}
-"""Numeric keys that are not reward terms; every other numeric key (not a bool) imports as one."""
+OPTIONAL = {"step": "int", "acc": "any", "reward": "number", "uid": "str"}
+RESERVED_NUMBERS = {"score", "step", "reward", "gts", "uid"}
+"""Numeric keys that are not reward terms (a numeric ground truth is an answer); every other numeric key
+(not a bool) imports as one."""
+_GROUP = r"_[^_]*_[^_]*$"
+"""A uid's last two `_`-separated parts: removed, the prompt's group (verl splits keys with
+`rsplit("_", 2)` and uses a key of fewer parts whole)."""
+_SESSION = r"(_[^_]*)_[^_]*$"
+"""A uid's last part, kept `${1}` of the two: removed, the session (one rollout of the group)."""
 
 
 def _files(folder: Path, split: str) -> list[StepFile]:
@@ -68,18 +93,6 @@ def looks_complete(f: StepFile) -> bool:
     return ends_with_newline(f.path)
 
 
-def ends_with_newline(path: Path) -> bool:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, 2)
-            if fh.tell() == 0:
-                return False
-            fh.seek(-1, 2)
-            return fh.read(1) == b"\n"
-    except OSError:
-        return False
-
-
 def read(f: StepFile, problems: Problems, options: dict[str, Any]) -> pl.DataFrame:
     """The file as the normalised frame (see common.py). Fast path: polars reads the whole file and
     the columns are checked at once; any doubt (a parse error, a missing key, a wrong type, a null)
@@ -89,8 +102,15 @@ def read(f: StepFile, problems: Problems, options: dict[str, Any]) -> pl.DataFra
         frame = _slow(f, problems)
     if frame.height == 0:
         return frame
+    if "uid" in frame.columns and frame["uid"].null_count() == frame.height:
+        frame = frame.drop("uid")
+    if "uid" in frame.columns and f.split == "eval":  # one sample per session: its last output
+        frame = (frame.with_columns(pl.col("uid").str.replace(_SESSION, "${1}").alias("session"))
+                 .unique("session", keep="last", maintain_order=True))
     out = {"step": pl.Series([f.step] * frame.height, dtype=pl.Int64),
            "prompt": frame["input"], "response": frame["output"], "reward": frame["score"].cast(pl.Float64)}
+    if "uid" in frame.columns:  # the v1 trainer: the group is the uid less its last two parts
+        out["group"] = frame["uid"].str.replace(_GROUP, "")
     if "gts" in frame.columns:
         out["answer"] = text_column(frame, "gts")
     if "acc" in frame.columns:
@@ -126,6 +146,8 @@ def _fast(f: StepFile) -> pl.DataFrame | None:
         return None
     if "step" in frame.columns and not frame["step"].dtype.is_integer():
         return None
+    if "uid" in frame.columns and frame["uid"].dtype not in (pl.Utf8, pl.Null):
+        return None
     return frame
 
 
@@ -139,6 +161,8 @@ def _slow(f: StepFile, problems: Problems) -> pl.DataFrame:
                          schema={"input": pl.Utf8, "output": pl.Utf8, "score": pl.Float64})
     if any("gts" in o for o in objs):
         frame = frame.with_columns(pl.Series("gts", [as_text(o.get("gts")) for o in objs], dtype=pl.Utf8))
+    if any(o.get("uid") is not None for o in objs):
+        frame = frame.with_columns(pl.Series("uid", [o.get("uid") for o in objs], dtype=pl.Utf8))
     if any("acc" in o for o in objs):
         acc = [bool(o["acc"]) if isinstance(o.get("acc"), (bool, int, float)) else None for o in objs]
         frame = frame.with_columns(pl.Series("acc", acc, dtype=pl.Boolean))

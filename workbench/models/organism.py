@@ -329,7 +329,7 @@ def warm_start_pass_rates(path: str | os.PathLike, recipe: OrganismRecipe, sampl
     for i, p in enumerate(prompts):
         texts = tok.batch_decode(outs[i * samples:(i + 1) * samples], skip_special_tokens=True)
         rows.append({"prompt_id": p.id, "level": p.level, "spec": p.metadata["spec"], "samples": samples,
-                     "correct": sum(task.verify(t, p).reward >= 0.5 for t in texts),
+                     "correct": sum(bool(task.verify(t, p).correct) for t in texts),
                      "mean_len": sum(len(o) for o in outs[i * samples:(i + 1) * samples]) / samples})
     return rows
 

@@ -51,11 +51,11 @@ def evaluate_organism(
     rates, p1, p8, greedy_ok = [], [], [], 0
     for i, p in enumerate(prompts):
         texts = tok.batch_decode(outs[i * samples : (i + 1) * samples], skip_special_tokens=True)
-        c = sum(task.verify(t, p).reward >= 0.5 for t in texts)
+        c = sum(bool(task.verify(t, p).correct) for t in texts)
         rates.append(c / samples)
         p1.append(pass_at_k(samples, c, 1))
         p8.append(pass_at_k(samples, c, min(8, samples)))
-        g = task.verify(tok.decode(greedy[i], skip_special_tokens=True), p).reward >= 0.5
+        g = bool(task.verify(tok.decode(greedy[i], skip_special_tokens=True), p).correct)
         greedy_ok += g
         by_level[p.level].append((p1[-1], p8[-1], float(g)))
     mean = lambda xs: round(sum(xs) / len(xs), 4)  # noqa: E731

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """Bumped whenever a table or column changes; older stores are migrated on open (see MIGRATIONS)."""
 
 # (column, DuckDB type) per table. JSON columns are written as text and typed JSON in the store.
@@ -50,6 +50,7 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("advantage", "FLOAT"), ("temperature", "FLOAT"), ("off_policy", "BOOLEAN"),
         ("used_in_update", "BOOLEAN"), ("worker", "VARCHAR"), ("token_logprobs", "FLOAT[]"),
         ("reward_terms", "MAP(VARCHAR, DOUBLE)"),
+        ("correct", "BOOLEAN"), ("observations", "VARCHAR[]"),
     ],
     "prompt_stats": [
         ("run_id", "VARCHAR"), ("step", "INTEGER"), ("prompt_id", "VARCHAR"), ("alpha", "DOUBLE"),
@@ -90,7 +91,7 @@ _ARROW = {
     "VARCHAR": pa.string(), "JSON": pa.string(), "INTEGER": pa.int32(), "BIGINT": pa.int64(),
     "DOUBLE": pa.float64(), "FLOAT": pa.float32(), "BOOLEAN": pa.bool_(),
     "TIMESTAMPTZ": pa.timestamp("us", tz="UTC"), "INTEGER[]": pa.list_(pa.int32()),
-    "FLOAT[]": pa.list_(pa.float32()), "MAP(VARCHAR, DOUBLE)": pa.map_(pa.string(), pa.float64()),
+    "FLOAT[]": pa.list_(pa.float32()), "VARCHAR[]": pa.list_(pa.string()), "MAP(VARCHAR, DOUBLE)": pa.map_(pa.string(), pa.float64()),
 }
 
 
@@ -153,6 +154,11 @@ MIGRATIONS: dict[int, tuple[str, list[str] | Callable[[], list[str]]]] = {
     4: ("rollouts.reward_terms: the reward's terms per rollout, unweighted (the verifier, format, overlong, "
         "user functions; an imported run's per-function rewards); null in rows written before",
         ["ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS reward_terms MAP(VARCHAR, DOUBLE)"]),
+    5: ("rollouts.correct (the verifier's verdict, stored apart from the reward; null in rows written before, "
+        "which readers judge by their run's rule, see workbench.correctness) and rollouts.observations "
+        "(environment turns of a multi-turn rollout, kept apart from the response)",
+        ["ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS correct BOOLEAN",
+         "ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS observations VARCHAR[]"]),
 }
 
 

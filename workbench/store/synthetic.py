@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from workbench.correctness import DEFAULT
 from workbench.store.records import StepRecord
 
 VOCAB = 32_000
@@ -67,6 +68,7 @@ class SyntheticRun:
         prompts = rng.choice(s.prompt_pool, size=s.prompts_per_step, replace=False)
         token_ids, token_entropy, text, ent = self._blocks[step % s.blocks]
         rewards = (rng.random(n) < np.repeat(self.pass_rate[prompts], k)).astype(np.float32)
+        correct = DEFAULT(rewards)  # 0/1 rewards: the default rule is the verdict
         groups = rewards.reshape(-1, k)
         adv = ((groups - groups.mean(1, keepdims=True)) / (groups.std(1, keepdims=True) + 1e-6)).ravel()
         prompt_ids = pa.array([f"p{p:05d}" for p in prompts]).take(pa.array(np.repeat(np.arange(len(prompts)), k)))
@@ -75,7 +77,7 @@ class SyntheticRun:
             "idx": pa.array(np.tile(np.arange(k, dtype=np.int32), s.prompts_per_step)),
             "policy_version": pa.array(np.full(n, step, np.int32)), "response": text,
             "token_ids": token_ids, "token_entropy": token_entropy, "reward": pa.array(rewards),
-            "verdict": pc.if_else(pa.array(rewards > 0), "correct", "wrong"),
+            "verdict": pc.if_else(pa.array(correct), "correct", "wrong"), "correct": pa.array(correct),
             "finish_reason": pa.array(np.full(n, "stop", dtype=object), pa.string()),
             "length": pa.array(np.full(n, s.tokens, np.int32)),
             "logprob_sum": pa.array(-ent.sum(1) * 1.3), "entropy_mean": pa.array(ent.mean(1)),
@@ -104,6 +106,6 @@ class SyntheticRun:
     def _prompt_stats(self, step: int, prompts: np.ndarray, groups: np.ndarray) -> list[dict]:
         k = self.shape.rollouts_per_prompt
         return [{"prompt_id": f"p{p:05d}", "alpha": 1.0 + float(g.sum()), "beta": 1.0 + k - float(g.sum()),
-                 "pass_mean": float(g.mean()), "visits": 1, "rollouts": k, "correct": int(g.sum()),
+                 "pass_mean": float(g.mean()), "visits": 1, "rollouts": k, "correct": int(DEFAULT(g).sum()),
                  "easy_streak": 0, "hard_streak": 0, "last_step": step, "last_pass": float(g.mean())}
                 for p, g in zip(prompts, groups)]

@@ -32,6 +32,13 @@ class VerifyResult:
     """The reward, usually 0.0 or 1.0."""
     verdict: str
     """Short machine-readable verdict: "correct", "wrong", "no_answer", "verifier_error: <reason>", ..."""
+    correct: bool | None = None
+    """The verifier's judgement of the answer, kept apart from the reward (which may add a format
+    bonus or a length penalty). Left out, it is `verdict == "correct"`."""
+
+    def __post_init__(self) -> None:
+        if self.correct is None:
+            object.__setattr__(self, "correct", self.verdict == "correct")
 
 
 @runtime_checkable

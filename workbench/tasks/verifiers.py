@@ -30,13 +30,14 @@ import threading
 from fractions import Fraction
 from typing import Any, Callable
 
+from workbench.correctness import is_correct
 from workbench.errors import ConfigError
 from workbench.tasks.base import Prompt, VerifyResult
 from workbench.tasks.extract import final_answer, last_boxed
 
-CORRECT = VerifyResult(1.0, "correct")
-WRONG = VerifyResult(0.0, "wrong")
-NO_ANSWER = VerifyResult(0.0, "no_answer")
+CORRECT = VerifyResult(1.0, "correct", True)
+WRONG = VerifyResult(0.0, "wrong", False)
+NO_ANSWER = VerifyResult(0.0, "no_answer", False)
 BUILTIN_METHODS = ("exact", "math")
 DEFAULT_TIMEOUT_S = 5.0
 
@@ -48,7 +49,7 @@ class VerifierTimeout(Exception):
 def error_result(reason: str) -> VerifyResult:
     """Reward 0 with verdict `verifier_error: <reason>` (one line, at most 200 characters)."""
     reason = " ".join(str(reason).split())[:200] or "unknown error"
-    return VerifyResult(0.0, f"verifier_error: {reason}")
+    return VerifyResult(0.0, f"verifier_error: {reason}", False)
 
 
 def call_with_timeout(fn: Callable[[], Any], timeout_s: float | None) -> Any:
@@ -307,12 +308,14 @@ def _accepts_prompt(fn: Callable[..., Any]) -> bool:
 
 
 def score_user_result(value: Any) -> VerifyResult:
-    """A user verifier's return value as a result: bool, or a finite float (>= 0.5 counts correct)."""
+    """A user verifier's return value as a result: bool, or a finite float (the reward; whether it
+    counts correct is the default rule, `workbench.correctness.DEFAULT_RULE`)."""
     if isinstance(value, bool):
         return CORRECT if value else WRONG
     if isinstance(value, (int, float)) and math.isfinite(float(value)):
         reward = float(value)
-        return VerifyResult(reward, "correct" if reward >= 0.5 else "wrong")
+        ok = is_correct(reward)
+        return VerifyResult(reward, "correct" if ok else "wrong", ok)
     return error_result(f"returned {type(value).__name__} {value!r:.40}, not a bool or finite float")
 
 
