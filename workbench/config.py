@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from workbench.docstrings import field_docs
 from workbench.errors import ConfigError
+from workbench.pipeline_config import PipelineConfig
 
 
 @dataclass(frozen=True)
@@ -240,6 +241,8 @@ class RunConfig:
     """Where rollouts are generated: in-process, vLLM, or Ray workers."""
     store: StoreConfig = field(default_factory=StoreConfig)
     """How steps are committed to the store (group commit)."""
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+    """Asynchronous generation: rollouts ahead of the policy, bounded staleness, off-policy correction."""
 
     # -- loading and saving --------------------------------------------------------------------
 
@@ -316,6 +319,8 @@ def validate(cfg: RunConfig) -> None:
     _check(cfg.store.commit_interval_s > 0, "store.commit_interval_s", "a number > 0 (seconds)",
            cfg.store.commit_interval_s)
     _check(0 <= cfg.store.writer_nice <= 19, "store.writer_nice", "an integer from 0 to 19", cfg.store.writer_nice)
+    _check(not cfg.pipeline.enabled or cfg.rollout.backend == "hf", "pipeline.max_staleness",
+           'above 0 needs rollout.backend = "hf" (the in-process generator thread)', cfg.pipeline.bound)
     _check_registries(cfg)
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """Bumped whenever a table or column changes; older stores are migrated on open (see MIGRATIONS)."""
 
 # (column, DuckDB type) per table. JSON columns are written as text and typed JSON in the store.
@@ -49,6 +49,8 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("logprob_sum", "FLOAT"), ("entropy_mean", "FLOAT"), ("entropy_max", "FLOAT"),
         ("advantage", "FLOAT"), ("temperature", "FLOAT"), ("off_policy", "BOOLEAN"),
         ("used_in_update", "BOOLEAN"), ("worker", "VARCHAR"), ("token_logprobs", "FLOAT[]"),
+        ("version_start", "INTEGER"), ("version_end", "INTEGER"), ("segments", "INTEGER"),
+        ("staleness", "INTEGER"), ("is_weight_mean", "FLOAT"),
     ],
     "prompt_stats": [
         ("run_id", "VARCHAR"), ("step", "INTEGER"), ("prompt_id", "VARCHAR"), ("alpha", "DOUBLE"),
@@ -149,6 +151,14 @@ MIGRATIONS: dict[int, tuple[str, list[str] | Callable[[], list[str]]]] = {
     3: ("Parquet 2 encodings for the data files written from now on (smaller and faster to write; files "
         "written before keep Parquet 1 until upkeep or compaction next merges them)",
         ["CALL lake.set_option('parquet_version', '2')"]),
+    4: ("the asynchronous pipeline's per-rollout record: rollouts.version_start, version_end, segments, "
+        "staleness (versions behind the trainer when consumed) and is_weight_mean (mean importance weight "
+        "of its tokens); null in rows written before and in imported runs",
+        ["ALTER TABLE rollouts ADD COLUMN version_start INTEGER",
+         "ALTER TABLE rollouts ADD COLUMN version_end INTEGER",
+         "ALTER TABLE rollouts ADD COLUMN segments INTEGER",
+         "ALTER TABLE rollouts ADD COLUMN staleness INTEGER",
+         "ALTER TABLE rollouts ADD COLUMN is_weight_mean FLOAT"]),
 }
 
 

@@ -1,0 +1,45 @@
+"""The loop's producer, synchronous or pipelined, over the one function that makes a batch (`collect`).
+
+`make_producer` picks it from `[pipeline]`: with no staleness allowed (`pipeline.max_staleness` and
+its bound 0, the default) batches are made on demand in the trainer's thread, exactly the loop
+before the pipeline existed; otherwise a generator thread with its own copy of the weights and its own
+in-process backend makes them ahead (`workbench.engine.pipeline.Pipeline`).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Callable, Union
+
+from workbench.engine.batch import Batch, collect
+from workbench.engine.pipeline import Pipeline, Synchronous
+from workbench.engine.setup import Setup, StepState
+
+Producer = Union[Synchronous[Batch], Pipeline[Batch]]
+
+
+def make_producer(s: Setup, state: StepState, start: int, queued: list, *,
+                  on_stage: Callable[[int, int], None] = lambda step, stage: None) -> Producer:
+    """The producer of steps `start`.. for this run. `on_stage(step, stage)` runs at the stage
+    boundaries of the synchronous loop (stage-boundary controls); a generator thread does not poll
+    controls: they reach its batches at the next step boundary the trainer sees."""
+    pc = s.cfg.pipeline
+    if not pc.enabled:
+        return Synchronous(lambda step, version: collect(
+            s, state, step, version, on_stage=lambda stage: on_stage(step, stage)))
+    from workbench.rollout.hf import HFBackend
+
+    model = copy.deepcopy(s.model)  # the generator's own weights
+    model.requires_grad_(False)
+    backend = HFBackend(model, s.tokenizer, s.device)
+    backend.policy_version = s.backend.policy_version
+    gen = dataclasses.replace(s, model=model, backend=backend)
+
+    def load(weights: dict) -> None:
+        model.load_state_dict(weights)
+        backend.policy_version += 1
+
+    return Pipeline(lambda step, version: collect(gen, state, step, version), first=start, last=s.cfg.steps,
+                    eta=s.live.staleness, version=start - 1, load=load, threads=pc.generator_threads,
+                    queued=queued)
