@@ -30,8 +30,9 @@ def make_producer(s: Setup, state: StepState, start: int, queued: list, *,
             s, state, step, version, on_stage=lambda stage: on_stage(step, stage)))
     from workbench.rollout.hf import HFBackend
 
-    model = copy.deepcopy(s.model)  # the generator's own weights
-    model.requires_grad_(False)
+    # the generator's own weights; their requires_grad flags are kept: turning them off changes the
+    # CPU kernels' rounding (measured), and eta = 0 must give the synchronous run's log-probs exactly
+    model = copy.deepcopy(s.model)
     backend = HFBackend(model, s.tokenizer, s.device)
     backend.policy_version = s.backend.policy_version
     gen = dataclasses.replace(s, model=model, backend=backend)
