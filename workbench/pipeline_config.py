@@ -25,10 +25,10 @@ class PipelineConfig:
     max_staleness_bound: int = 0
     """The largest eta a live `set_staleness` command may set (0: `max_staleness`)."""
     partial_rollouts: bool = False
-    """Continue unfinished responses under weights that arrive mid-batch (their tokens, log-probs and
-    versions kept, the token budget reduced by what was generated). Not available yet: a batch is
-    generated under one version (weights are installed between batches), so no rollout spans two
-    versions; true is refused."""
+    """When new weights reach the generator mid-batch, install them at once and continue the
+    unfinished responses under them (their tokens, log-probs and seeds' streams kept, each asking
+    only for the tokens it has left; `segments` and `version_end` record it). Off: weights are
+    installed between batches, so no rollout spans two versions."""
     over_provision: float = 1.0
     """APRIL-style over-provisioning: start up to this factor more groups than a step needs and take
     the first that finish. Not available yet: only 1 (off) is accepted."""
@@ -58,9 +58,6 @@ class PipelineConfig:
             raise ConfigError(f"pipeline.over_provision: {self.over_provision!r} is not allowed (a factor >= 1)")
         if self.over_provision != 1:
             raise ConfigError(f"pipeline.over_provision: {self.over_provision!r} is not available yet (only 1)")
-        if self.partial_rollouts:
-            raise ConfigError("pipeline.partial_rollouts: true is not available yet (each batch is generated "
-                              "under one policy version)")
         if self.correction not in CORRECTIONS:
             raise ConfigError(f"pipeline.correction: {self.correction!r} is not allowed "
                               f"(one of {', '.join(CORRECTIONS)})")

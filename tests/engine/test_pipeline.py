@@ -80,7 +80,7 @@ def test_a_dead_generator_stops_the_trainer():
     ("correction", "clip", "pipeline.correction"),
     ("correction_level", "batch", "pipeline.correction_level"),
     ("is_cap", 0.5, "pipeline.is_cap"),
-    ("partial_rollouts", True, "pipeline.partial_rollouts"),
+    ("partial_rollouts", "yes", "pipeline.partial_rollouts"),
 ])
 def test_bad_pipeline_input_names_the_field(field, value, words):
     with pytest.raises(ConfigError, match=words):
@@ -131,15 +131,80 @@ def test_eta_zero_through_the_generator_thread_is_the_synchronous_run(store_dir,
     assert (table["version_start"] == table["step"] - 1).all() and (table["segments"] == 1).all()
 
 
-def test_eta_one_runs_ahead_and_records_its_staleness(store_dir, tiny_config):
+@pytest.mark.parametrize("partial", [False, True])
+def test_eta_one_runs_ahead_and_records_its_staleness(store_dir, tiny_config, partial):
     from workbench.engine import run
 
     seen = []
-    rid = run(tiny_config(steps=4, eval__every=0, eval__at_start=False, pipeline__max_staleness=1),
+    rid = run(tiny_config(steps=4, eval__every=0, eval__at_start=False, pipeline__max_staleness=1,
+                          pipeline__partial_rollouts=partial),
               store=str(store_dir), on_step=lambda s, m: seen.append(m))
     _, _, table = _record(store_dir, rid)
     stale = table["staleness"]
     assert stale.max() <= 1 and set(stale.to_list()) <= {0, 1}
-    assert (table["version_end"] == table["version_start"]).all()  # no partial rollouts: one version each
+    spans = (table["version_end"] > table["version_start"]).to_list()
+    assert spans == (table["segments"] > 1).to_list()
+    if not partial:  # no partial rollouts: one version each
+        assert not any(spans)
+    assert ((table["version_end"] - table["version_start"]) <= 1).all()
     for key in ("timing_s/generator_busy", "timing_s/trainer_idle", "rollout/staleness_max"):
         assert key in seen[-1], key
+
+
+class _Feed:
+    """New weights 'arrive' after the `after`-th decoding step of the first segment."""
+
+    def __init__(self, after: int):
+        self.calls, self.after, self.version = 0, after, 0
+
+    def pending(self) -> bool:
+        self.calls += 1
+        return self.version == 0 and self.calls == self.after
+
+    def refresh(self) -> int:
+        self.version += 1
+        return self.version
+
+
+def test_partial_rollout_continues_with_its_tokens_and_a_reduced_budget(store_dir, tiny_config):
+    """A stage cut by new weights after 3 tokens and continued: the first segment is the uninterrupted
+    generation's prefix, the continuation asks for max_new_tokens - 3 more, the rows record 2 segments
+    and the new version; with unchanged weights it is the uninterrupted generation up to rounding."""
+    import numpy as np
+    import torch
+
+    from workbench.engine.batch import generate_partial, stage_seeds
+    from workbench.engine.setup import build_setup
+    from workbench.rollout.base import SamplingParams
+
+    cfg = tiny_config(model__threads=1, sampling__max_new_tokens=12, sampling__temperature=2.0)
+    s = build_setup(cfg, store_dir=store_dir, run_id="x")
+    rows = [i for i in range(4) for _ in range(4)]
+    prompts = [s.train_tok[i] for i in rows]
+    seeds = stage_seeds(0, 1, 0, rows)
+    sampling = SamplingParams(temperature=2.0, max_new_tokens=12)
+    whole = s.backend.generate(prompts, sampling, seeds=seeds)
+    asked: list[int] = []
+    generate = s.backend.generate
+
+    def spy(prompts, sampling, **kw):
+        asked.append(sampling.max_new_tokens)
+        return generate(prompts, sampling, **kw)
+
+    s.backend.generate = spy
+    got, version_end, segments = generate_partial(s, prompts, sampling, seeds, 0, _Feed(after=3))
+    assert asked == [12, 12 - 3]
+    cut = segments == 2
+    assert cut.any() and (version_end[cut] == 1).all() and (version_end[~cut] == 0).all()
+    assert (whole.lengths[torch.as_tensor(~cut)] <= 3).all()  # rows not cut had finished by then
+    assert torch.equal(got.tokens[:, :3], whole.tokens[:, :3])
+    assert torch.equal(got.logprobs[:, :3], whole.logprobs[:, :3])
+    assert (got.lengths <= 12).all() and int(got.lengths[torch.as_tensor(cut)].min()) > 3
+    assert got.cut is None
+    # the continuation re-reads its prefix instead of a cached one: same tokens, log-probs to rounding
+    same = [bool(torch.equal(got.tokens[i], whole.tokens[i])) for i in np.flatnonzero(cut)]
+    assert sum(same) >= 0.9 * len(same)
+    for i in np.flatnonzero(cut):
+        if torch.equal(got.tokens[i], whole.tokens[i]):
+            n = int(whole.lengths[i])
+            assert torch.allclose(got.logprobs[i, :n], whole.logprobs[i, :n], atol=1e-4)

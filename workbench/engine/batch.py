@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import numpy as np
 import torch
@@ -25,7 +25,7 @@ from workbench.engine.setup import Setup, StepState
 from workbench.engine.steplog import Rollouts
 from workbench.engine.timing import PhaseTimer
 from workbench.faults import fault_point
-from workbench.rollout.base import SamplingParams, group_seed
+from workbench.rollout.base import GenerationBatch, SamplingParams, group_seed
 
 
 @dataclass
@@ -69,24 +69,66 @@ def stage_seeds(seed: int, step: int, stage: int, rows: list[int]) -> list[int]:
     return [per_prompt[i] for i in rows]
 
 
+class WeightFeed(Protocol):
+    """New weights reaching a generator mid-batch (the pipeline's partial rollouts)."""
+
+    def pending(self) -> bool:
+        """Whether newer weights wait to be installed."""
+        ...
+
+    def refresh(self) -> int:
+        """Install them; return the version now held."""
+        ...
+
+
+def generate_partial(s: Setup, prompts: list[list[int]], sampling: SamplingParams, seeds: list[int], version: int,
+                     feed: WeightFeed) -> tuple[GenerationBatch, np.ndarray, np.ndarray]:
+    """Generate, and whenever new weights arrive mid-batch, install them and continue the unfinished
+    rows under them: each keeps its tokens and log-probs, asks only for the tokens it has left
+    (`max_new_tokens` less what it generated) and continues its seed's stream. Returns the batch,
+    each row's end version and its number of segments."""
+    n = len(prompts)
+    batch = s.backend.generate(prompts, sampling, seeds=seeds, interrupt=feed.pending)
+    version_end, segments = np.full(n, version, dtype=np.int64), np.ones(n, dtype=np.int32)
+    while batch.cut is not None:
+        version = feed.refresh()
+        rows = torch.nonzero(batch.cut).squeeze(1)
+        done = batch.tokens.shape[1]  # every cut row generated exactly this many tokens
+        idx = rows.tolist()
+        cont = s.backend.generate(
+            [list(prompts[i]) + batch.tokens[i, :done].tolist() for i in idx],
+            dataclasses.replace(sampling, max_new_tokens=sampling.max_new_tokens - done),
+            seeds=[seeds[i] for i in idx], interrupt=feed.pending, offset=done)
+        batch = batch.splice(rows, cont, s.pad_id)
+        version_end[idx] = version
+        segments[idx] += 1
+    return batch, version_end, segments
+
+
 def rollout_stage(s: Setup, rows: list[int], stage: int, temperature: float, gen: torch.Generator | None,
-                  timer: PhaseTimer, *, seeds: list[int] | None = None, version: int = 0) -> Rollouts:
+                  timer: PhaseTimer, *, seeds: list[int] | None = None, version: int = 0,
+                  feed: WeightFeed | None = None) -> Rollouts:
     """Generate one rollout per entry of `rows` (indices into the training prompts) and verify it.
 
     With `seeds` (one per row, `stage_seeds`) each prompt's group samples from its own stream, so
-    any backend or split across workers gives the same rollouts; else `gen` drives the batch."""
+    any backend or split across workers gives the same rollouts; else `gen` drives the batch. With a
+    `feed` (partial rollouts) weights arriving mid-stage are installed and the stage continued."""
     cfg = s.cfg.sampling
     sampling = SamplingParams(temperature=temperature, top_p=cfg.top_p, top_k=cfg.top_k,
                               max_new_tokens=cfg.max_new_tokens)
+    n = len(rows)
+    version_end, segments = np.full(n, version, dtype=np.int64), np.ones(n, dtype=np.int32)
     with timer("generate"):
         prompts = [s.train_tok[i] for i in rows]
-        batch = (s.backend.generate(prompts, sampling, seeds=seeds) if seeds is not None
-                 else s.backend.generate(prompts, sampling, generator=gen))
+        if feed is not None and seeds is not None:
+            batch, version_end, segments = generate_partial(s, prompts, sampling, seeds, version, feed)
+        else:
+            batch = (s.backend.generate(prompts, sampling, seeds=seeds) if seeds is not None
+                     else s.backend.generate(prompts, sampling, generator=gen))
         fault_point("generate")
         texts = decode(s.tokenizer, batch)
     with timer("verify"):
         results = [s.task.verify(t, s.train[i]) for t, i in zip(texts, rows)]
-    n = len(rows)
     return Rollouts(
         tokens=batch.tokens.cpu(), logprobs=batch.logprobs.float().cpu(), entropy=batch.entropy.float().cpu(),
         lengths=batch.lengths.cpu().long(), finished=batch.finished.cpu().bool(),
@@ -95,8 +137,7 @@ def rollout_stage(s: Setup, rows: list[int], stage: int, temperature: float, gen
         temperature=np.full(n, temperature, dtype=np.float64), off_policy=np.zeros(n, dtype=bool),
         responses=texts, rewards=np.asarray([r.reward for r in results], dtype=np.float64),
         verdicts=[r.verdict for r in results], workers=batch.workers or ["local"] * n,
-        version_start=np.full(n, version, dtype=np.int64), version_end=np.full(n, version, dtype=np.int64),
-        segments=np.ones(n, dtype=np.int32),
+        version_start=np.full(n, version, dtype=np.int64), version_end=version_end, segments=segments,
     )
 
 
@@ -121,7 +162,7 @@ def reused_row(reuse: dict[str, dict[str, Any]], prompt_id: str, prompt: int, st
 # -- the producer: one step's batch ------------------------------------------------------------------
 
 def collect(s: Setup, state: StepState, step: int, version: int | None = None, *,
-            on_stage: Callable[[int], None] = lambda stage: None) -> Batch:
+            on_stage: Callable[[int], None] = lambda stage: None, feed: WeightFeed | None = None) -> Batch:
     """Generate, score and allocate step `step`'s batch under policy `version` (default: step - 1,
     the synchronous loop's); fold its rewards into `state`.
 
@@ -162,7 +203,7 @@ def collect(s: Setup, state: StepState, step: int, version: int | None = None, *
                                    budget_kind=budget.kind, budget=budget.amount))
         if rows:
             part = rollout_stage(s, rows, stage, live.temperature, None, timer,
-                                 seeds=stage_seeds(cfg.seed, step, stage, rows), version=version)
+                                 seeds=stage_seeds(cfg.seed, step, stage, rows), version=version, feed=feed)
             parts.append(part)
             _pool(results, part, s, stage)
             spent = len(rows) if budget.kind == "rollouts" else int(part.lengths.sum())

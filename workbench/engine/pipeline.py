@@ -62,7 +62,7 @@ class Pipeline(Generic[T]):
 
     def __init__(self, produce: Callable[[int, int], T], *, first: int, last: int, eta: int, version: int,
                  load: Callable[[Any], None] = lambda weights: None, threads: int = 1,
-                 queued: list[tuple[int, int, T]] | None = None) -> None:
+                 queued: list[tuple[int, int, T]] | None = None, start: bool = True) -> None:
         self.produce, self.load, self.threads = produce, load, threads
         self.eta, self.version, self.last = eta, version, last
         self.queue: deque[tuple[int, int, T]] = deque(queued or [])
@@ -73,6 +73,11 @@ class Pipeline(Generic[T]):
         self._stop = self._paused = self._busy = False
         self._clock = {"generator_busy": 0.0, "generator_idle": 0.0, "trainer_idle": 0.0}
         self._thread = threading.Thread(target=self._run, name="rollout-generator", daemon=True)
+        if start:
+            self._thread.start()
+
+    def start(self) -> None:
+        """Start the generator thread (when built with `start=False`)."""
         self._thread.start()
 
     # -- the generator thread ------------------------------------------------------------------------
@@ -91,12 +96,7 @@ class Pipeline(Generic[T]):
                         if self._stop:
                             return
                         if self._pending is not None:
-                            version, weights = self._pending
-                            self._pending = None
-                            if weights is not None:
-                                self.load(weights)
-                            self.version = version  # bumped only once the weights are in place
-                            self._cond.notify_all()
+                            self._install()
                             continue
                         if not self._paused and self.next <= self.last and self.admissible(self.next):
                             break
@@ -116,6 +116,26 @@ class Pipeline(Generic[T]):
             with self._cond:
                 self._error, self._busy = exc, False
                 self._cond.notify_all()
+
+    def _install(self) -> None:
+        """Install the pushed weights (the lock held, on the generator thread)."""
+        version, weights = self._pending
+        self._pending = None
+        if weights is not None:
+            self.load(weights)
+        self.version = version  # bumped only once the weights are in place
+        self._cond.notify_all()
+
+    def pending(self) -> bool:
+        """Whether the trainer pushed weights the generator has not installed (partial rollouts)."""
+        return self._pending is not None
+
+    def refresh(self) -> int:
+        """Install pushed weights mid-batch (generator thread); return the version now held."""
+        with self._cond:
+            if self._pending is not None:
+                self._install()
+            return self.version
 
     # -- the trainer's side ----------------------------------------------------------------------------
 

@@ -41,6 +41,10 @@ def make_producer(s: Setup, state: StepState, start: int, queued: list, *,
         model.load_state_dict(weights)
         backend.policy_version += 1
 
-    return Pipeline(lambda step, version: collect(gen, state, step, version), first=start, last=s.cfg.steps,
-                    eta=s.live.staleness, version=start - 1, load=load, threads=pc.generator_threads,
-                    queued=queued)
+    def produce(step: int, version: int) -> Batch:
+        return collect(gen, state, step, version, feed=pipeline if pc.partial_rollouts else None)
+
+    pipeline = Pipeline(produce, first=start, last=s.cfg.steps, eta=s.live.staleness, version=start - 1,
+                        load=load, threads=pc.generator_threads, queued=queued, start=False)
+    pipeline.start()
+    return pipeline
