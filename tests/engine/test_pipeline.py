@@ -208,3 +208,25 @@ def test_partial_rollout_continues_with_its_tokens_and_a_reduced_budget(store_di
         if torch.equal(got.tokens[i], whole.tokens[i]):
             n = int(whole.lengths[i])
             assert torch.allclose(got.logprobs[i, :n], whole.logprobs[i, :n], atol=1e-4)
+
+
+def test_stop_and_resume_keep_the_queued_batches(store_dir, tiny_config):
+    """A stop while the generator is ahead: the batches it made go into the checkpoint and are trained
+    on after the resume, so every step is trained once, and the bound still holds."""
+    from workbench.engine import resume, run
+    from workbench.engine.checkpoint import checkpoint_dir, latest_checkpoint, load_checkpoint
+    from workbench.store import open_store
+
+    cfg = tiny_config(steps=5, eval__every=0, eval__at_start=False, pipeline__max_staleness=2)
+    rid = run(cfg, store=str(store_dir), stop_after=2)
+    saved = load_checkpoint(latest_checkpoint(checkpoint_dir(store_dir, rid)))
+    assert [q[0] for q in saved["queued"]] == list(range(3, 3 + len(saved["queued"])))
+    resume(str(store_dir), rid)
+    with open_store(str(store_dir)) as st:
+        assert st.run(rid)["status"] == "finished"
+        assert st.run_steps(rid)["step"].to_list() == [1, 2, 3, 4, 5]
+        allocs = st.allocations(rid)
+    _, _, table = _record(store_dir, rid)
+    assert table.height == 5 * 32 and table["staleness"].max() <= 2
+    assert table.group_by(["step", "prompt_id", "idx"]).len()["len"].max() == 1
+    assert (allocs["stats_version"] <= allocs["step"] - 1).all()

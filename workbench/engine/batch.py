@@ -200,7 +200,7 @@ def collect(s: Setup, state: StepState, step: int, version: int | None = None, *
             alloc_rows.append(dict(step=step, stage=stage, prompt_id=g.prompt_id, allocator=alloc.name,
                                    asked=int(ask), granted=int(g.n), reason=g.reason,
                                    predicted_pass=g.predicted_pass, alpha_before=a0, beta_before=b0,
-                                   budget_kind=budget.kind, budget=budget.amount))
+                                   budget_kind=budget.kind, budget=budget.amount, stats_version=version))
         if rows:
             part = rollout_stage(s, rows, stage, live.temperature, None, timer,
                                  seeds=stage_seeds(cfg.seed, step, stage, rows), version=version, feed=feed)
@@ -235,7 +235,6 @@ def collect(s: Setup, state: StepState, step: int, version: int | None = None, *
     settings = {"rollout/temperature": live.temperature, "alloc/budget": live.budget,
                 "alloc/budget_kind": live.budget_kind, "alloc/allocator": alloc.name,
                 "alloc/params": live.allocator_params()}
-    settings["alloc/stats_version"] = version  # the statistics fold in every batch made before this one
     return Batch(step=step, rollouts=r, results=results, alloc_rows=alloc_rows, budget_used=ctx.budget.used,
                  info=dict(ctx.info), stages=stage, rng=rng, prompt_rows=prompt_rows, tokens=tokens, settings=settings,
                  events=events, timer=timer)

@@ -39,7 +39,7 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("allocator", "VARCHAR"), ("asked", "INTEGER"), ("granted", "INTEGER"), ("reason", "VARCHAR"),
         ("predicted_pass", "DOUBLE"), ("alpha_before", "DOUBLE"), ("beta_before", "DOUBLE"),
         ("budget_kind", "VARCHAR"), ("budget", "BIGINT"), ("budget_left", "BIGINT"),
-        ("used_in_update", "BOOLEAN"),
+        ("used_in_update", "BOOLEAN"), ("stats_version", "INTEGER"),
     ],
     "rollouts": [
         ("run_id", "VARCHAR"), ("step", "INTEGER"), ("stage", "INTEGER"), ("prompt_id", "VARCHAR"),
@@ -151,10 +151,12 @@ MIGRATIONS: dict[int, tuple[str, list[str] | Callable[[], list[str]]]] = {
     3: ("Parquet 2 encodings for the data files written from now on (smaller and faster to write; files "
         "written before keep Parquet 1 until upkeep or compaction next merges them)",
         ["CALL lake.set_option('parquet_version', '2')"]),
-    4: ("the asynchronous pipeline's per-rollout record: rollouts.version_start, version_end, segments, "
-        "staleness (versions behind the trainer when consumed) and is_weight_mean (mean importance weight "
-        "of its tokens); null in rows written before and in imported runs",
-        ["ALTER TABLE rollouts ADD COLUMN version_start INTEGER",
+    4: ("the asynchronous pipeline's record: rollouts.version_start, version_end, segments, staleness "
+        "(versions behind the trainer when consumed) and is_weight_mean (mean importance weight of its "
+        "tokens), allocations.stats_version (the policy version of the statistics a decision used); null "
+        "in rows written before and in imported runs",
+        ["ALTER TABLE allocations ADD COLUMN stats_version INTEGER",
+         "ALTER TABLE rollouts ADD COLUMN version_start INTEGER",
          "ALTER TABLE rollouts ADD COLUMN version_end INTEGER",
          "ALTER TABLE rollouts ADD COLUMN segments INTEGER",
          "ALTER TABLE rollouts ADD COLUMN staleness INTEGER",
