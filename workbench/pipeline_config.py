@@ -42,8 +42,11 @@ class PipelineConfig:
     tokens' ratios, i.e. exp of the summed log-ratio)."""
     is_cap: float = 2.0
     """Upper bound of the importance weight pi_prox / pi_behav (truncated importance sampling)."""
-    generator_threads: int = 1
-    """torch threads of the generator thread (the trainer keeps `model.threads`)."""
+    threads_per_side: int = 0
+    """torch intra-op threads each side (generator thread, trainer) computes with. torch has one
+    thread-pool size per process, so both sides share this number, and it replaces `model.threads`
+    while the generator thread runs; 0: half the machine's cores (at least 1), so that on 2 cores each
+    side has one core of its own."""
 
     def __post_init__(self) -> None:
         if self.max_staleness < 0:
@@ -66,9 +69,9 @@ class PipelineConfig:
                               "(token or sequence)")
         if not self.is_cap >= 1:
             raise ConfigError(f"pipeline.is_cap: {self.is_cap!r} is not allowed (a number >= 1)")
-        if self.generator_threads < 1:
-            raise ConfigError(f"pipeline.generator_threads: {self.generator_threads!r} is not allowed "
-                              "(an integer >= 1)")
+        if self.threads_per_side < 0:
+            raise ConfigError(f"pipeline.threads_per_side: {self.threads_per_side!r} is not allowed "
+                              "(an integer >= 0; 0: half the cores)")
 
     @property
     def bound(self) -> int:

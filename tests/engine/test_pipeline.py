@@ -122,7 +122,8 @@ def test_eta_zero_through_the_generator_thread_is_the_synchronous_run(store_dir,
 
     base = dict(steps=3, eval__every=0, eval__at_start=False, model__threads=1)
     a = run(tiny_config(**base), store=str(store_dir))
-    b = run(tiny_config(**base, pipeline__max_staleness=0, pipeline__max_staleness_bound=2), store=str(store_dir))
+    b = run(tiny_config(**base, pipeline__max_staleness=0, pipeline__max_staleness_bound=2, pipeline__threads_per_side=1),
+            store=str(store_dir))
     ra, sa, _ = _record(store_dir, a)
     rb, sb, table = _record(store_dir, b)
     assert len(ra) == 3 * 32 and ra == rb

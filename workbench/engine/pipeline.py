@@ -58,10 +58,11 @@ class Pipeline(Generic[T]):
     trainer by at most `eta` versions; `load(weights)` installs pushed weights on that thread.
 
     `queued` are batches made before a resume (step, version, batch), consumed first. A failure in
-    the generator is re-raised by the trainer's next `take` (the run stops, it never hangs)."""
+    the generator is re-raised by the trainer's next `take` (the run stops, it never hangs). `threads`
+    (when > 0) sets torch's intra-op threads, which are one setting per process: both sides use it."""
 
     def __init__(self, produce: Callable[[int, int], T], *, first: int, last: int, eta: int, version: int,
-                 load: Callable[[Any], None] = lambda weights: None, threads: int = 1,
+                 load: Callable[[Any], None] = lambda weights: None, threads: int = 0,
                  queued: list[tuple[int, int, T]] | None = None, start: bool = True) -> None:
         self.produce, self.load, self.threads = produce, load, threads
         self.eta, self.version, self.last = eta, version, last
@@ -87,7 +88,8 @@ class Pipeline(Generic[T]):
         return step - 1 - self.eta <= self.version
 
     def _run(self) -> None:
-        torch.set_num_threads(self.threads)  # this thread's own intra-op threads
+        if self.threads:
+            torch.set_num_threads(self.threads)
         try:
             while True:
                 t_wait = time.perf_counter()

@@ -9,6 +9,7 @@ in-process backend makes them ahead (`workbench.engine.pipeline.Pipeline`).
 from __future__ import annotations
 
 import copy
+import os
 import dataclasses
 from typing import Callable, Union
 
@@ -45,6 +46,6 @@ def make_producer(s: Setup, state: StepState, start: int, queued: list, *,
         return collect(gen, state, step, version, feed=pipeline if pc.partial_rollouts else None)
 
     pipeline = Pipeline(produce, first=start, last=s.cfg.steps, eta=s.live.staleness, version=start - 1,
-                        load=load, threads=pc.generator_threads, queued=queued, start=False)
+                        load=load, threads=pc.threads_per_side or max(1, (os.cpu_count() or 2) // 2), queued=queued, start=False)
     pipeline.start()
     return pipeline

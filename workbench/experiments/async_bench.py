@@ -1,7 +1,7 @@
 """`workbench bench async`: the asynchronous pipeline side by side with the synchronous loop.
 
 For each workload profile and each setting (synchronous at 1 and at 2 torch threads, then eta = 1, 2
-with the generator thread on 1 thread and the trainer on 1), one run per seed of `steps` steps, in one
+with the generator thread and the trainer on 1 torch thread each), one run per seed of `steps` steps, in one
 process, medians over the steps after the warm-up. Per setting:
 
 - `rollouts_per_s`: on-policy rollouts / wall time per step (median);
@@ -33,8 +33,7 @@ PROFILES = {"default": [], "long": ["task.profile=long", "sampling.max_new_token
 def _settings(etas: list[int]) -> list[tuple[str, list[str]]]:
     out = [("sync_1thread", ["model.threads=1"]), ("sync_2threads", ["model.threads=2"])]
     for eta in etas:
-        out.append((f"eta{eta}", ["model.threads=1", "pipeline.generator_threads=1",
-                                  f"pipeline.max_staleness={eta}"]))
+        out.append((f"eta{eta}", ["pipeline.threads_per_side=1", f"pipeline.max_staleness={eta}"]))
     return out
 
 
