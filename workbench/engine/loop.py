@@ -7,8 +7,11 @@ Run it:
     workbench resume RUN_ID                        # from the last checkpoint, store rolled back to it
 
 or from Python: `workbench.engine.run(load_config(path), store="store")` (see `runner.py`, which owns
-the run's row, status and heartbeat; this module is the loop alone and reads top to bottom: set-up,
-the rollout stage, the policy update, then one flat `for step in ...` loop).
+the run's row, status and heartbeat). This module is the loop, in phases as nanochat's RL script:
+each step applies live controls, takes the step's generated, scored and allocated batch from the
+producer (`batch.py:collect`, called on demand, or ahead of the trainer by the asynchronous pipeline,
+`pipeline.py`), learns from it (`learn`: advantages, the policy update, the weight sync), evaluates,
+and records it (`record`: one store transaction), then checkpoints.
 
 How it departs from vanilla GRPO (Shao et al. 2024, one group of G samples per prompt, sequence-mean
 loss, symmetric clip, KL to a reference):
@@ -36,6 +39,10 @@ loss, symmetric clip, KL to a reference):
    to float rounding, and a step of the default experiment takes ~40% less time.
 8. Seeds: the sampler order, the allocator's rng, and each stage's sampling generator are derived
    from (seed, step, stage), so a resumed run reproduces an uninterrupted one on the CPU.
+9. Optionally asynchronous (`[pipeline]`, docs/async.md): a generator thread with its own weights
+   makes batches up to `max_staleness` versions ahead, the bound kept at admission; stale rows are
+   corrected against the generator's own log-probabilities (bypass or decoupled with a truncated
+   weight). At staleness 0 it is this loop exactly.
 """
 
 from __future__ import annotations
