@@ -231,6 +231,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         seeds: Annotated[int, typer.Option("--seeds", help="Runs per setting, seeds 0..N-1.")] = 1,
         etas: Annotated[str, typer.Option("--etas", help="Staleness bounds to run, e.g. 1,2.")] = "1,2",
         profiles: Annotated[str, typer.Option("--profiles", help="Workload profiles: default,long.")] = "default,long",
+        small: Annotated[bool, typer.Option("--small", help="On the small test organism (a quick look).")] = False,
+        store: StoreOpt = None,
         set_: SetOpt = None,
     ) -> None:
         """The asynchronous pipeline vs the synchronous loop: rollouts/s, speedup, idle shares, the bound
@@ -248,7 +250,10 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         for p in names:
             if p not in PROFILES:
                 raise ConfigError(f"--profiles: {p!r} is not allowed (one of {', '.join(PROFILES)})")
-        out = run_bench(steps=steps, seeds=seeds, etas=eta_list, profiles=names, overrides=list(set_ or []))
+        if small and names != ["default"]:
+            raise ConfigError("--profiles: only 'default' with --small (the small organism knows no other profile)")
+        out = run_bench(steps=steps, seeds=seeds, etas=eta_list, profiles=names, overrides=list(set_ or []),
+                        small=small, cache=store or "store")
         if json_:
             print_json(out)
         else:

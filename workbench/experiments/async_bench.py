@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workbench.config import load_config
+from workbench.config import RunConfig, apply_overrides
 
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "organism.toml"
 WARMUP_STEPS = 2
@@ -88,21 +88,37 @@ def _figures(marks: list[dict[str, Any]], pipelined: bool) -> dict[str, float]:
     }
 
 
+def _config(overrides: list[str], small: bool) -> RunConfig:
+    """The default experiment with `overrides`; `small`: on the small organism the tests use (a 2-layer,
+    64-wide model: a quick look, with phase times unlike the default organism's)."""
+    import tomllib
+
+    data = tomllib.loads(CONFIG.read_text()) if CONFIG.is_file() else {}
+    if small:
+        from workbench.models.organism import small_recipe
+
+        recipe = small_recipe().to_dict()
+        data.setdefault("model", {})["organism"] = recipe
+        data["task"] = dict(recipe["task"])
+    return RunConfig.from_dict(apply_overrides(data, overrides))
+
+
 def bench_async(*, steps: int = 10, seeds: int = 1, etas: list[int] | None = None,
                 profiles: list[str] | None = None, overrides: list[str] | None = None,
-                cache: str | Path = "store") -> dict[str, Any]:
+                cache: str | Path = "store", small: bool = False) -> dict[str, Any]:
     """The figures above for each profile and setting (see the module docstring)."""
     etas = [1, 2] if etas is None else etas
-    out: dict[str, Any] = {"steps": steps, "seeds": seeds, "profiles": {}}
+    out: dict[str, Any] = {"steps": steps, "seeds": seeds, "organism": "small" if small else "default",
+                           "profiles": {}}
     for profile in profiles or list(PROFILES):
         rows: dict[str, Any] = {}
         for name, setting in _settings(etas):
             per_seed = []
             pass1 = []
             for seed in range(seeds):
-                cfg = load_config(CONFIG if CONFIG.is_file() else None, PROFILES[profile] + setting + [
+                cfg = _config(PROFILES[profile] + setting + [
                     f"steps={steps}", f"seed={seed}", "eval.every=0", "eval.at_start=false",
-                    "checkpoint.every=0"] + list(overrides or []))
+                    "checkpoint.every=0"] + list(overrides or []), small)
                 marks = _run(cfg, Path(cache))
                 per_seed.append(_figures(marks[WARMUP_STEPS:-1] or marks, pipelined=cfg.pipeline.enabled))
                 pass1.append(float(marks[-1].get("eval/pass1", float("nan"))) if marks else float("nan"))
