@@ -155,12 +155,12 @@ MIGRATIONS: dict[int, tuple[str, list[str] | Callable[[], list[str]]]] = {
         "(versions behind the trainer when consumed) and is_weight_mean (mean importance weight of its "
         "tokens), allocations.stats_version (the policy version of the statistics a decision used); null "
         "in rows written before and in imported runs",
-        ["ALTER TABLE allocations ADD COLUMN stats_version INTEGER",
-         "ALTER TABLE rollouts ADD COLUMN version_start INTEGER",
-         "ALTER TABLE rollouts ADD COLUMN version_end INTEGER",
-         "ALTER TABLE rollouts ADD COLUMN segments INTEGER",
-         "ALTER TABLE rollouts ADD COLUMN staleness INTEGER",
-         "ALTER TABLE rollouts ADD COLUMN is_weight_mean FLOAT"]),
+        ["ALTER TABLE allocations ADD COLUMN IF NOT EXISTS stats_version INTEGER",
+         "ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS version_start INTEGER",
+         "ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS version_end INTEGER",
+         "ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS segments INTEGER",
+         "ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS staleness INTEGER",
+         "ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS is_weight_mean FLOAT"]),
 }
 
 
