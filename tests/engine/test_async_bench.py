@@ -10,8 +10,8 @@ from workbench.experiments.async_bench import _figures
 
 
 def test_bound_and_efficiency_from_the_phase_times():
-    marks = [{"wall_s": 2.0, "rollout/count": 100, "timing_s/generator_busy": 1.5, "timing_s/trainer_busy": 1.0,
-              "timing_s/trainer_idle": 1.0, "timing_s/generator_idle": 0.5}] * 3
+    marks = [{"wall_s": 2.0, "rollout/count": 100, "timing_s/generate": 1.4, "timing_s/verify": 0.1,
+              "timing_s/trainer_busy": 1.0, "timing_s/trainer_idle": 1.0, "timing_s/generator_idle": 0.5}] * 3
     f = _figures(marks, pipelined=True)
     assert f["bound_rollouts_per_s"] == pytest.approx(100 / 1.5)
     assert f["rollouts_per_s"] == pytest.approx(50.0)

@@ -87,9 +87,11 @@ def test_bad_pipeline_input_names_the_field(field, value, words):
         RunConfig.from_dict({"pipeline": {field: value}})
 
 
-def test_pipeline_needs_the_in_process_backend():
+def test_pipeline_needs_an_in_process_generator_or_ray_workers():
     with pytest.raises(ConfigError, match="pipeline.max_staleness.*rollout.backend"):
-        RunConfig.from_dict({"pipeline": {"max_staleness": 1}, "rollout": {"backend": "ray"}})
+        RunConfig.from_dict({"pipeline": {"max_staleness": 1}, "rollout": {"backend": "vllm"}})
+    with pytest.raises(ConfigError, match="pipeline.partial_rollouts.*Ray workers"):
+        RunConfig.from_dict({"pipeline": {"max_staleness": 1, "partial_rollouts": True}, "rollout": {"backend": "ray"}})
 
 
 def test_set_staleness_stays_within_the_bound():

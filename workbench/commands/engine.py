@@ -232,6 +232,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         etas: Annotated[str, typer.Option("--etas", help="Staleness bounds to run, e.g. 1,2.")] = "1,2",
         profiles: Annotated[str, typer.Option("--profiles", help="Workload profiles: default,long.")] = "default,long",
         small: Annotated[bool, typer.Option("--small", help="On the small test organism (a quick look).")] = False,
+        ray_workers: Annotated[int, typer.Option("--ray-workers", help="Also run with this many Ray workers "
+                                                 "(synchronous and at each eta); 0: not.")] = 0,
         store: StoreOpt = None,
         set_: SetOpt = None,
     ) -> None:
@@ -250,10 +252,16 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         for p in names:
             if p not in PROFILES:
                 raise ConfigError(f"--profiles: {p!r} is not allowed (one of {', '.join(PROFILES)})")
+        if ray_workers < 0:
+            raise ConfigError(f"--ray-workers: {ray_workers} is not allowed (an integer >= 0)")
+        if ray_workers:
+            from workbench.rollout import require
+
+            require("ray")
         if small and names != ["default"]:
             raise ConfigError("--profiles: only 'default' with --small (the small organism knows no other profile)")
         out = run_bench(steps=steps, seeds=seeds, etas=eta_list, profiles=names, overrides=list(set_ or []),
-                        small=small, cache=store or "store")
+                        small=small, cache=store or "store", ray_workers=ray_workers)
         if json_:
             print_json(out)
         else:

@@ -52,6 +52,8 @@ class Batch:
     settings: dict[str, Any]
     """The live settings the batch was made under (`rollout/temperature`, `alloc/budget`, ...)."""
     events: list[dict[str, Any]] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+    """Figures of the backend that made the batch (Ray workers), when that is not the trainer's."""
     timer: PhaseTimer = field(default_factory=PhaseTimer)
     """Time spent producing the batch, per phase (generate, verify, allocate)."""
 

@@ -234,6 +234,7 @@ def record(s: Setup, run_id: str, batch: Batch, upd: Update, eval_rows: list[dic
             table = table.append_column("worker", pa.array(r.workers, pa.string()))
     metrics.update(timer.metrics())  # timing_s/log: building the rows (the commit overlaps the next step)
     metrics.update(s.backend.take_metrics())  # Ray workers: perf/worker/<name>/rollouts_per_s, ...
+    metrics.update(batch.metrics)  # Ray workers behind the pipeline's generator thread
     metrics.update(producer_metrics or {})  # the pipeline: generator and trainer busy/idle seconds
     events = batch.events + s.backend.take_events()  # e.g. a worker restarted by Ray, named
     metrics["timing_s/step"] = time.perf_counter() - t_step

@@ -63,9 +63,11 @@ class Pipeline(Generic[T]):
 
     def __init__(self, produce: Callable[[int, int], T], *, first: int, last: int, eta: int, version: int,
                  load: Callable[[Any], None] = lambda weights: None, threads: int = 0,
-                 queued: list[tuple[int, int, T]] | None = None, start: bool = True) -> None:
+                 queued: list[tuple[int, int, T]] | None = None, start: bool = True,
+                 on_close: list[Callable[[], None]] | None = None) -> None:
         self.produce, self.load, self.threads = produce, load, threads
         self.eta, self.version, self.last = eta, version, last
+        self.on_close = list(on_close or [])
         self.queue: deque[tuple[int, int, T]] = deque(queued or [])
         self.next = self.queue[-1][0] + 1 if self.queue else first
         self._cond = threading.Condition()
@@ -198,4 +200,7 @@ class Pipeline(Generic[T]):
         with self._cond:
             self._stop = True
             self._cond.notify_all()
-        self._thread.join()
+        if self._thread.is_alive():
+            self._thread.join()
+        for close in self.on_close:  # what the generator held (Ray workers)
+            close()

@@ -25,7 +25,7 @@ def make_producer(s: Setup, state: StepState, start: int, queued: list, *,
     """The producer of steps `start`.. for this run. `on_stage(step, stage)` runs at the stage
     boundaries of the synchronous loop (stage-boundary controls); a generator thread does not poll
     controls: they reach its batches at the next step boundary the trainer sees."""
-    pc = s.cfg.pipeline
+    pc, closing = s.cfg.pipeline, []
     if not pc.enabled:
         return Synchronous(lambda step, version: collect(
             s, state, step, version, on_stage=lambda stage: on_stage(step, stage)))
@@ -34,18 +34,32 @@ def make_producer(s: Setup, state: StepState, start: int, queued: list, *,
     # the generator's own weights; their requires_grad flags are kept: turning them off changes the
     # CPU kernels' rounding (measured), and eta = 0 must give the synchronous run's log-probs exactly
     model = copy.deepcopy(s.model)
-    backend = HFBackend(model, s.tokenizer, s.device)
-    backend.policy_version = s.backend.policy_version
+    workers = getattr(s.backend, "ship", None)  # Ray workers: they generate, from the weights shipped
+    if workers is not None:
+        backend, s.backend = s.backend, s.backend.local  # the trainer keeps the in-process one (evaluation)
+        closing.append(backend.close)
+    else:
+        backend = HFBackend(model, s.tokenizer, s.device)
+        backend.policy_version = s.backend.policy_version
     gen = dataclasses.replace(s, model=model, backend=backend)
+    shipped = [s.backend.policy_version]
 
     def load(weights: dict) -> None:
         model.load_state_dict(weights)
-        backend.policy_version += 1
+        shipped[0] += 1
+        if workers is not None:
+            workers(model, shipped[0])
+        else:
+            backend.policy_version = shipped[0]
 
     def produce(step: int, version: int) -> Batch:
-        return collect(gen, state, step, version, feed=pipeline if pc.partial_rollouts else None)
+        batch = collect(gen, state, step, version, feed=pipeline if pc.partial_rollouts else None)
+        batch.metrics.update(backend.take_metrics())  # Ray: per-worker figures travel with the batch
+        batch.events += backend.take_events()
+        return batch
 
     pipeline = Pipeline(produce, first=start, last=s.cfg.steps, eta=s.live.staleness, version=start - 1,
-                        load=load, threads=pc.threads_per_side or max(1, (os.cpu_count() or 2) // 2), queued=queued, start=False)
+                        load=load, threads=pc.threads_per_side or max(1, (os.cpu_count() or 2) // 2), queued=queued,
+                        start=False, on_close=closing)
     pipeline.start()
     return pipeline

@@ -30,10 +30,14 @@ WARMUP_STEPS = 2
 PROFILES = {"default": [], "long": ["task.profile=long", "sampling.max_new_tokens=24"]}
 
 
-def _settings(etas: list[int]) -> list[tuple[str, list[str]]]:
+def _settings(etas: list[int], ray_workers: int = 0) -> list[tuple[str, list[str]]]:
     out = [("sync_1thread", ["model.threads=1"]), ("sync_2threads", ["model.threads=2"])]
     for eta in etas:
         out.append((f"eta{eta}", ["pipeline.threads_per_side=1", f"pipeline.max_staleness={eta}"]))
+    if ray_workers:
+        ray = ["rollout.backend=ray", f"rollout.workers={ray_workers}", "model.threads=1"]
+        out.append((f"ray{ray_workers}_sync", ray))
+        out += [(f"ray{ray_workers}_eta{eta}", ray + [f"pipeline.max_staleness={eta}"]) for eta in etas]
     return out
 
 
@@ -70,12 +74,9 @@ def _med(marks: list[dict[str, Any]], key: str) -> float:
 def _figures(marks: list[dict[str, Any]], pipelined: bool) -> dict[str, float]:
     wall = _med(marks, "wall_s")
     rollouts = _med(marks, "rollout/count")
-    if pipelined:  # each side's own busy time, measured on its own thread
-        t_gen = _med(marks, "timing_s/generator_busy")
-        t_train = _med(marks, "timing_s/trainer_busy")
-    else:
-        t_gen = _med(marks, "timing_s/generate") + _med(marks, "timing_s/verify") + _med(marks, "timing_s/allocate")
-        t_train = wall - t_gen
+    # the batch's own production time (on the generator thread when pipelined), and the trainer's
+    t_gen = _med(marks, "timing_s/generate") + _med(marks, "timing_s/verify") + _med(marks, "timing_s/allocate")
+    t_train = _med(marks, "timing_s/trainer_busy") if pipelined else wall - t_gen
     bound = rollouts / max(t_gen, t_train, 1e-9)
     measured = rollouts / max(wall, 1e-9)
     return {
@@ -105,14 +106,14 @@ def _config(overrides: list[str], small: bool) -> RunConfig:
 
 def bench_async(*, steps: int = 10, seeds: int = 1, etas: list[int] | None = None,
                 profiles: list[str] | None = None, overrides: list[str] | None = None,
-                cache: str | Path = "store", small: bool = False) -> dict[str, Any]:
+                cache: str | Path = "store", small: bool = False, ray_workers: int = 0) -> dict[str, Any]:
     """The figures above for each profile and setting (see the module docstring)."""
     etas = [1, 2] if etas is None else etas
     out: dict[str, Any] = {"steps": steps, "seeds": seeds, "organism": "small" if small else "default",
                            "profiles": {}}
     for profile in profiles or list(PROFILES):
         rows: dict[str, Any] = {}
-        for name, setting in _settings(etas):
+        for name, setting in _settings(etas, ray_workers):
             per_seed = []
             pass1 = []
             for seed in range(seeds):
