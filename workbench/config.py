@@ -319,11 +319,7 @@ def validate(cfg: RunConfig) -> None:
     _check(cfg.store.commit_interval_s > 0, "store.commit_interval_s", "a number > 0 (seconds)",
            cfg.store.commit_interval_s)
     _check(0 <= cfg.store.writer_nice <= 19, "store.writer_nice", "an integer from 0 to 19", cfg.store.writer_nice)
-    _check(not cfg.pipeline.enabled or cfg.rollout.backend in ("hf", "ray"), "pipeline.max_staleness",
-           'above 0 needs rollout.backend "hf" or "ray"', cfg.pipeline.bound)
-    _check(not cfg.pipeline.enabled or cfg.rollout.backend == "hf" or (
-        not cfg.pipeline.partial_rollouts and cfg.rollout.worker_backend == "hf"), "pipeline.partial_rollouts",
-        'with Ray workers: only false, and rollout.worker_backend = "hf"', cfg.pipeline.partial_rollouts)
+    cfg.pipeline.check_rollout(cfg.rollout)
     _check_registries(cfg)
 
 

@@ -7,7 +7,7 @@ carry that name); `docs/async.md` describes the design and each setting.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from workbench.errors import ConfigError
 
@@ -72,6 +72,18 @@ class PipelineConfig:
         if self.threads_per_side < 0:
             raise ConfigError(f"pipeline.threads_per_side: {self.threads_per_side!r} is not allowed "
                               "(an integer >= 0; 0: half the cores)")
+
+    def check_rollout(self, rollout: Any) -> None:
+        """The pipeline with the run's `[rollout]`: an in-process generator or Ray workers (HF), and
+        partial rollouts only in process (a Ray worker's batch cannot be interrupted yet)."""
+        if not self.enabled:
+            return
+        if rollout.backend not in ("hf", "ray"):
+            raise ConfigError(f"pipeline.max_staleness: {self.bound!r} is not allowed (above 0 needs "
+                              f'rollout.backend "hf" or "ray", not {rollout.backend!r})')
+        if rollout.backend == "ray" and (self.partial_rollouts or rollout.worker_backend != "hf"):
+            raise ConfigError(f"pipeline.partial_rollouts: {self.partial_rollouts!r} is not allowed (with Ray "
+                              'workers: only false, and rollout.worker_backend = "hf")')
 
     @property
     def bound(self) -> int:
