@@ -20,6 +20,7 @@ from typing import Any, Literal
 from workbench.checks import build_config, check, to_plain
 from workbench.docstrings import field_docs
 from workbench.errors import ConfigError
+from workbench.pipeline_config import PipelineConfig
 from workbench.tasks.reward_config import RewardsConfig
 
 
@@ -307,10 +308,13 @@ class RunConfig:
     """How steps are committed to the store (group commit)."""
     rewards: RewardsConfig = field(default_factory=RewardsConfig)
     """The reward as a weighted sum of terms (the verifier, a format check, DAPO's overlong penalty, functions)."""
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+    """Asynchronous generation: rollouts ahead of the policy, bounded staleness, off-policy correction."""
 
     def __post_init__(self) -> None:
         check(self.steps >= 0, "steps", "an integer >= 0", self.steps)
         self.rewards.check_lengths(self.sampling.max_new_tokens)
+        self.pipeline.check_rollout(self.rollout)
         _check_registries(self)
 
     # -- loading and saving --------------------------------------------------------------------

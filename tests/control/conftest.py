@@ -34,6 +34,11 @@ class RecordingEngine:
     def set_eval_interval(self, every):
         self.calls.append(("set_eval_interval", (every,)))
 
+    def set_staleness(self, eta):
+        if eta > 2:
+            raise ConfigError(f"pipeline.max_staleness: {eta} is above this run's bound 2")
+        self.calls.append(("set_staleness", (eta,)))
+
     def request_checkpoint(self):
         self.calls.append(("request_checkpoint", ()))
 

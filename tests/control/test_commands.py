@@ -154,3 +154,13 @@ def test_set_allocator_params_merged_with_the_allocator_in_force():
         validate("set_allocator_params", {"params": {"n": 0}}, allocator="uniform")
     with pytest.raises(ControlError, match="schedule"):
         validate("set_allocator_params", {"params": {"schedule": "bogus"}}, allocator="multistage")
+
+
+def test_set_staleness_shape():
+    assert validate("set_staleness", {"eta": 0}) == {"eta": 0}
+    assert validate("set_staleness", {"eta": 2}) == {"eta": 2}
+    for bad in (-1, 1.5, "1", True, 10_000):
+        with pytest.raises(ControlError, match="^set_staleness: eta: "):
+            validate("set_staleness", {"eta": bad})
+    with pytest.raises(ControlError, match="^set_staleness: extra: unknown argument"):
+        validate("set_staleness", {"eta": 1, "extra": 2})

@@ -157,3 +157,25 @@ def _actor_pids() -> list[int]:
 def _as_dict(m) -> dict:
     """A `steps.metrics` MAP value as read back (a dict, or a list of key/value records)."""
     return m if isinstance(m, dict) else {d["key"]: d["value"] for d in m}
+
+
+def test_two_workers_generate_ahead_of_the_trainer(ray_runtime, store_dir):  # noqa: F811
+    """The pipeline with Ray workers: they keep generating while the trainer updates, from the weights
+    the generator thread ships them; every step is trained once, within eta, and the workers close."""
+    from workbench.engine import run
+    from workbench.store import open_store
+
+    cfg = _tiny_config(steps=4, eval__every=0, checkpoint__every=0, rollout__backend="ray", rollout__workers=2,
+                       rollout__start_timeout_s=300, pipeline__max_staleness=1)
+    seen = []
+    with open_store(store_dir) as st:
+        rid = run(cfg, store=st, store_dir=store_dir, on_step=lambda s, m: seen.append(m))
+        r = st.sql("SELECT step, staleness, worker FROM rollouts WHERE run_id = ?", [rid])
+        assert st.run(rid)["status"] == "finished"
+    assert r.height == 4 * 32 and set(r["worker"]) == {"ray-0", "ray-1"}
+    assert r["staleness"].max() <= 1
+    assert all(m["rollout/workers"] == 2 for m in seen if "rollout/workers" in m) and "rollout/workers" in seen[-1]
+    deadline = time.monotonic() + 60  # the run's actors were closed with it (the runtime is the module's)
+    while _actor_pids() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _actor_pids()

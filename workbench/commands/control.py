@@ -139,6 +139,18 @@ def eval_interval(
 
 
 @ctl.command()
+def staleness(
+    ctx: typer.Context,
+    eta: int = typer.Argument(..., help="Versions a batch may lag the trainer (0: synchronous)."),
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+    wait: WaitOpt = 0,
+) -> None:
+    """Set the asynchronous pipeline's staleness bound (within the run's pipeline.max_staleness_bound)."""
+    _send(ctx, store, as_json, wait, "set_staleness", eta=eta)
+
+
+@ctl.command()
 def history(ctx: typer.Context, store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     """The run's commands with their outcomes."""
     with _open(store) as st:

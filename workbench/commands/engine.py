@@ -233,6 +233,52 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             for k, v in out.items():
                 typer.echo(f"{k}: {v}")
 
+    @bench.command("async")
+    def bench_async(
+        json_: JsonOpt = False,
+        steps: Annotated[int, typer.Option("--steps", help="Steps per run (the first 2 and the last are not timed).")] = 10,
+        seeds: Annotated[int, typer.Option("--seeds", help="Runs per setting, seeds 0..N-1.")] = 1,
+        etas: Annotated[str, typer.Option("--etas", help="Staleness bounds to run, e.g. 1,2.")] = "1,2",
+        profiles: Annotated[str, typer.Option("--profiles", help="Workload profiles: default,long.")] = "default,long",
+        small: Annotated[bool, typer.Option("--small", help="On the small test organism (a quick look).")] = False,
+        ray_workers: Annotated[int, typer.Option("--ray-workers", help="Also run with this many Ray workers "
+                                                 "(synchronous and at each eta); 0: not.")] = 0,
+        store: StoreOpt = None,
+        set_: SetOpt = None,
+    ) -> None:
+        """The asynchronous pipeline vs the synchronous loop: rollouts/s, speedup, idle shares, the bound
+        max(t_gen, t_train) and efficiency, held-out pass@1 (docs/async.md)."""
+        from workbench.errors import ConfigError
+        from workbench.experiments.async_bench import PROFILES, bench_async as run_bench
+
+        try:
+            eta_list = [int(e) for e in etas.split(",") if e.strip()]
+        except ValueError:
+            raise ConfigError(f"--etas: {etas!r} is not a comma-separated list of integers") from None
+        if not eta_list or min(eta_list) < 1:
+            raise ConfigError(f"--etas: {etas!r} needs staleness bounds >= 1 (the synchronous runs are always made)")
+        names = [p.strip() for p in profiles.split(",") if p.strip()]
+        for p in names:
+            if p not in PROFILES:
+                raise ConfigError(f"--profiles: {p!r} is not allowed (one of {', '.join(PROFILES)})")
+        if ray_workers < 0:
+            raise ConfigError(f"--ray-workers: {ray_workers} is not allowed (an integer >= 0)")
+        if ray_workers:
+            from workbench.rollout import require
+
+            require("ray")
+        if small and names != ["default"]:
+            raise ConfigError("--profiles: only 'default' with --small (the small organism knows no other profile)")
+        out = run_bench(steps=steps, seeds=seeds, etas=eta_list, profiles=names, overrides=list(set_ or []),
+                        small=small, cache=store or "store", ray_workers=ray_workers)
+        if json_:
+            print_json(out)
+        else:
+            for profile, rows in out["profiles"].items():
+                for name, fig in rows.items():
+                    typer.echo(f"{profile} {name}: {fig['rollouts_per_s']:.1f} rollouts/s, "
+                               f"speedup {fig['speedup_vs_sync']:.2f}, efficiency {fig['efficiency']:.2f}")
+
     @bench.command("learn")
     def bench_learn(
         json_: JsonOpt = False,

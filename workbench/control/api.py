@@ -145,6 +145,11 @@ def set_eval_interval(store: Any, run_id: str, every: int, *, who: str = "api") 
     return issue(store, run_id, "set_eval_interval", {"every": every}, who=who)
 
 
+def set_staleness(store: Any, run_id: str, eta: int, *, who: str = "api") -> int:
+    """The asynchronous pipeline's staleness bound from the next step on (0 .. the run's bound)."""
+    return issue(store, run_id, "set_staleness", {"eta": eta}, who=who)
+
+
 def outcome(store: Any, run_id: str, control_id: int) -> dict[str, Any]:
     """The control's row (status pending / applied with applied_step / rejected with reason)."""
     frame = store.controls(run_id)

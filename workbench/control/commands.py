@@ -17,6 +17,7 @@ Canonical argument shapes:
 | set_allocator_params | `{"params": {...}}` (merged into the allocator in force, then validated) |
 | set_temperature | `{"temperature": float}` |
 | set_eval_interval | `{"every": int}` (0 turns evaluation off) |
+| set_staleness | `{"eta": int}` (0 .. the run's `pipeline.max_staleness_bound`, which the engine checks) |
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ class Limits:
     """Largest sampling temperature."""
     max_eval_interval: int = 1_000_000
     """Largest evaluation interval in steps."""
+    max_staleness: int = 1_000
+    """Largest staleness bound a command may ask for (the run's own bound is checked when applied)."""
 
 
 LIMITS = Limits()
@@ -169,6 +172,9 @@ def validate(
         _no_extra(command, args, ("temperature",))
         t = _float(command, args, "temperature", limits.min_temperature, limits.max_temperature)
         return {"temperature": t}
+    if command == "set_staleness":
+        _no_extra(command, args, ("eta",))
+        return {"eta": _int(command, args, "eta", 0, limits.max_staleness)}
     # set_eval_interval
     _no_extra(command, args, ("every",))
     return {"every": _int(command, args, "every", 0, limits.max_eval_interval)}

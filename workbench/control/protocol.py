@@ -21,6 +21,7 @@ COMMANDS = (
     "set_allocator_params",
     "set_temperature",
     "set_eval_interval",
+    "set_staleness",
 )
 """Every command a user can issue (the `command` column of `controls`)."""
 
@@ -47,6 +48,11 @@ class Controllable(Protocol):
 
     def set_eval_interval(self, every: int) -> None:
         """Evaluate every `every` steps (0 turns evaluation off)."""
+        ...
+
+    def set_staleness(self, eta: int) -> None:
+        """The asynchronous pipeline's staleness bound eta, for batches admitted from the next step on
+        (0 .. the run's `pipeline.max_staleness_bound`)."""
         ...
 
     def request_checkpoint(self) -> None:

@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 
 REPLAYED = frozenset({"set_budget", "set_allocator", "set_allocator_params", "set_temperature",
-                      "set_eval_interval", "checkpoint"})
+                      "set_eval_interval", "set_staleness", "checkpoint"})
 """Commands a resumed run applies again when they were applied after its last checkpoint."""
 
 
@@ -29,13 +29,17 @@ class LiveSettings:
     """The engine's `workbench.control.protocol.Controllable`."""
 
     def __init__(self, *, budget_kind: str, budget: int, allocator: Allocator, temperature: float,
-                 eval_every: int, seed: int) -> None:
+                 eval_every: int, seed: int, staleness: int = 0, staleness_bound: int = 0) -> None:
         self.budget_kind = budget_kind
         self.budget = budget
         self.allocator = allocator
         self.temperature = temperature
         self.eval_every = eval_every
         self.seed = seed
+        self.staleness = staleness
+        """eta in force: how many versions the pipeline's batches may lag (0: synchronous)."""
+        self.staleness_bound = staleness_bound
+        """The run's largest eta (`pipeline.max_staleness_bound`); `set_staleness` stays within it."""
         self.checkpoint_requested = False
         self.stop_requested = False
         self.applied_controls: list[int] = []
@@ -74,6 +78,13 @@ class LiveSettings:
         self.eval_every = every
         fault_point("control")
 
+    def set_staleness(self, eta: int) -> None:
+        if isinstance(eta, bool) or not isinstance(eta, int) or not 0 <= eta <= self.staleness_bound:
+            raise ConfigError(f"pipeline.max_staleness: {eta!r} is not allowed (an integer from 0 to the run's "
+                              f"pipeline.max_staleness_bound, {self.staleness_bound})")
+        self.staleness = eta
+        fault_point("control")
+
     def request_checkpoint(self) -> None:
         self.checkpoint_requested = True
         fault_point("control")
@@ -100,6 +111,7 @@ class LiveSettings:
             "temperature": self.temperature,
             "eval_every": self.eval_every,
             "applied_controls": list(self.applied_controls),
+            "staleness": self.staleness,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -108,6 +120,7 @@ class LiveSettings:
         self.allocator.load_state_dict(state["allocator_state"])
         self.temperature = float(state["temperature"])
         self.eval_every = int(state["eval_every"])
+        self.staleness = int(state.get("staleness", self.staleness))
         self.applied_controls = [int(c) for c in state.get("applied_controls") or []]
         self._legacy = "applied_controls" not in state
 

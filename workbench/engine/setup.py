@@ -1,5 +1,7 @@
-"""Everything the loop builds before its first step: model, tokenizer, rollout backend, task and its
-tokenised prompts, optimiser and schedule, sampler, live settings, and the store writer."""
+"""Everything the loop builds before its first step (`Setup`: model, tokenizer, rollout backend, task
+and its tokenised prompts, optimiser and schedule, sampler, live settings, the store writer) and what
+it carries from one step to the next (`StepState`: per-prompt statistics, the reuse cache, the running
+mean response length). Both go into a checkpoint; only `StepState` is plain data."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -19,39 +21,60 @@ from workbench.engine.checkpoint import checkpoint_dir
 from workbench.engine.control import LiveSettings
 from workbench.engine.sampler import PromptSampler
 from workbench.tasks import get_task
-from workbench.tasks.base import Prompt
+from workbench.rollout.base import RolloutBackend
+from workbench.tasks.base import Prompt, Task
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from workbench.engine.steplog import StepWriter
 
 
 @dataclass
 class Setup:
+    """The parts of a run built once, before its first step."""
+
     cfg: RunConfig
     device: torch.device
     model: torch.nn.Module
-    tokenizer: Any
-    backend: Any
-    task: Any
+    """The trainer's policy (the in-process backend samples from this same module)."""
+    tokenizer: PreTrainedTokenizerBase
+    backend: RolloutBackend
+    task: Task
     train: list[Prompt]
     train_tok: list[list[int]]
+    """Token ids of each training prompt, in `train` order."""
     train_ids: list[str]
     index: dict[str, int]
+    """Prompt id -> index into `train`."""
     eval: list[Prompt]
     eval_tok: list[list[int]]
     pad_id: int
     optimizer: torch.optim.Optimizer
-    scheduler: Any
+    scheduler: torch.optim.lr_scheduler.LRScheduler
     sampler: PromptSampler
     live: LiveSettings
+    """Settings a control command may change between steps (budget, allocator, temperature, ...)."""
     ckpt_dir: Path
-    writer: Any
+    writer: StepWriter | None
     prompt_rows: list[dict[str, Any]]
+    """The `prompts` rows of the task (written with the first step)."""
     ref_model: torch.nn.Module | None = None
-    stats: dict[str, PromptStats] = field(default_factory=dict)
-    reuse: dict[str, dict[str, Any]] = field(default_factory=dict)
-    tokens_per_rollout: float = 8.0
+    """A frozen copy of the initial policy, only when `algorithm.kl_coef` > 0."""
     control_token: str | None = None
     """The store's control signal at the last step-boundary poll (see `apply_controls`)."""
-    part_workers: list[list[str]] = field(default_factory=list)
-    """This step's rollout parts: the worker that generated each row ("local", "ray-0", ...)."""
+
+
+@dataclass
+class StepState:
+    """What one step leaves to the next (checkpointed with the run)."""
+
+    stats: dict[str, PromptStats] = field(default_factory=dict)
+    """Per-prompt Beta posterior and history, what allocators decide from."""
+    reuse: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Each prompt's latest on-policy correct response, for allocators that reuse responses."""
+    tokens_per_rollout: float = 8.0
+    """Running mean of generated tokens per rollout (token budgets and worker balancing use it)."""
 
 
 def resolve_device(name: str) -> torch.device:
@@ -122,7 +145,7 @@ def _spread(prompts: list[Prompt], k: int) -> list[Prompt]:
 
 
 def build_setup(cfg: RunConfig, *, store_dir: str | Path, run_id: str, store: Any = None,
-                writer: Any = None) -> Setup:
+                writer: StepWriter | None = None) -> Setup:
     from workbench.models import load_model
     from workbench.rollout import backend_for_run, require
 
@@ -155,7 +178,8 @@ def build_setup(cfg: RunConfig, *, store_dir: str | Path, run_id: str, store: An
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg, cfg.steps * cfg.algorithm.updates_per_step))
     live = LiveSettings(budget_kind=cfg.allocator.budget_kind, budget=cfg.allocator.budget,
                         allocator=make_allocator(cfg.allocator.name, dict(cfg.allocator.params), seed=cfg.seed),
-                        temperature=cfg.sampling.temperature, eval_every=cfg.eval.every, seed=cfg.seed)
+                        temperature=cfg.sampling.temperature, eval_every=cfg.eval.every, seed=cfg.seed,
+                        staleness=cfg.pipeline.max_staleness, staleness_bound=cfg.pipeline.bound)
     prompt_rows = [dict(prompt_id=p.id, split=p.split, level=p.level, text=p.text, answer=p.answer,
                         metadata=p.metadata) for p in train + evals]
     return Setup(
@@ -166,7 +190,6 @@ def build_setup(cfg: RunConfig, *, store_dir: str | Path, run_id: str, store: An
         eval_tok=encode_prompts(tokenizer, evals, cfg.model.chat_template), pad_id=int(pad_id),
         optimizer=optimizer, scheduler=scheduler, sampler=PromptSampler(len(train), cfg.seed), live=live,
         ckpt_dir=checkpoint_dir(store_dir, run_id), writer=writer, prompt_rows=prompt_rows, ref_model=ref,
-        tokens_per_rollout=float(cfg.sampling.max_new_tokens),
     )
 
 

@@ -60,6 +60,14 @@ class Rollouts:
         if self.correct is not None:
             return np.asarray(self.correct, dtype=bool)
         return np.asarray([v == "correct" for v in self.verdicts], dtype=bool)
+    workers: list[str] = field(default_factory=list)
+    """[N] the worker that generated each row ("local", "ray-0", ...)."""
+    version_start: np.ndarray | None = None
+    """[N] policy version (training steps the generator's weights had seen) the row started under."""
+    version_end: np.ndarray | None = None
+    """[N] policy version of the row's last segment (= start unless a partial rollout was continued)."""
+    segments: np.ndarray | None = None
+    """[N] number of generation segments (1 unless a partial rollout was continued under new weights)."""
 
     @property
     def n(self) -> int:
@@ -72,7 +80,8 @@ class Rollouts:
         i = np.zeros(0, dtype=np.int64)
         return Rollouts(tokens=z.long(), logprobs=z, entropy=z, lengths=torch.zeros(0, dtype=torch.long),
                         finished=torch.zeros(0, dtype=torch.bool), prompt=i, stage=i, policy_version=i,
-                        temperature=np.zeros(0), off_policy=np.zeros(0, dtype=bool), rewards=np.zeros(0))
+                        temperature=np.zeros(0), off_policy=np.zeros(0, dtype=bool), rewards=np.zeros(0),
+                        version_start=i, version_end=i, segments=i.astype(np.int32))
 
     @staticmethod
     def concat(parts: list["Rollouts"], pad_token_id: int) -> "Rollouts":
@@ -95,10 +104,18 @@ class Rollouts:
             reward_terms={k: np.concatenate([p.reward_terms.get(k, np.full(p.n, np.nan)) for p in parts])
                           for k in dict.fromkeys(k for p in parts for k in p.reward_terms)},
             correct=np.concatenate([p.correct_mask() for p in parts]) if parts else np.zeros(0, dtype=bool),
+            workers=[w for p in parts for w in p.workers],
+            version_start=_cat_or_none(parts, "version_start"), version_end=_cat_or_none(parts, "version_end"),
+            segments=_cat_or_none(parts, "segments"),
         )
 
     def mask(self) -> torch.Tensor:
         return torch.arange(self.tokens.shape[1]).unsqueeze(0) < self.lengths.unsqueeze(1)
+
+
+def _cat_or_none(parts: list[Rollouts], name: str) -> np.ndarray | None:
+    values = [getattr(p, name) for p in parts]
+    return None if any(v is None for v in values) else np.concatenate(values)
 
 
 def _list_array(values: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor, dtype: pa.DataType) -> pa.Array:
@@ -119,8 +136,13 @@ def rollouts_table(
     used: np.ndarray,
     token_ids: bool = True,
     token_entropy: bool = True,
+    staleness: np.ndarray | None = None,
+    is_weight: np.ndarray | None = None,
 ) -> pa.Table:
-    """The `rollouts` rows of one step (one per sequence), columns as in the store's schema."""
+    """The `rollouts` rows of one step (one per sequence), columns as in the store's schema.
+
+    `staleness` [N] (versions behind the trainer when consumed) and `is_weight` [N] (mean importance
+    weight, NaN: not in the update) are the asynchronous pipeline's; absent, they are left null."""
     n = r.n
     tokens = r.tokens.cpu()
     lengths = r.lengths.cpu().long()
@@ -157,6 +179,11 @@ def rollouts_table(
         "off_policy": pa.array(r.off_policy.astype(bool)),
         "used_in_update": pa.array(used.astype(bool)),
     }
+    for name, values, typ in (("version_start", r.version_start, pa.int32()), ("version_end", r.version_end, pa.int32()),
+                              ("segments", r.segments, pa.int32()), ("staleness", staleness, pa.int32()),
+                              ("is_weight_mean", is_weight, pa.float32())):
+        if values is not None:
+            cols[name] = pa.array(np.asarray(values), typ, from_pandas=True)  # NaN -> null
     return pa.table(cols)
 
 

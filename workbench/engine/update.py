@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from workbench.algorithms import GroupedBatch, get_policy_loss, group_sequences, grouped_logprobs
+from workbench.algorithms.correction import correct
 from workbench.algorithms.losses import loss_normaliser
 from workbench.engine.setup import Setup
 from workbench.engine.steplog import Rollouts
@@ -17,8 +18,13 @@ from workbench.faults import fault_point
 
 
 def policy_update(s: Setup, r: Rollouts, adv: np.ndarray, used: np.ndarray, signal: np.ndarray,
-                  rng: np.random.Generator) -> dict[str, float]:
-    """`updates_per_step` optimiser steps on the used rows; returns `train/` metrics."""
+                  rng: np.random.Generator, *, stale: np.ndarray | None = None,
+                  row_weight: np.ndarray | None = None) -> dict[str, float]:
+    """`updates_per_step` optimiser steps on the used rows; returns `train/` metrics.
+
+    `stale` [N] marks rows generated under an older policy than the trainer's (the asynchronous
+    pipeline): their loss gets `pipeline.correction` (`workbench.algorithms.correction`), and each
+    row's mean importance weight is written into `row_weight` [N]."""
     a, dev = s.cfg.algorithm, s.device
     loss_fn = get_policy_loss(a.loss)
     used_rows = np.flatnonzero(used)
@@ -34,6 +40,8 @@ def policy_update(s: Setup, r: Rollouts, adv: np.ndarray, used: np.ndarray, sign
     train_set = set(train_rows.tolist())
     totals: dict[str, float] = {}
     weights = 0.0
+    pc = s.cfg.pipeline
+    is_max = 1.0
     for chunk in np.array_split(used_rows, a.updates_per_step):
         norm = loss_normaliser(mask_all[chunk], a.aggregation, s.cfg.sampling.max_new_tokens)
         rows_in = [int(i) for i in chunk if int(i) in train_set]
@@ -47,18 +55,29 @@ def policy_update(s: Setup, r: Rollouts, adv: np.ndarray, used: np.ndarray, sign
             old_m = old[micro, :width].to(dev)
             if a.updates_per_step == 1:
                 old_m = torch.where(onp, logp.detach(), old_m)
+            adv_m = torch.as_tensor(adv[micro], dtype=torch.float32, device=dev)
+            if stale is not None:
+                behav = r.logprobs[micro, :width].to(dev)
+                old_m, adv_m, cm, w_row = correct(
+                    old_m, behav, adv_m, batch.response_mask, torch.as_tensor(stale[micro] & ~r.off_policy[micro],
+                                                                              device=dev),
+                    mode=pc.correction, level=pc.correction_level, cap=pc.is_cap)
+                is_max = max(is_max, cm.pop("train/is_weight_max"))
+                if row_weight is not None:
+                    row_weight[micro] = w_row.cpu().double().numpy()
             ref = None
             if s.ref_model is not None:
                 with torch.no_grad():
                     ref, _ = grouped_logprobs(s.ref_model, batch, pad_token_id=s.pad_id, temperature=t)
-            loss, m = loss_fn(logp, old_m, torch.as_tensor(adv[micro], dtype=torch.float32, device=dev),
-                              batch.response_mask, clip_low=a.clip_low, clip_high=a.clip_high,
+            loss, m = loss_fn(logp, old_m, adv_m, batch.response_mask, clip_low=a.clip_low, clip_high=a.clip_high,
                               aggregation=a.aggregation, ref_logprobs=ref, kl_coef=a.kl_coef,
                               max_tokens=s.cfg.sampling.max_new_tokens, normalizer=norm)
             loss.backward()
             loss_total += float(loss.detach())
             w = float(batch.response_mask.sum())
             weights += w
+            if stale is not None:
+                m = {**m, **cm}
             for k, v in m.items():
                 totals[k] = totals.get(k, 0.0) + v * w
         clip = s.cfg.optim.grad_clip if s.cfg.optim.grad_clip > 0 else float("inf")
@@ -75,6 +94,8 @@ def policy_update(s: Setup, r: Rollouts, adv: np.ndarray, used: np.ndarray, sign
     out["train/lr"] = s.scheduler.get_last_lr()[0]
     out["train/sequences"] = float(len(train_rows))
     out["train/optimizer_steps"] = float(a.updates_per_step)
+    if stale is not None:
+        out["train/is_weight_max"] = is_max
     return out
 
 

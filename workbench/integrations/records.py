@@ -63,7 +63,7 @@ def step_metrics(frame: pl.DataFrame, groups: pl.DataFrame, source: str) -> dict
         "rollout/count": n, "rollout/prompts": groups.height,
         "rollout/reward_mean": float(reward.mean()) if n else None,
         "rollout/reward_std": float(reward.std(ddof=0)) if n else None,
-        "rollout/frac_zero_signal_groups": float(1.0 - groups["has_signal"].mean()) if groups.height else None,
+        "rollout/zero_signal_frac": float(1.0 - groups["has_signal"].mean()) if groups.height else None,
         "rollout/frac_all_correct": float((groups["correct"] == groups["n"]).mean()) if groups.height else None,
         "rollout/frac_all_wrong": float((groups["correct"] == 0).mean()) if groups.height else None,
         "rollout/group_size_mean": float(groups["n"].mean()) if groups.height else None,

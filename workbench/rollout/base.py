@@ -50,9 +50,36 @@ class GenerationBatch:
     has_entropy: bool = True
     """False when the generator returned no entropy (vLLM): `entropy` holds zeros until the trainer's
     forward pass fills it (`workbench.rollout.vllm_backend.trainer_entropy`)."""
+    cut: torch.Tensor | None = None
+    """[N] bool: generation was interrupted (new weights arrived) before the row finished or reached
+    `max_new_tokens`; None: nothing was interrupted (see `HFBackend.generate`'s `interrupt`)."""
 
     def finish_reasons(self) -> list[str]:
         return ["stop" if f else "length" for f in self.finished.tolist()]
+
+    def splice(self, rows: torch.Tensor, cont: "GenerationBatch", pad_token_id: int) -> "GenerationBatch":
+        """This batch with its cut `rows` continued by `cont` (one row each, in order): tokens,
+        log-probs and entropy concatenated after the `T` generated so far, lengths added, the finish
+        and cut flags those of the continuation (a partial rollout carried over to new weights)."""
+        t = self.tokens.shape[1]
+        width = t + cont.tokens.shape[1]
+
+        def widen(x: torch.Tensor, tail: torch.Tensor, value: float | int) -> torch.Tensor:
+            out = torch.nn.functional.pad(x, (0, width - t), value=value)
+            out[rows, t:] = tail.to(out.dtype)
+            return out
+
+        lengths, finished = self.lengths.clone(), self.finished.clone()
+        lengths[rows] += cont.lengths
+        finished[rows] = cont.finished
+        cut = torch.zeros_like(finished)
+        if cont.cut is not None:
+            cut[rows] = cont.cut
+        return GenerationBatch(
+            tokens=widen(self.tokens, cont.tokens, pad_token_id), logprobs=widen(self.logprobs, cont.logprobs, 0.0),
+            entropy=widen(self.entropy, cont.entropy, 0.0), lengths=lengths, finished=finished,
+            gen_time_s=self.gen_time_s + cont.gen_time_s, workers=self.workers, has_entropy=self.has_entropy,
+            cut=cut if bool(cut.any()) else None)
 
 
 def group_seed(*key: int) -> int:

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -130,7 +130,7 @@ class GroupStreams:
 
     CHUNK = 32
 
-    def __init__(self, seeds: Sequence[int]) -> None:
+    def __init__(self, seeds: Sequence[int], offset: int = 0) -> None:
         order: dict[int, list[int]] = {}
         for row, seed in enumerate(seeds):
             order.setdefault(int(seed), []).append(row)
@@ -140,9 +140,14 @@ class GroupStreams:
         self.inverse = None if flat == list(range(len(flat))) else torch.argsort(torch.tensor(flat))
         self.table: torch.Tensor | None = None
         self.start = 0
+        self.offset = offset
+        for chunk in range(0, offset - offset % self.CHUNK, self.CHUNK):  # the draws a cut-off segment made
+            self.draw(chunk - offset)
 
     def draw(self, step: int) -> torch.Tensor:
-        """[N] uniforms in [0, 1) for decoding step `step` (0, 1, ... in order), in row order."""
+        """[N] uniforms in [0, 1) for decoding step `step` (0, 1, ... in order, counted from `offset`),
+        in row order."""
+        step += self.offset
         if self.table is None or step >= self.start + self.CHUNK:
             self.start = step - step % self.CHUNK
             parts = [torch.rand((k, self.CHUNK), generator=g).T for k, g in zip(self.sizes, self.generators)]
@@ -205,11 +210,15 @@ class HFBackend(BackendDefaults):
         self.policy_version += 1
 
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams, *,
-                 generator: torch.Generator | None = None, seeds: Sequence[int] | None = None) -> GenerationBatch:
+                 generator: torch.Generator | None = None, seeds: Sequence[int] | None = None,
+                 interrupt: Callable[[], bool] | None = None, offset: int = 0) -> GenerationBatch:
         """Sample one continuation per prompt; see GenerationBatch for the layout.
 
         `seeds` (one per prompt) samples each group of rows sharing a seed from its own stream
-        (`GroupStreams`); without it the whole batch draws from `generator`."""
+        (`GroupStreams`); without it the whole batch draws from `generator`. `interrupt`, asked before
+        every decoding step after the first, stops the batch early when it says so (new weights for a
+        partial rollout): unfinished rows come back with `cut` set. `offset` continues the seeds'
+        streams where an interrupted segment of that many tokens left them."""
         validate_sampling(sampling)
         if seeds is not None and len(seeds) != len(prompts):
             raise WorkbenchError(f"generate: {len(seeds)} seeds for {len(prompts)} prompts (one per prompt)")
@@ -218,19 +227,21 @@ class HFBackend(BackendDefaults):
         self.model.eval()
         try:
             with torch.inference_mode():
-                streams = GroupStreams(seeds) if seeds is not None else None
-                tokens, logprobs, entropy, lengths, finished = self._loop(prompts, sampling, generator, streams)
+                streams = GroupStreams(seeds, offset) if seeds is not None else None
+                tokens, logprobs, entropy, lengths, finished, cut = self._loop(prompts, sampling, generator, streams,
+                                                                               interrupt)
         finally:
             self.model.train(was_training)
         return GenerationBatch(tokens=tokens, logprobs=logprobs, entropy=entropy, lengths=lengths,
-                               finished=finished, gen_time_s=time.perf_counter() - start)
+                               finished=finished, gen_time_s=time.perf_counter() - start, cut=cut)
 
     def _forward(self, ids, mask, pos, cache) -> torch.Tensor:
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache,
                          use_cache=True, logits_to_keep=1)
         return out.logits[:, -1]
 
-    def _loop(self, prompts, sampling: SamplingParams, generator, streams: GroupStreams | None = None):
+    def _loop(self, prompts, sampling: SamplingParams, generator, streams: GroupStreams | None = None,
+              interrupt: Callable[[], bool] | None = None):
         """The KV-cache decoding loop; returns CPU tensors trimmed to the longest generation.
 
         `rows` maps each row of the working batch to its output row: when compaction drops finished
@@ -261,6 +272,7 @@ class HFBackend(BackendDefaults):
         rows = torch.arange(n, device=dev)
         greedy = sampling.top_k == 1
         steps = 0
+        cut = None
         for t in range(t_max):
             logp = sampling_logprobs(logits, sampling)
             uniform = streams.draw(t)[rows.cpu()] if streams is not None and not greedy else None
@@ -277,6 +289,9 @@ class HFBackend(BackendDefaults):
             n_still = int(still.sum())
             if t + 1 == t_max or n_still == 0:
                 break
+            if interrupt is not None and interrupt():
+                cut = ~finished.cpu()
+                break
             if n_still <= self.compact_below * rows.numel():
                 keep = still.nonzero().squeeze(1)
                 cache.batch_select_indices(keep)
@@ -285,7 +300,7 @@ class HFBackend(BackendDefaults):
             logits = self._forward(tok.unsqueeze(-1), mask, next_pos.unsqueeze(-1), cache)
             next_pos = next_pos + 1
         return (tokens[:, :steps].cpu(), logprobs[:, :steps].cpu(), entropy[:, :steps].cpu(),
-                lengths.cpu(), finished.cpu())
+                lengths.cpu(), finished.cpu(), cut)
 
 
 @dataclass

@@ -318,6 +318,18 @@ class RayBackend(BackendDefaults):
             pass  # a worker died: Ray restarts it and the next generate call reloads these weights
         self._synced = version
 
+    def ship(self, model: torch.nn.Module, version: int) -> None:
+        """Have every worker load `model`'s weights as `version`, leaving the local backend alone (the
+        asynchronous pipeline's generator thread: `model` is its own copy, not the trainer's)."""
+        import ray
+
+        self._box = [ray.put(pack_state(model))]
+        try:
+            ray.get([w.load.remote(self._box, version) for w in self.workers])
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+            pass  # a worker died: Ray restarts it and the next generate call reloads these weights
+        self._synced = version
+
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams, *,
                  generator: torch.Generator | None = None, seeds: Sequence[int] | None = None) -> GenerationBatch:
         if seeds is None:
@@ -340,7 +352,7 @@ class RayBackend(BackendDefaults):
         return batch
 
     def _submit(self, i: int, rows: list[int], prompts, sampling, seeds):
-        version = self.policy_version if self._box is not None else 0
+        version = self._synced if self._box is not None else 0  # what the workers were last sent
         fault = self._faults.pop(i, None)
         return self.workers[i].generate.remote([list(prompts[r]) for r in rows], sampling,
                                                [int(seeds[r]) for r in rows], version, self._box, fault)

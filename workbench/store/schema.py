@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """Bumped whenever a table or column changes; older stores are migrated on open (see MIGRATIONS)."""
 
 # (column, DuckDB type) per table. JSON columns are written as text and typed JSON in the store.
@@ -39,7 +39,7 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("allocator", "VARCHAR"), ("asked", "INTEGER"), ("granted", "INTEGER"), ("reason", "VARCHAR"),
         ("predicted_pass", "DOUBLE"), ("alpha_before", "DOUBLE"), ("beta_before", "DOUBLE"),
         ("budget_kind", "VARCHAR"), ("budget", "BIGINT"), ("budget_left", "BIGINT"),
-        ("used_in_update", "BOOLEAN"),
+        ("used_in_update", "BOOLEAN"), ("stats_version", "INTEGER"),
     ],
     "rollouts": [
         ("run_id", "VARCHAR"), ("step", "INTEGER"), ("stage", "INTEGER"), ("prompt_id", "VARCHAR"),
@@ -51,6 +51,8 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("used_in_update", "BOOLEAN"), ("worker", "VARCHAR"), ("token_logprobs", "FLOAT[]"),
         ("reward_terms", "MAP(VARCHAR, DOUBLE)"),
         ("correct", "BOOLEAN"), ("observations", "VARCHAR[]"),
+        ("version_start", "INTEGER"), ("version_end", "INTEGER"), ("segments", "INTEGER"),
+        ("staleness", "INTEGER"), ("is_weight_mean", "FLOAT"),
     ],
     "prompt_stats": [
         ("run_id", "VARCHAR"), ("step", "INTEGER"), ("prompt_id", "VARCHAR"), ("alpha", "DOUBLE"),
@@ -159,6 +161,16 @@ MIGRATIONS: dict[int, tuple[str, list[str] | Callable[[], list[str]]]] = {
         "(environment turns of a multi-turn rollout, kept apart from the response)",
         ["ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS correct BOOLEAN",
          "ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS observations VARCHAR[]"]),
+    6: ("the asynchronous pipeline's record: rollouts.version_start, version_end, segments, staleness "
+        "(versions behind the trainer when consumed) and is_weight_mean (mean importance weight of its "
+        "tokens), allocations.stats_version (the policy version of the statistics a decision used); null "
+        "in rows written before and in imported runs",
+        ["ALTER TABLE allocations ADD COLUMN IF NOT EXISTS stats_version INTEGER",
+         "ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS version_start INTEGER",
+         "ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS version_end INTEGER",
+         "ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS segments INTEGER",
+         "ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS staleness INTEGER",
+         "ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS is_weight_mean FLOAT"]),
 }
 
 

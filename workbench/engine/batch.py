@@ -1,0 +1,287 @@
+"""The producer of the training loop: `collect` returns one step's generated, scored and allocated
+batch (a `Batch`), as nanochat's RL script hides rollouts behind `get_batch`.
+
+The synchronous loop calls `collect` and then trains on what it returned; the asynchronous pipeline
+(`workbench.engine.pipeline`) calls the same function on a generator thread, ahead of the trainer.
+So everything a batch needs from the step's start is read here, once: the candidates and the
+allocator's stages, the rollouts with the workers that made them, the reused responses, the
+per-prompt statistics after folding the step's rewards in, and the live settings it was made under.
+The statistics depend on rewards only, never on the weights, so folding them in here rather than
+after the update changes nothing in the synchronous loop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+import numpy as np
+import torch
+
+from workbench.allocators.base import Budget, Candidate, GroupResult, PromptStats, StepContext, fit_to_budget
+from workbench.engine.evaluate import decode
+from workbench.engine.setup import Setup, StepState
+from workbench.engine.steplog import Rollouts
+from workbench.engine.timing import PhaseTimer
+from workbench.faults import fault_point
+from workbench.rollout.base import GenerationBatch, SamplingParams, group_seed
+from workbench.tasks.rewards import score
+
+
+@dataclass
+class Batch:
+    """One step's generated, scored and allocated rollouts, and what the step's record needs of them."""
+
+    step: int
+    rollouts: Rollouts
+    """Every row of the step (all stages, then reused responses), with the worker of each."""
+    results: dict[str, GroupResult]
+    """Each prompt's pooled group, in the order the groups were first generated."""
+    alloc_rows: list[dict[str, Any]]
+    """The `allocations` rows (without `used_in_update`, which the update decides)."""
+    budget_used: int
+    info: dict[str, Any]
+    """What the allocator reported about the step (`ctx.info`)."""
+    stages: int
+    rng: np.random.Generator
+    """The step's generator after the allocator drew from it (the update's shuffle continues it)."""
+    prompt_rows: list[dict[str, Any]]
+    """The `prompt_stats` rows after this step's rewards were folded in."""
+    tokens: int
+    """Tokens generated on-policy."""
+    settings: dict[str, Any]
+    """The live settings the batch was made under (`rollout/temperature`, `alloc/budget`, ...)."""
+    events: list[dict[str, Any]] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+    """Figures of the backend that made the batch (Ray workers), when that is not the trainer's."""
+    timer: PhaseTimer = field(default_factory=PhaseTimer)
+    """Time spent producing the batch, per phase (generate, verify, allocate)."""
+
+    @property
+    def n_onp(self) -> int:
+        return int((~self.rollouts.off_policy).sum())
+
+
+# -- one stage: generate the granted rollouts and score them ---------------------------------------
+
+def stage_seeds(seed: int, step: int, stage: int, rows: list[int]) -> list[int]:
+    """One sampling seed per row: a prompt's rollouts of a stage form one group with its own stream,
+    derived from (run seed, step, stage, prompt index) and never from the worker or the batch."""
+    per_prompt = {i: group_seed(seed, step, stage, i) for i in dict.fromkeys(rows)}
+    return [per_prompt[i] for i in rows]
+
+
+class WeightFeed(Protocol):
+    """New weights reaching a generator mid-batch (the pipeline's partial rollouts)."""
+
+    def pending(self) -> bool:
+        """Whether newer weights wait to be installed."""
+        ...
+
+    def refresh(self) -> int:
+        """Install them; return the version now held."""
+        ...
+
+
+def generate_partial(s: Setup, prompts: list[list[int]], sampling: SamplingParams, seeds: list[int], version: int,
+                     feed: WeightFeed) -> tuple[GenerationBatch, np.ndarray, np.ndarray]:
+    """Generate, and whenever new weights arrive mid-batch, install them and continue the unfinished
+    rows under them: each keeps its tokens and log-probs, asks only for the tokens it has left
+    (`max_new_tokens` less what it generated) and continues its seed's stream. Returns the batch,
+    each row's end version and its number of segments."""
+    n = len(prompts)
+    batch = s.backend.generate(prompts, sampling, seeds=seeds, interrupt=feed.pending)
+    version_end, segments = np.full(n, version, dtype=np.int64), np.ones(n, dtype=np.int32)
+    while batch.cut is not None:
+        version = feed.refresh()
+        rows = torch.nonzero(batch.cut).squeeze(1)
+        done = batch.tokens.shape[1]  # every cut row generated exactly this many tokens
+        idx = rows.tolist()
+        cont = s.backend.generate(
+            [list(prompts[i]) + batch.tokens[i, :done].tolist() for i in idx],
+            dataclasses.replace(sampling, max_new_tokens=sampling.max_new_tokens - done),
+            seeds=[seeds[i] for i in idx], interrupt=feed.pending, offset=done)
+        batch = batch.splice(rows, cont, s.pad_id)
+        version_end[idx] = version
+        segments[idx] += 1
+    return batch, version_end, segments
+
+
+def rollout_stage(s: Setup, rows: list[int], stage: int, temperature: float, gen: torch.Generator | None,
+                  timer: PhaseTimer, *, seeds: list[int] | None = None, version: int = 0,
+                  feed: WeightFeed | None = None) -> Rollouts:
+    """Generate one rollout per entry of `rows` (indices into the training prompts) and verify it.
+
+    With `seeds` (one per row, `stage_seeds`) each prompt's group samples from its own stream, so
+    any backend or split across workers gives the same rollouts; else `gen` drives the batch. With a
+    `feed` (partial rollouts) weights arriving mid-stage are installed and the stage continued."""
+    cfg = s.cfg.sampling
+    sampling = SamplingParams(temperature=temperature, top_p=cfg.top_p, top_k=cfg.top_k,
+                              max_new_tokens=cfg.max_new_tokens)
+    n = len(rows)
+    version_end, segments = np.full(n, version, dtype=np.int64), np.ones(n, dtype=np.int32)
+    with timer("generate"):
+        prompts = [s.train_tok[i] for i in rows]
+        if feed is not None and seeds is not None:
+            batch, version_end, segments = generate_partial(s, prompts, sampling, seeds, version, feed)
+        else:
+            batch = (s.backend.generate(prompts, sampling, seeds=seeds) if seeds is not None
+                     else s.backend.generate(prompts, sampling, generator=gen))
+        fault_point("generate")
+        texts = decode(s.tokenizer, batch)
+    with timer("verify"):  # the verifier's verdicts and the reward's terms (`[rewards]`)
+        scored = score(s.cfg.rewards, s.task, [s.train[i] for i in rows], texts, batch.lengths.cpu().numpy(),
+                       batch.finished.cpu().numpy(), max_new_tokens=cfg.max_new_tokens)
+    return Rollouts(
+        tokens=batch.tokens.cpu(), logprobs=batch.logprobs.float().cpu(), entropy=batch.entropy.float().cpu(),
+        lengths=batch.lengths.cpu().long(), finished=batch.finished.cpu().bool(),
+        prompt=np.asarray(rows, dtype=np.int64), stage=np.full(n, stage, dtype=np.int32),
+        policy_version=np.full(n, s.backend.policy_version, dtype=np.int64),
+        temperature=np.full(n, temperature, dtype=np.float64), off_policy=np.zeros(n, dtype=bool),
+        responses=texts, rewards=scored.rewards, verdicts=scored.verdicts, reward_terms=scored.terms,
+        correct=np.asarray([v.correct for v in scored.results], dtype=bool), workers=batch.workers or ["local"] * n,
+        version_start=np.full(n, version, dtype=np.int64), version_end=version_end, segments=segments,
+    )
+
+
+def reused_row(reuse: dict[str, dict[str, Any]], prompt_id: str, prompt: int, stage: int) -> Rollouts:
+    """The cached earlier correct response of a prompt, as one off-policy row."""
+    c = reuse[prompt_id]
+    t = len(c["tokens"])
+    return Rollouts(
+        tokens=torch.tensor([c["tokens"]], dtype=torch.long),
+        logprobs=torch.tensor([c["logprobs"]], dtype=torch.float32),
+        entropy=torch.tensor([c["entropy"]], dtype=torch.float32),
+        lengths=torch.tensor([t]), finished=torch.tensor([c["finished"]]),
+        prompt=np.array([prompt]), stage=np.array([stage], dtype=np.int32),
+        policy_version=np.array([c["policy_version"]]), temperature=np.array([c["temperature"]]),
+        off_policy=np.array([True]), responses=[c["response"]], rewards=np.array([c["reward"]]),
+        verdicts=[c["verdict"]], correct=np.array([c.get("correct", True)], dtype=bool),
+        workers=[c.get("worker", "local")],
+        version_start=np.array([c.get("version", -1)]), version_end=np.array([c.get("version", -1)]),
+        segments=np.ones(1, dtype=np.int32),
+    )
+
+
+# -- the producer: one step's batch ------------------------------------------------------------------
+
+def collect(s: Setup, state: StepState, step: int, version: int | None = None, *,
+            on_stage: Callable[[int], None] = lambda stage: None, feed: WeightFeed | None = None) -> Batch:
+    """Generate, score and allocate step `step`'s batch under policy `version` (default: step - 1,
+    the synchronous loop's); fold its rewards into `state`.
+
+    `on_stage(stage)` runs at each stage boundary inside the step (the loop applies stage-boundary
+    controls there)."""
+    version = step - 1 if version is None else version
+    cfg, live, timer = s.cfg, s.live, PhaseTimer()
+    alloc = live.allocator
+    budget = Budget(live.budget_kind, live.budget, 0, state.tokens_per_rollout)
+    rng = np.random.default_rng([cfg.seed, step, 0xA110C])
+    stats = state.stats
+
+    def draw(k: int) -> list[Candidate]:
+        return [Candidate(s.train[i].id, stats.setdefault(s.train[i].id, PromptStats(s.train[i].id)),
+                          s.train[i].level) for i in s.sampler.draw(k)]
+
+    with timer("allocate"):
+        candidates = draw(alloc.candidates_wanted(cfg.allocator.prompts_per_step))
+        ctx = StepContext(step=step, stage=0, budget=budget, candidates=candidates, stats=stats,
+                          rng=rng, draw=draw, prompts_per_step=cfg.allocator.prompts_per_step)
+        grants = alloc.begin_step(ctx)
+    before = {pid: (st.alpha, st.beta) for pid, st in stats.items() if pid in {c.prompt_id for c in candidates}}
+    parts: list[Rollouts] = []
+    s.backend.expected_new_tokens = state.tokens_per_rollout  # balances a split across workers (Ray)
+    alloc_rows: list[dict[str, Any]] = []
+    results: dict[str, GroupResult] = {}
+    stage = 0
+    while True:
+        asked = [g.n for g in grants]
+        grants = fit_to_budget(grants, ctx.budget)
+        rows = [s.index[g.prompt_id] for g in grants for _ in range(g.n)]
+        for g, ask in zip(grants, asked):
+            st = stats.setdefault(g.prompt_id, PromptStats(g.prompt_id))
+            a0, b0 = before.get(g.prompt_id, (st.alpha, st.beta))
+            alloc_rows.append(dict(step=step, stage=stage, prompt_id=g.prompt_id, allocator=alloc.name,
+                                   asked=int(ask), granted=int(g.n), reason=g.reason,
+                                   predicted_pass=g.predicted_pass, alpha_before=a0, beta_before=b0,
+                                   budget_kind=budget.kind, budget=budget.amount, stats_version=version))
+        if rows:
+            part = rollout_stage(s, rows, stage, live.temperature, None, timer,
+                                 seeds=stage_seeds(cfg.seed, step, stage, rows), version=version, feed=feed)
+            parts.append(part)
+            _pool(results, part, s, stage)
+            spent = len(rows) if budget.kind == "rollouts" else int(part.lengths.sum())
+            ctx.budget = dataclasses.replace(ctx.budget, used=ctx.budget.used + spent)
+        for row in alloc_rows[-len(grants):] if grants else []:
+            row["budget_left"] = ctx.budget.left
+        stage += 1
+        if stage >= cfg.allocator.max_stages:
+            break
+        on_stage(stage)
+        ctx.stage = stage
+        with timer("allocate"):
+            grants = alloc.next_stage(ctx, results)
+        if not grants:
+            break
+    with timer("allocate"):
+        for pid in alloc.reuse_requests(results) if parts else []:
+            if pid in state.reuse and pid in results and results[pid].correct == 0:
+                part = reused_row(state.reuse, pid, s.index[pid], stage - 1)
+                parts.append(part)
+                _pool(results, part, s, stage - 1)
+    events = [] if parts else [dict(level="warning", kind="empty_step", message=(
+        f"step {step}: the allocator {alloc.name!r} granted no rollouts (budget {budget.amount} "
+        f"{budget.kind}); nothing to learn from, the run goes on"))]
+    r = Rollouts.concat(parts, s.pad_id) if parts else Rollouts.empty()
+    tokens = _fold_in(s, state, r, results, step)
+    prompt_rows = [dict(prompt_id=pid, **_stats_row(stats[pid])) for pid in
+                   dict.fromkeys([c.prompt_id for c in candidates] + list(results))]
+    settings = {"rollout/temperature": live.temperature, "alloc/budget": live.budget,
+                "alloc/budget_kind": live.budget_kind, "alloc/allocator": alloc.name,
+                "alloc/params": live.allocator_params()}
+    return Batch(step=step, rollouts=r, results=results, alloc_rows=alloc_rows, budget_used=ctx.budget.used,
+                 info=dict(ctx.info), stages=stage, rng=rng, prompt_rows=prompt_rows, tokens=tokens, settings=settings,
+                 events=events, timer=timer)
+
+
+def _fold_in(s: Setup, state: StepState, r: Rollouts, results: dict[str, GroupResult], step: int) -> int:
+    """Fold the step's on-policy rewards into the per-prompt statistics, remember correct responses,
+    update the running mean length; return the on-policy tokens generated."""
+    onp, ok = ~r.off_policy, r.correct_mask()
+    pids = [s.train[int(i)].id for i in r.prompt]
+    for pid in results:
+        k = np.asarray([p == pid for p in pids], dtype=bool) & onp
+        state.stats[pid].update(r.rewards[k].tolist(), step, int(r.lengths[torch.as_tensor(k)].sum()),
+                                s.cfg.allocator.stats_decay, correct=ok[k].tolist())
+    _remember_correct(state.reuse, r, pids)
+    tokens = int(r.lengths[torch.as_tensor(onp)].sum())
+    state.tokens_per_rollout = 0.9 * state.tokens_per_rollout + 0.1 * tokens / max(int(onp.sum()), 1)
+    return tokens
+
+
+def _pool(results: dict[str, GroupResult], part: Rollouts, s: Setup, stage: int) -> None:
+    for i, (p, rew, ok) in enumerate(zip(part.prompt, part.rewards, part.correct_mask())):
+        pid = s.train[int(p)].id
+        g = results.setdefault(pid, GroupResult(pid, []))
+        g.rewards.append(float(rew))
+        g.oks.append(bool(ok))
+        g.tokens += int(part.lengths[i])
+        g.stages.append(stage)
+
+
+def _remember_correct(reuse: dict[str, dict[str, Any]], r: Rollouts, pids: list[str]) -> None:
+    """Keep each prompt's latest on-policy correct response (for allocators that reuse responses)."""
+    for i in np.flatnonzero(r.correct_mask() & ~r.off_policy):
+        n = int(r.lengths[i])
+        reuse[pids[i]] = dict(tokens=r.tokens[i, :n].tolist(), logprobs=r.logprobs[i, :n].tolist(),
+                              entropy=r.entropy[i, :n].tolist(), finished=bool(r.finished[i]),
+                              policy_version=int(r.policy_version[i]), temperature=float(r.temperature[i]),
+                              response=r.responses[i], reward=float(r.rewards[i]), verdict=r.verdicts[i],
+                              correct=True, worker=r.workers[i], version=int(r.version_start[i]))
+
+
+def _stats_row(st: PromptStats) -> dict[str, Any]:
+    return dict(alpha=st.alpha, beta=st.beta, pass_mean=st.mean, visits=st.visits, rollouts=st.rollouts,
+                correct=st.correct, easy_streak=st.easy_streak, hard_streak=st.hard_streak,
+                last_step=st.last_step, last_pass=st.last_pass)

@@ -1,0 +1,96 @@
+"""The `[pipeline]` section of a run config: asynchronous generation (rollouts ahead of the policy).
+
+The section is named `pipeline` because `async` is a keyword in Python (a config field could not
+carry that name); `docs/async.md` describes the design and each setting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from workbench.errors import ConfigError
+
+CORRECTIONS = ("bypass", "decoupled", "none")
+"""Off-policy corrections of the policy loss (see `workbench.algorithms.correction`)."""
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    max_staleness: int = 0
+    """eta: how many policy versions a consumed rollout may lag the trainer. 0 is the synchronous loop,
+    exactly (generate, then train); k > 0 lets a generator thread with its own copy of the weights
+    run up to k batches ahead, the bound kept at admission (a batch starts only while accepted +
+    running < (eta + version + 1) batches), never by dropping finished rollouts."""
+    max_staleness_bound: int = 0
+    """The largest eta a live `set_staleness` command may set (0: `max_staleness`)."""
+    partial_rollouts: bool = False
+    """When new weights reach the generator mid-batch, install them at once and continue the
+    unfinished responses under them (their tokens, log-probs and seeds' streams kept, each asking
+    only for the tokens it has left; `segments` and `version_end` record it). Off: weights are
+    installed between batches, so no rollout spans two versions."""
+    over_provision: float = 1.0
+    """APRIL-style over-provisioning: start up to this factor more groups than a step needs and take
+    the first that finish. Not available yet: only 1 (off) is accepted."""
+    correction: Literal["bypass", "decoupled", "none"] = "decoupled"
+    """Off-policy correction of the loss. "bypass": the PPO ratio against the generator's own
+    log-probabilities. "decoupled": the ratio against the policy at the start of the update (the
+    proximal policy), times the truncated behaviour weight min(pi_prox / pi_behav, `is_cap`). "none":
+    the ratio against the proximal policy and no weight (for ablations)."""
+    correction_level: Literal["token", "sequence"] = "token"
+    """Whether the decoupled weight is computed per token or once per sequence (the product of its
+    tokens' ratios, i.e. exp of the summed log-ratio)."""
+    is_cap: float = 2.0
+    """Upper bound of the importance weight pi_prox / pi_behav (truncated importance sampling)."""
+    threads_per_side: int = 0
+    """torch intra-op threads each side (generator thread, trainer) computes with. torch has one
+    thread-pool size per process, so both sides share this number, and it replaces `model.threads`
+    while the generator thread runs; 0: half the machine's cores (at least 1), so that on 2 cores each
+    side has one core of its own."""
+
+    def __post_init__(self) -> None:
+        if self.max_staleness < 0:
+            raise ConfigError(f"pipeline.max_staleness: {self.max_staleness!r} is not allowed (an integer >= 0)")
+        if self.max_staleness_bound and self.max_staleness_bound < self.max_staleness:
+            raise ConfigError(f"pipeline.max_staleness_bound: {self.max_staleness_bound!r} is not allowed "
+                              f"(0, or an integer >= pipeline.max_staleness = {self.max_staleness})")
+        if self.max_staleness_bound < 0:
+            raise ConfigError(f"pipeline.max_staleness_bound: {self.max_staleness_bound!r} is not allowed "
+                              "(an integer >= 0)")
+        if not self.over_provision >= 1:
+            raise ConfigError(f"pipeline.over_provision: {self.over_provision!r} is not allowed (a factor >= 1)")
+        if self.over_provision != 1:
+            raise ConfigError(f"pipeline.over_provision: {self.over_provision!r} is not available yet (only 1)")
+        if self.correction not in CORRECTIONS:
+            raise ConfigError(f"pipeline.correction: {self.correction!r} is not allowed "
+                              f"(one of {', '.join(CORRECTIONS)})")
+        if self.correction_level not in ("token", "sequence"):
+            raise ConfigError(f"pipeline.correction_level: {self.correction_level!r} is not allowed "
+                              "(token or sequence)")
+        if not self.is_cap >= 1:
+            raise ConfigError(f"pipeline.is_cap: {self.is_cap!r} is not allowed (a number >= 1)")
+        if self.threads_per_side < 0:
+            raise ConfigError(f"pipeline.threads_per_side: {self.threads_per_side!r} is not allowed "
+                              "(an integer >= 0; 0: half the cores)")
+
+    def check_rollout(self, rollout: Any) -> None:
+        """The pipeline with the run's `[rollout]`: an in-process generator or Ray workers (HF), and
+        partial rollouts only in process (a Ray worker's batch cannot be interrupted yet)."""
+        if not self.enabled:
+            return
+        if rollout.backend not in ("hf", "ray"):
+            raise ConfigError(f"pipeline.max_staleness: {self.bound!r} is not allowed (above 0 needs "
+                              f'rollout.backend "hf" or "ray", not {rollout.backend!r})')
+        if rollout.backend == "ray" and (self.partial_rollouts or rollout.worker_backend != "hf"):
+            raise ConfigError(f"pipeline.partial_rollouts: {self.partial_rollouts!r} is not allowed (with Ray "
+                              'workers: only false, and rollout.worker_backend = "hf")')
+
+    @property
+    def bound(self) -> int:
+        """The largest eta this run may use (`set_staleness` checks against it)."""
+        return self.max_staleness_bound or self.max_staleness
+
+    @property
+    def enabled(self) -> bool:
+        """Whether a generator thread runs ahead (eta > 0 now or allowed later)."""
+        return self.bound > 0
