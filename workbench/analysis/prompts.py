@@ -96,7 +96,13 @@ def compare_runs(store: Any, run_ids: list[str], *, basis: str = "end", at: int 
         raise DataError(f"compare_runs: basis {basis!r} is not one of {', '.join(BASES)}")
     if labels is not None and len(labels) != len(run_ids):
         raise DataError(f"compare_runs: labels has {len(labels)} entries for {len(run_ids)} runs")
-    steps = {rid: _steps(store, rid) for rid in run_ids}
+    steps = _steps(store, run_ids)
+    texts = {rid: store.prompt_texts(rid) for rid in dict.fromkeys(run_ids)}
+    if labels is None:
+        from workbench.analysis.frames import pick_runs
+
+        named = pick_runs(store, list(dict.fromkeys(run_ids)))
+        labels = [dict(zip(named["run_id"], named["label"]))[rid] for rid in run_ids]
     if at is None and basis == "step":
         at = min(int(s["step"].max()) for s in steps.values())
     if at is None and basis == "tokens":
@@ -105,43 +111,49 @@ def compare_runs(store: Any, run_ids: list[str], *, basis: str = "end", at: int 
     for i, rid in enumerate(run_ids):
         s = steps[rid]
         point = _point(s, basis, at)
-        w = window or auto_window(store, rid, s)
+        w = window or auto_window(store, rid, s, texts[rid])
         lo, hi = _window(s, point, w)
-        label = labels[i] if labels else _label(store, rid)
-        sides.append(_Side(rid, label, point, lo, hi, _tokens_at(s, point)))
-    return _compare(store, sides, basis)
+        sides.append(_Side(rid, labels[i], point, lo, hi, _tokens_at(s, point)))
+    return _compare(store, sides, basis, texts)
 
 
 def compare_steps(store: Any, run_id: str, before: int, after: int, *, window: int | None = None) -> PromptComparison:
     """One run compared with itself: the window around step `before` (A) against the window around
     step `after` (B)."""
-    s = _steps(store, run_id)
-    w = window or auto_window(store, run_id, s)
+    s = _steps(store, [run_id])[run_id]
+    texts = {run_id: store.prompt_texts(run_id)}
+    w = window or auto_window(store, run_id, s, texts[run_id])
     sides = []
     for point in (before, after):
         p = _point(s, "step", point)
         lo, hi = _window(s, p, w)
         sides.append(_Side(run_id, f"step {p}", p, lo, hi, _tokens_at(s, p)))
-    return _compare(store, sides, "step")
+    return _compare(store, sides, "step", texts)
 
 
-def auto_window(store: Any, run_id: str, steps: pl.DataFrame | None = None) -> int:
+def auto_window(store: Any, run_id: str, steps: pl.DataFrame | None = None, texts: pl.DataFrame | None = None) -> int:
     """The default window in steps: enough that the run's train prompts come round about twice at its
     mean prompts per step (at least 3 steps, at most the run's length)."""
-    s = _steps(store, run_id) if steps is None else steps
+    s = _steps(store, [run_id])[run_id] if steps is None else steps
     per_step = float(s["prompts"].drop_nulls().mean() or 0) if "prompts" in s.columns else 0.0
-    texts = store.prompt_texts(run_id)
+    texts = store.prompt_texts(run_id) if texts is None else texts
     pool = texts.filter(pl.col("split") != "eval").height if texts.height else 0
     if per_step <= 0 or pool == 0:
         return min(10, s.height)
     return int(max(3, min(s.height, round(2 * pool / per_step))))
 
 
-def _steps(store: Any, run_id: str) -> pl.DataFrame:
-    s = store.run_steps(run_id)
-    if s.height == 0:
-        raise DataError(f"run {run_id}: no steps logged yet, nothing to compare")
-    return s.sort("step").with_columns(pl.col("tokens_generated").fill_null(0).cum_sum().alias("tokens"))
+def _steps(store: Any, run_ids: list[str]) -> dict[str, pl.DataFrame]:
+    """Each run's steps (one read for all) with `tokens`, the generated tokens up to each step."""
+    ids = list(dict.fromkeys(run_ids))
+    s = store.run_steps(ids).select("run_id", "step", "prompts", "tokens_generated")
+    out = {}
+    for rid in ids:
+        mine = s.filter(pl.col("run_id") == rid)
+        if mine.height == 0:
+            raise DataError(f"run {rid}: no steps logged yet, nothing to compare")
+        out[rid] = mine.sort("step").with_columns(pl.col("tokens_generated").fill_null(0).cum_sum().alias("tokens"))
+    return out
 
 
 def _point(s: pl.DataFrame, basis: str, at: int | None) -> int:
@@ -164,12 +176,6 @@ def _window(s: pl.DataFrame, point: int, width: int) -> tuple[int, int]:
 def _tokens_at(s: pl.DataFrame, point: int) -> int | None:
     row = s.filter(pl.col("step") == point)
     return int(row["tokens"][0]) if row.height else None
-
-
-def _label(store: Any, run_id: str) -> str:
-    from workbench.analysis.frames import pick_runs
-
-    return str(pick_runs(store, [run_id])["label"][0])
 
 
 def _outcomes(store: Any, side: _Side) -> pl.DataFrame:
@@ -209,9 +215,9 @@ def _keyed(outcomes: pl.DataFrame, texts: pl.DataFrame) -> pl.DataFrame:
                                  pl.col("ever").any(), pl.col("eval_ever").any(), pl.col("last_step").max()))
 
 
-def _compare(store: Any, sides: list[_Side], basis: str) -> PromptComparison:
+def _compare(store: Any, sides: list[_Side], basis: str, run_texts: dict[str, pl.DataFrame]) -> PromptComparison:
     letters = LETTERS[:len(sides)]
-    texts = [store.prompt_texts(s.run_id) for s in sides]
+    texts = [run_texts[s.run_id] for s in sides]
     outcomes = [_outcomes(store, s) for s in sides]
     keyed = [_keyed(o, t) for o, t in zip(outcomes, texts)]
     prompt_keys = [set(_all_keys(o, t)) for o, t in zip(outcomes, texts)]
