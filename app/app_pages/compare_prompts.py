@@ -20,7 +20,8 @@ ids, labels = data.run_options()
 if not ids:
     st.info("No runs in this store yet.")
     st.stop()
-mode = st.radio("compare", [RUNS, STEPS], horizontal=True, key=f"{PAGE}_mode")
+mode = st.radio("compare", [RUNS, STEPS], horizontal=True, key=f"{PAGE}_mode",
+                index=0 if len(ids) >= 2 else 1)  # one run in the store: its before and after
 c1, c2, c3 = st.columns([3, 2, 1])
 window = c3.number_input("window (steps)", min_value=1, value=None, step=1, key=f"{PAGE}_window",
                          placeholder="auto", help="steps around each point whose rollouts count; empty: enough "
