@@ -9,6 +9,7 @@ import polars as pl
 import streamlit as st
 
 from app import compare_view, components, data
+from workbench.errors import DataError
 
 PAGE = "compare_prompts"
 RUNS, STEPS = "two or more runs", "two steps of one run"
@@ -38,8 +39,12 @@ if mode == RUNS:
     if basis != "end":
         at = c2.number_input("step" if basis == "step" else "generated tokens", min_value=0, value=None, step=1,
                              key=f"{PAGE}_at_{basis}", placeholder="the shortest run's end")
-    cmp = data.prompt_comparison(tuple(chosen), basis, int(at) if at is not None else None, window,
-                                 tuple(labels.get(r, r) for r in chosen))
+    try:
+        cmp = data.prompt_comparison(tuple(chosen), basis, int(at) if at is not None else None, window,
+                                     tuple(labels.get(r, r) for r in chosen))
+    except DataError as exc:  # a run with no step yet
+        st.info(str(exc))
+        st.stop()
 else:
     run_id = components.pick_run(PAGE, container=c1)
     steps = data.steps((run_id,))["step"].to_list() if run_id else []

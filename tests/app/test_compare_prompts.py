@@ -111,3 +111,19 @@ def test_table_view_sorts_filters_and_tags():
     fig = compare_view.scatter(frame, "A", "B")
     points = [k for t in fig.data if t.customdata is not None for k in t.customdata]
     assert sorted(points) == ["a", "b"], "a prompt missing on one side is not plotted"
+
+
+def test_a_run_without_steps_is_said_not_raised(tmp_path, monkeypatch):
+    import streamlit as st
+
+    path = tmp_path / "store"
+    synth.fill(path, steps=2)
+    with open_store(path) as store:
+        store.create_run("empty", {"allocator": {"name": "uniform"}}, seed=0)
+    monkeypatch.setenv("WORKBENCH_STORE", str(path))
+    st.cache_data.clear()
+    app = AppTest.from_file(MAIN, default_timeout=120)
+    app.run()
+    app.switch_page(PAGE).run()
+    assert not app.exception, [e.value for e in app.exception]
+    assert any("no steps logged yet" in i.value for i in app.info)
