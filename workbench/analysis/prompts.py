@@ -8,7 +8,7 @@
 
 The point of each run (its *basis*): the same step (`at`, default the shortest run's last step), the
 same generated tokens (`at`, default the fewest any run generated; each run at the first step that
-reached them), or each run's end. Around that point a window of steps (`window`; by default wide
+reached them, its end if it never did), or each run's end. Around that point a window of steps (`window`; by default wide
 enough that the run's prompt pool comes round about twice), shifted to stay inside the run.
 
 Per prompt and run: the training pass rate in the window (correct / rollouts, correctness as the store
