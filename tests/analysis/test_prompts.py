@@ -145,3 +145,34 @@ def test_interval_matches_newcombe_and_a_plain_loop():
         assert row["hi"] == pytest.approx(pb - pa + math.sqrt((ub - pb) ** 2 + (pa - la) ** 2), rel=1e-6)
     lo_w, hi_w = wilson(pl.lit(0), pl.lit(0))
     assert pl.select(lo_w.alias("lo"), hi_w.alias("hi")).row(0) == (None, None)
+
+
+def test_an_imported_trl_run_lines_up_with_ours_by_text(tmp_path):
+    """Real TRL completion logs (two reward functions) imported, beside a run of ours that stored the same
+    prompts under its own ids: every prompt matches by text, and the counts are the import's."""
+    from pathlib import Path
+
+    from workbench.integrations import import_path
+
+    trl = Path(__file__).resolve().parents[1] / "fixtures" / "trl"
+    with open_store(tmp_path / "store") as store:
+        imported = import_path(store, "trl", trl, options={"reward_weights": {"correct": 1.0, "digits_only": 0.5}})
+        rid = imported["run_id"]
+        texts = store.prompts(rid).filter(pl.col("split") == "train")
+        ours = store.create_run("ours", {"allocator": {"name": "uniform"}}, seed=0)
+        own_ids = {pid: f"ours-{i}" for i, pid in enumerate(texts["prompt_id"])}
+        store.add_prompts(ours, [{"prompt_id": own_ids[p], "split": "train", "level": 0, "text": t, "answer": "",
+                                  "metadata": {}} for p, t in zip(texts["prompt_id"], texts["text"])])
+        rows = [{"stage": 0, "prompt_id": own_ids[p], "idx": 0, "response": "0", "reward": 1.0, "length": 1}
+                for p in texts["prompt_id"]]
+        store.write_step(StepRecord(ours, 0, {"rollout/count": len(rows), "rollout/tokens_generated": len(rows)}, rows))
+        cmp = compare_runs(store, [rid, ours], window=100)
+        last = int(store.run_steps(rid)["step"].max())
+        before_after = compare_steps(store, rid, 1, last, window=1)
+        outcomes = store.prompt_outcomes(rid, 0, last)
+    assert cmp.sides["match_rate"].to_list() == [1.0, 1.0] and cmp.sides["matched_by"][1] == "text"
+    trained = cmp.frame.filter(pl.col("rollouts_A") > 0)
+    assert trained.height == outcomes.height
+    assert (trained["prompt_id_A"] != trained["prompt_id_B"]).all()
+    assert trained["rollouts_A"].sum() == outcomes["rollouts"].sum()
+    assert before_after.sides["step"].to_list() == [1, last]
