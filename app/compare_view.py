@@ -108,5 +108,5 @@ def scatter(frame: pl.DataFrame, a: str, b: str, *, held_out: bool = False, name
                       height=460, margin=dict(l=10, r=10, t=40, b=10), clickmode="event+select",
                       legend=dict(orientation="h", yanchor="top", y=-0.12, xanchor="left", x=0.0),
                       xaxis=dict(title=names[0], range=[-0.05, 1.05]),
-                      yaxis=dict(title=names[1], range=[-0.05, 1.05], scaleanchor="x"))
+                      yaxis=dict(title=names[1], range=[-0.05, 1.05]))
     return fig

@@ -29,7 +29,8 @@ window = c3.number_input("window (steps)", min_value=1, value=None, step=1, key=
                          "steps for the run's prompt pool to come round about twice")
 window = int(window) if window else None
 if mode == RUNS:
-    chosen = c1.multiselect("runs (the first is A)", ids, default=ids[:2], format_func=lambda r: labels.get(r, r),
+    # default: the two newest runs, the older one as A (the baseline, usually)
+    chosen = c1.multiselect("runs (the first is A)", ids, default=ids[:2][::-1], format_func=lambda r: labels.get(r, r),
                             key=f"{PAGE}_runs")
     basis = BASES[c2.radio("at", list(BASES), horizontal=True, key=f"{PAGE}_basis")]
     if len(chosen) < 2:
