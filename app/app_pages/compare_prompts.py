@@ -110,7 +110,8 @@ for i, (x, side) in enumerate(zip(letters, sides.iter_rows(named=True))):
         st.markdown(f"**{x}** · {side['label']}")
         prompt_id, step = row.get(f"prompt_id_{x}"), row.get(f"last_step_{x}")
         if prompt_id is None or step is None:
-            st.info(f"No training rollouts of this prompt in {x}'s window (steps {side['step_min']}–{side['step_max']}).")
+            st.info(f"No training rollouts of this prompt in {x}'s window "
+                    f"(steps {side['step_min']}–{side['step_max']}).")
             continue
         rate = row.get(f"pass_{x}")
         st.caption(f"{row[f'correct_{x}']}/{row[f'rollouts_{x}']} correct in the window"

@@ -8,8 +8,9 @@
 
 The point of each run (its *basis*): the same step (`at`, default the shortest run's last step), the
 same generated tokens (`at`, default the fewest any run generated; each run at the first step that
-reached them, its end if it never did), or each run's end. Around that point a window of steps (`window`; by default wide
-enough that the run's prompt pool comes round about twice), shifted to stay inside the run.
+reached them, its end if it never did), or each run's end. Around that point a window of steps
+(`window`; by default wide enough that the run's prompt pool comes round about twice), shifted to stay
+inside the run.
 
 Per prompt and run: the training pass rate in the window (correct / rollouts, correctness as the store
 says it: `workbench.store.prompt_reader.correct_condition`), whether the run had solved it at all up to
@@ -74,7 +75,8 @@ def wilson(correct: pl.Expr, n: pl.Expr, z: float = Z95) -> tuple[pl.Expr, pl.Ex
     return centre - half, centre + half
 
 
-def diff_interval(ca: pl.Expr, na: pl.Expr, cb: pl.Expr, nb: pl.Expr, z: float = Z95) -> tuple[pl.Expr, pl.Expr, pl.Expr]:
+def diff_interval(ca: pl.Expr, na: pl.Expr, cb: pl.Expr, nb: pl.Expr,
+                  z: float = Z95) -> tuple[pl.Expr, pl.Expr, pl.Expr]:
     """pb - pa and its Newcombe hybrid score interval (low, high), as Polars expressions."""
     pa = ca.cast(pl.Float64) / pl.when(na > 0).then(na.cast(pl.Float64))
     pb = cb.cast(pl.Float64) / pl.when(nb > 0).then(nb.cast(pl.Float64))
