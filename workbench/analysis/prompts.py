@@ -180,9 +180,11 @@ def _tokens_at(s: pl.DataFrame, point: int) -> int | None:
     return int(row["tokens"][0]) if row.height else None
 
 
-def _outcomes(store: Any, side: _Side) -> pl.DataFrame:
-    """Per prompt id of one side: training and held-out counts in its window and up to its end."""
-    train = store.prompt_outcomes(side.run_id, side.step_min, side.step_max)
+def _outcomes(store: Any, side: _Side, to_date: bool) -> pl.DataFrame:
+    """Per prompt id of one side: training and held-out counts in its window, and (`to_date`: run A,
+    whose "never solved" the labels ask; the whole run up to the window is read only for it) up to its
+    end. Held-out "ever" costs nothing extra and is there for every side."""
+    train = store.prompt_outcomes(side.run_id, side.step_min, side.step_max, to_date=to_date)
     ev = store.evals(side.run_id)
     ev = ev.filter(pl.col("step") <= side.step_max) if ev.height else ev
     if ev.height:
@@ -214,13 +216,13 @@ def _keyed(outcomes: pl.DataFrame, texts: pl.DataFrame) -> pl.DataFrame:
             .group_by("key").agg(pl.col("prompt_id").min(), pl.col("text").first(), pl.col("split").first(),
                                  pl.col("level").first(), pl.col("tag").first(),
                                  pl.col("rollouts", "correct", "eval_samples", "eval_correct").sum(),
-                                 pl.col("ever").any(), pl.col("eval_ever").any(), pl.col("last_step").max()))
+                                 pl.col("ever").any(ignore_nulls=False), pl.col("eval_ever").any(), pl.col("last_step").max()))
 
 
 def _compare(store: Any, sides: list[_Side], basis: str, run_texts: dict[str, pl.DataFrame]) -> PromptComparison:
     letters = LETTERS[:len(sides)]
     texts = [run_texts[s.run_id] for s in sides]
-    outcomes = [_outcomes(store, s) for s in sides]
+    outcomes = [_outcomes(store, s, to_date=i == 0) for i, s in enumerate(sides)]
     keyed = [_keyed(o, t) for o, t in zip(outcomes, texts)]
     prompt_keys = [set(_all_keys(o, t)) for o, t in zip(outcomes, texts)]
     frame = None
