@@ -329,3 +329,23 @@ def prompt_rollout_outcomes(run_id: str, prompt_id: str) -> pl.DataFrame:
     n = int(s.count_rollouts(run_id, prompt_id=prompt_id))
     return judged(run_id, s.rollouts(run_id, prompt_id=prompt_id, limit=max(n, 1), offset=0,
                                      columns=["step", "stage", "reward", "correct"]))
+
+
+# --- runs compared prompt by prompt --------------------------------------------------------------
+
+
+@st.cache_data(ttl=BROWSE_TTL, show_spinner=False)
+def prompt_comparison(run_ids: tuple[str, ...], basis: str, at: int | None, window: int | None,
+                      labels: tuple[str, ...]):
+    """`workbench.analysis.compare_runs` over the cached store handle."""
+    from workbench.analysis import compare_runs
+
+    return compare_runs(store(), list(run_ids), basis=basis, at=at, window=window, labels=list(labels))
+
+
+@st.cache_data(ttl=BROWSE_TTL, show_spinner=False)
+def step_comparison(run_id: str, before: int, after: int, window: int | None):
+    """`workbench.analysis.compare_steps` (one run, two points) over the cached store handle."""
+    from workbench.analysis import compare_steps
+
+    return compare_steps(store(), run_id, before, after, window=window)

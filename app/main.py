@@ -12,16 +12,22 @@ import streamlit as st  # noqa: E402
 
 st.set_page_config(page_title="Rollout Workbench", layout="wide")
 
+# Page icons are emoji, not `:material/...` names: the browser tab's icon follows the page's, and Streamlit
+# fetches a Material icon for it from fonts.gstatic.com, while an emoji is drawn in place (a data: URL).
+# The dashboard sends nothing off this machine (tests/app/test_browser_compare.py). These are emoji with a
+# plain-text form that common fonts carry (DejaVu): a browser without a colour emoji font draws them too.
+
 PAGES = [
     # The Runs page answers both `/` and `/runs`: Streamlit serves its default page at `/` only, so a
     # hidden default (same script) takes `/` and the Runs entry of the menu keeps `/runs`.
-    st.Page("app_pages/runs.py", title="Runs", icon=":material/list:", url_path="home", default=True,
+    st.Page("app_pages/runs.py", title="Runs", icon="☑", url_path="home", default=True,
             visibility="hidden"),
-    st.Page("app_pages/runs.py", title="Runs", icon=":material/list:", url_path="runs"),
-    st.Page("app_pages/live.py", title="Run (live)", icon=":material/monitoring:", url_path="live"),
-    st.Page("app_pages/rollouts.py", title="Rollouts", icon=":material/chat:", url_path="rollouts"),
-    st.Page("app_pages/prompt.py", title="Prompt", icon=":material/help:", url_path="prompt"),
-    st.Page("app_pages/allocation.py", title="Allocation", icon=":material/bar_chart:", url_path="allocation"),
-    st.Page("app_pages/compare.py", title="Compare", icon=":material/compare_arrows:", url_path="compare"),
+    st.Page("app_pages/runs.py", title="Runs", icon="☑", url_path="runs"),
+    st.Page("app_pages/live.py", title="Run (live)", icon="▶", url_path="live"),
+    st.Page("app_pages/rollouts.py", title="Rollouts", icon="✉", url_path="rollouts"),
+    st.Page("app_pages/prompt.py", title="Prompt", icon="✏", url_path="prompt"),
+    st.Page("app_pages/allocation.py", title="Allocation", icon="⚙", url_path="allocation"),
+    st.Page("app_pages/compare.py", title="Compare", icon="⚖", url_path="compare"),
+    st.Page("app_pages/compare_prompts.py", title="Compare prompts", icon="↔", url_path="compare-prompts"),
 ]
 st.navigation(PAGES).run()

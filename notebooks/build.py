@@ -226,7 +226,9 @@ def allocators() -> list:
             "    \"until_correct\": (\"until_correct\", {}),\n"
             "}  # knapsack, uncertainty, adaptive_stop, value_tracker, rank_proportional work too (knapsack is slow)\n"
             "replay_seeds = 2  # replays per allocator (different draws)\n"
-            "replay_budget = None  # rollouts per step for the replays; None: the run's logged budget",
+            "replay_budget = None  # rollouts per step for the replays; None: the run's logged budget\n"
+            "compare_basis = \"end\"  # prompt by prompt: \"end\", \"step\" or \"tokens\" (the runs' common point)\n"
+            "compare_window = None  # steps around the point; None: enough for the prompt pool to come round twice",
             metadata={"tags": ["parameters"]}),
         new_code_cell(SETUP + "\nfrom workbench.analysis.replay import compare_allocators, load_run, logged_result, replay_run"),
         new_code_cell(
@@ -303,6 +305,51 @@ def allocators() -> list:
         new_markdown_cell("`observed_frac` is the share of replayed rollouts served from the step's own logged "
                           "outcomes; the rest were resampled, borrowed from the prompt's nearest step, or drawn "
                           "from its posterior, and deserve less trust."),
+        *prompt_by_prompt(),
+    ]
+
+
+def prompt_by_prompt() -> list:
+    """The allocators notebook's last section: the runs compared prompt by prompt."""
+    return [
+        new_markdown_cell(
+            "## Prompt by prompt\n"
+            "Which prompts did each run learn that the first (A) never did, and which did it lose? "
+            "`compare_runs` puts every run at a common point (`compare_basis`: each run's end, the same "
+            "step, or the same generated tokens), counts each prompt's correct rollouts in a window of steps "
+            "around it, and compares each run with A: `diff_B` = B's pass rate − A's with a 95% Newcombe "
+            "interval, and `change_B`, a label read from that interval. Prompts are matched by their text, "
+            "so an imported run lines up with ours. With one run, its first quarter is compared with its end."),
+        new_code_cell(
+            "ids = runs[\"run_id\"].to_list()\n"
+            "if len(ids) >= 2:\n"
+            "    cmp = wa.compare_runs(store, ids, basis=compare_basis, window=compare_window,\n"
+            "                          labels=runs[\"label\"].to_list())\n"
+            "else:\n"
+            "    last = store.run_steps(ids[0])[\"step\"]\n"
+            "    cmp = wa.compare_steps(store, ids[0], int(last.quantile(0.25, \"nearest\")), int(last.max()),\n"
+            "                           window=compare_window)\n"
+            "cmp.sides.select(\"letter\", \"label\", \"step\", \"step_min\", \"step_max\", \"tokens\", \"prompts\",\n"
+            "                 \"match_rate\", \"matched_by\")"),
+        new_code_cell(
+            "b = cmp.sides[\"letter\"][1]  # the run compared with A (change to \"C\", ... with more runs)\n"
+            "(cmp.frame.group_by(f\"change_{b}\")\n"
+            " .agg(pl.len().alias(\"prompts\"), pl.col(f\"diff_{b}\").mean().alias(\"mean_diff\"),\n"
+            "      pl.col(\"pass_A\").mean(), pl.col(f\"pass_{b}\").mean())\n"
+            " .sort(\"prompts\", descending=True))"),
+        new_code_cell(
+            "px.histogram(cmp.frame.with_columns(pl.col(\"level\").cast(pl.Utf8).fill_null(pl.col(\"tag\"))),\n"
+            "             x=\"level\", color=f\"change_{b}\", barmode=\"group\",\n"
+            "             title=f\"Prompts by level (or source tag) and change, {b} against A\")"),
+        new_code_cell(
+            "px.scatter(cmp.frame.drop_nulls([\"pass_A\", f\"pass_{b}\"]), x=\"pass_A\", y=f\"pass_{b}\",\n"
+            "           color=f\"change_{b}\", hover_data=[\"prompt\", \"level\"], range_x=[-0.05, 1.05],\n"
+            "           range_y=[-0.05, 1.05], title=f\"Training pass rate per prompt, {b} against A\")"),
+        new_code_cell(
+            "(cmp.frame.filter(pl.col(f\"change_{b}\").str.starts_with(\"learned\") | pl.col(f\"change_{b}\").str.starts_with(\"lost\"))\n"
+            " .select(\"prompt\", \"level\", \"tag\", \"pass_A\", f\"pass_{b}\", f\"diff_{b}\", f\"diff_{b}_lo\", f\"diff_{b}_hi\",\n"
+            "         f\"change_{b}\", \"eval_pass_A\", f\"eval_pass_{b}\")\n"
+            " .sort(f\"diff_{b}\", descending=True))"),
     ]
 
 

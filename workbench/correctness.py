@@ -56,6 +56,10 @@ class Rule:
         """A bool for a number, a bool array for an array (NaN is never correct)."""
         return _OPS[self.op](reward, self.threshold)
 
+    def sql(self, column: str = "reward") -> str:
+        """The rule as a SQL condition over `column` (the operator is one of five, the number a float)."""
+        return f"{column} {'=' if self.op == '==' else self.op} {float(self.threshold)!r}"
+
     def expr(self, column: str = "reward") -> pl.Expr:
         """The rule as a polars expression over `column` (null where the reward is null)."""
         import polars as pl

@@ -15,5 +15,6 @@ PAGES = {
     "prompt": "app_pages/prompt.py",
     "allocation": "app_pages/allocation.py",
     "compare": "app_pages/compare.py",
+    "compare-prompts": "app_pages/compare_prompts.py",
 }
 """Page name -> file relative to app/main.py (what AppTest.switch_page takes)."""

@@ -23,7 +23,7 @@ from conftest import new_store, tiny_config
 CHROMIUM = "/usr/bin/chromium"
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
-PAGES = ["runs", "live", "rollouts", "prompt", "allocation", "compare"]
+PAGES = ["runs", "live", "rollouts", "prompt", "allocation", "compare", "compare-prompts"]
 IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
 
 pytestmark = [

@@ -67,5 +67,10 @@ def test_bench_app_builds_then_reuses_a_store(tmp_path):
     assert out["rollouts"] == 2048 and out["store_info"]["rollouts"] == 2048
     assert out["store_info"]["reused"] is False
     assert set(out["page_ms"]) == set(app_cmd.PAGES) and all(v > 0 for v in out["page_ms"].values())
-    again = runner.invoke(app, args)
+    # the prompt table of the store's two runs (same prompt pool): every prompt drawn in either run
+    table = out["prompt_table"]
+    assert table["runs"] == 2 and len(out["store_info"]["run_ids"]) == 2 and table["median_ms"] > 0
+    assert 0 < table["prompts"] <= 7_500
+    again = runner.invoke(app, [*args, "--pages", "compare-prompts"])
     assert json.loads(again.stdout)["store_info"]["reused"] is True
+    assert set(json.loads(again.stdout)["page_ms"]) == {"compare-prompts"}

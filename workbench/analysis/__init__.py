@@ -20,6 +20,7 @@ from workbench.analysis.entropy import (
     forking_tokens,
     token_entropies,
 )
+from workbench.analysis.prompts import PromptComparison, compare_runs, compare_steps
 from workbench.analysis.passk import (
     bootstrap_mean_ci,
     pass_at_k,
@@ -33,6 +34,8 @@ from workbench.analysis.terms import term_names, terms_by_step, terms_wide
 __all__ = [
     "allocation_efficiency",
     "bootstrap_mean_ci",
+    "compare_runs",
+    "compare_steps",
     "detect_entropy_collapse",
     "entropy_by_correctness",
     "entropy_by_position",
@@ -44,6 +47,7 @@ __all__ = [
     "pass_at_k",
     "pass_at_k_by_k",
     "pass_at_k_curve",
+    "PromptComparison",
     "rollouts_by_difficulty",
     "sharpening_vs_gain",
     "term_names",

@@ -83,50 +83,85 @@ BENCH_SHAPE = dict(prompts_per_step=128, rollouts_per_prompt=16, tokens=200)
 """Synthetic steps of 2,048 rollouts of 200 tokens (the store's SyntheticRun)."""
 
 
-def ensure_bench_store(path: Path, rollouts: int, *, eval_every: int = 10, eval_prompts: int = 64,
+def ensure_bench_store(path: Path, rollouts: int, *, runs: int = 1, eval_every: int = 10, eval_prompts: int = 64,
                        eval_samples: int = 16) -> dict:
-    """A store at `path` holding one synthetic run of `rollouts` rollouts (rounded up to whole steps)
-    with held-out evaluations every `eval_every` steps and a budget/allocator change half way; built
-    with the store's `SyntheticRun` and writer, or reused when it already holds that run."""
+    """A store at `path` holding `runs` synthetic runs of `rollouts` rollouts each (rounded up to whole
+    steps), named bench-app, bench-app-2, ... (seeds 0, 1, ...), with held-out evaluations every
+    `eval_every` steps and a budget/allocator change half way; built with the store's `SyntheticRun` and
+    writer, or reused where the store already holds them. Returns the first run's figures and `run_ids`."""
+    from workbench.store import open_store
+
+    shape_steps = -(-rollouts // (BENCH_SHAPE["prompts_per_step"] * BENCH_SHAPE["rollouts_per_prompt"]))
+    infos = []
+    with open_store(path) as store:
+        for i in range(runs):
+            name = BENCH_RUN if i == 0 else f"{BENCH_RUN}-{i + 1}"
+            found = store.list_runs()
+            done = [r for r in (found.to_dicts() if found.height else [])
+                    if r["name"] == name and r.get("status") == "finished" and r["steps"] == shape_steps]
+            if done:
+                rid = done[0]["run_id"]
+                infos.append({"run_id": rid, "steps": shape_steps, "reused": True,
+                              "rollouts": store.count_rollouts(rid)})
+            else:
+                infos.append(_bench_run(store, name, i, rollouts, eval_every, eval_prompts, eval_samples))
+    return {**infos[0], "run_ids": [x["run_id"] for x in infos]}
+
+
+def _bench_run(store, name: str, seed: int, rollouts: int, eval_every: int, eval_prompts: int,
+               eval_samples: int) -> dict:
     import numpy as np
 
-    from workbench.store import open_store
     from workbench.store.synthetic import Shape, SyntheticRun
 
     shape = Shape(**BENCH_SHAPE)
     steps = -(-rollouts // shape.rollouts_per_step)
-    with open_store(path) as store:
-        runs = store.list_runs()
-        for row in runs.to_dicts() if runs.height else []:
-            if row["name"] == BENCH_RUN and row.get("status") == "finished" and row["steps"] == steps:
-                return {"run_id": row["run_id"], "steps": steps, "reused": True,
-                        "rollouts": store.count_rollouts(row["run_id"])}
-        cfg = {"name": BENCH_RUN, "allocator": {"name": "uniform", "params": {}}, "synthetic": BENCH_SHAPE}
-        run_id = store.create_run(BENCH_RUN, cfg, seed=0, status="running")
-        gen = SyntheticRun(run_id, shape, seed=0)
-        rng = np.random.default_rng(1)
-        hidden = rng.beta(0.8, 0.8, size=eval_prompts)
-        store.add_prompts(run_id, [{"prompt_id": f"p{i:05d}", "split": "train", "level": 1,
-                                    "text": f"synthetic prompt {i}", "answer": "0", "metadata": {}}
-                                   for i in range(shape.prompt_pool)])
-        for step in range(steps):
-            rec = gen.step(step)
-            if step >= steps // 2:  # a regime change for the curves' marks
-                half = shape.rollouts_per_step // 2
-                rec.metrics.update({"allocator": "multistage", "budget": half})
-            if step % eval_every == 0 or step == steps - 1:
-                lift = min(0.3, step / max(steps, 1) * 0.3)
-                p = np.clip(hidden + lift, 0, 1)
-                correct = rng.binomial(eval_samples, p)
-                rec.evals = [{"prompt_id": f"e{i:03d}", "level": 1, "samples": eval_samples,
-                              "correct": int(c), "greedy_correct": bool(c > eval_samples // 2),
-                              "mean_length": 200.0} for i, c in enumerate(correct)]
-            store.write_step(rec)
-        store.set_run_status(run_id, "finished")
-        return {"run_id": run_id, "steps": steps, "reused": False, "rollouts": store.count_rollouts(run_id)}
+    cfg = {"name": name, "allocator": {"name": "uniform", "params": {}}, "synthetic": BENCH_SHAPE}
+    run_id = store.create_run(name, cfg, seed=seed, status="running")
+    gen = SyntheticRun(run_id, shape, seed=seed)
+    rng = np.random.default_rng(1 + seed)
+    hidden = rng.beta(0.8, 0.8, size=eval_prompts)
+    store.add_prompts(run_id, [{"prompt_id": f"p{i:05d}", "split": "train", "level": 1,
+                                "text": f"synthetic prompt {i}", "answer": "0", "metadata": {}}
+                               for i in range(shape.prompt_pool)])
+    for step in range(steps):
+        rec = gen.step(step)
+        if step >= steps // 2:  # a regime change for the curves' marks
+            half = shape.rollouts_per_step // 2
+            rec.metrics.update({"allocator": "multistage", "budget": half})
+        if step % eval_every == 0 or step == steps - 1:
+            lift = min(0.3, step / max(steps, 1) * 0.3)
+            p = np.clip(hidden + lift, 0, 1)
+            correct = rng.binomial(eval_samples, p)
+            rec.evals = [{"prompt_id": f"e{i:03d}", "level": 1, "samples": eval_samples,
+                          "correct": int(c), "greedy_correct": bool(c > eval_samples // 2),
+                          "mean_length": 200.0} for i, c in enumerate(correct)]
+        store.write_step(rec)
+    store.set_run_status(run_id, "finished")
+    return {"run_id": run_id, "steps": steps, "reused": False, "rollouts": store.count_rollouts(run_id)}
 
 
-def time_pages(store: Path, *, repeats: int = 5, cached: bool = False) -> tuple[dict[str, float], dict[str, float]]:
+def time_prompt_table(store_path: Path, run_ids: list[str], *, repeats: int = 5) -> dict:
+    """Median and worst wall milliseconds (and median CPU ms) of the prompt table of two runs:
+    `workbench.analysis.compare_runs` at each run's end, on a store handle opened once, after one
+    warm-up call (what the Compare prompts page computes before it draws)."""
+    from workbench.analysis import compare_runs
+    from workbench.store import open_store
+
+    with open_store(store_path, read_only=True) as store:
+        rows = compare_runs(store, run_ids).frame.height
+        times, cpu = [], []
+        for _ in range(repeats):
+            t0, c0 = time.perf_counter(), time.process_time()
+            compare_runs(store, run_ids)
+            times.append((time.perf_counter() - t0) * 1000.0)
+            cpu.append((time.process_time() - c0) * 1000.0)
+    return {"runs": len(run_ids), "prompts": rows, "median_ms": round(statistics.median(times), 1),
+            "max_ms": round(max(times), 1), "median_cpu_ms": round(statistics.median(cpu), 1)}
+
+
+def time_pages(store: Path, *, repeats: int = 5, cached: bool = False,
+               pages: list[str] | None = None) -> tuple[dict[str, float], dict[str, float]]:
     """Median milliseconds of each page's full script run with its default selections (AppTest),
     after one warm-up run: wall time, and this process's CPU time (all threads: the script thread
     and DuckDB's), the figure that stays comparable on a shared, busy machine. With `cached=False`
@@ -141,6 +176,8 @@ def time_pages(store: Path, *, repeats: int = 5, cached: bool = False) -> tuple[
     out: dict[str, float] = {}
     cpu_out: dict[str, float] = {}
     for name, page in PAGES.items():
+        if pages is not None and name not in pages:
+            continue
         at.switch_page(page)
         at.run()
         if at.exception:
@@ -191,18 +228,28 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         rollouts: Annotated[int, typer.Option("--rollouts", help="Rollouts in the synthetic store.")] = 1_000_000,
         store: StoreOpt = None,
         repeats: Annotated[int, typer.Option("--repeats", help="Timed runs per page (median reported).")] = 5,
+        pages: Annotated[str | None, typer.Option("--pages", help="Comma-separated pages to time (default: all; "
+                                                  f"{', '.join(PAGES)}).")] = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Time each dashboard page's full script run (default selections, AppTest) on a synthetic store
-        of N rollouts (built once, then reused): median of --repeats runs after a warm-up, in ms."""
+        of two runs of N rollouts each (built once, then reused): median of --repeats runs after a
+        warm-up, in ms; and the prompt table of the two runs (`prompt_table`: the comparison the Compare
+        prompts page draws, timed alone)."""
         _check_app()
+        chosen = [p.strip() for p in pages.split(",")] if pages else None
+        unknown = sorted(set(chosen or []) - set(PAGES))
+        if unknown:
+            raise typer.BadParameter(f"unknown page(s) {unknown}; pages are {', '.join(PAGES)}", param_hint="--pages")
         path = (store or Path("store") / f"bench-{rollouts}").resolve()
         t0 = time.perf_counter()
-        info = ensure_bench_store(path, rollouts)
+        info = ensure_bench_store(path, rollouts, runs=2)
         build_s = time.perf_counter() - t0
-        cold, cold_cpu = time_pages(path, repeats=repeats, cached=False)
-        warm, warm_cpu = time_pages(path, repeats=repeats, cached=True)
+        table = time_prompt_table(path, info["run_ids"], repeats=repeats)
+        cold, cold_cpu = time_pages(path, repeats=repeats, cached=False, pages=chosen)
+        warm, warm_cpu = time_pages(path, repeats=repeats, cached=True, pages=chosen)
         result = {
+            "prompt_table": table,
             "rollouts": rollouts,
             "page_ms": cold,
             "page_cpu_ms": cold_cpu,
