@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from workbench.docstrings import field_docs
 from workbench.errors import ConfigError
+from workbench.guards.config import GuardConfig, guard_set
 
 
 @dataclass(frozen=True)
@@ -240,6 +241,9 @@ class RunConfig:
     """Where rollouts are generated: in-process, vLLM, or Ray workers."""
     store: StoreConfig = field(default_factory=StoreConfig)
     """How steps are committed to the store (group commit)."""
+    guards: tuple[GuardConfig, ...] = ()
+    """`[[guards]]`: rules over the run's metrics and rollouts that alert, pause, roll back or stop it
+    (on top of the default presets; see docs/guards.md)."""
 
     # -- loading and saving --------------------------------------------------------------------
 
@@ -317,6 +321,7 @@ def validate(cfg: RunConfig) -> None:
            cfg.store.commit_interval_s)
     _check(0 <= cfg.store.writer_nice <= 19, "store.writer_nice", "an integer from 0 to 19", cfg.store.writer_nice)
     _check_registries(cfg)
+    guard_set(cfg.guards, check_metrics=True)
 
 
 def _check_registries(cfg: RunConfig) -> None:
@@ -372,6 +377,10 @@ def _coerce(tp: Any, value: Any, name: str) -> Any:
         if value not in typing.get_args(tp):
             raise bad
         return value
+    if origin is tuple and len(typing.get_args(tp)) == 2 and typing.get_args(tp)[1] is Ellipsis:
+        if not isinstance(value, (list, tuple)):  # an array of tables, e.g. [[guards]]
+            raise ConfigError(f"{name}: {value!r} is not allowed (a list of tables)")
+        return tuple(_build(typing.get_args(tp)[0], v, f"{name}[{i}].") for i, v in enumerate(value))
     if origin is tuple:
         args = typing.get_args(tp)
         if not isinstance(value, (list, tuple)) or len(value) != len(args):

@@ -46,6 +46,8 @@ def _dispatch(engine: Controllable, command: str, args: dict[str, Any]) -> None:
         engine.set_temperature(args["temperature"])
     elif command == "set_eval_interval":
         engine.set_eval_interval(args["every"])
+    elif command == "guard":
+        engine.change_guard(args)
     elif command == "checkpoint":
         engine.request_checkpoint()
     elif command == "stop":

@@ -21,6 +21,7 @@ COMMANDS = (
     "set_allocator_params",
     "set_temperature",
     "set_eval_interval",
+    "guard",
 )
 """Every command a user can issue (the `command` column of `controls`)."""
 
@@ -47,6 +48,10 @@ class Controllable(Protocol):
 
     def set_eval_interval(self, every: int) -> None:
         """Evaluate every `every` steps (0 turns evaluation off)."""
+        ...
+
+    def change_guard(self, args: dict[str, Any]) -> None:
+        """Add, change or remove a guard (`workbench.guards.live`) from the next step on."""
         ...
 
     def request_checkpoint(self) -> None:

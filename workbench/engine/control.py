@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 
 REPLAYED = frozenset({"set_budget", "set_allocator", "set_allocator_params", "set_temperature",
-                      "set_eval_interval", "checkpoint"})
+                      "set_eval_interval", "checkpoint", "guard"})
 """Commands a resumed run applies again when they were applied after its last checkpoint."""
 
 
@@ -42,6 +42,8 @@ class LiveSettings:
         """Ids of the control commands applied so far in the run's history (saved in checkpoints)."""
         self.replay: dict[int, list[dict[str, Any]]] = {}
         """Commands to apply again at their step while a resumed run regenerates it (see `plan_replay`)."""
+        self.guards: dict[str, Any] | None = None
+        """The guards in force by name (`workbench.guards`); None until the loop first reads them."""
 
     # -- Controllable ------------------------------------------------------------------------------
 
@@ -74,6 +76,13 @@ class LiveSettings:
         self.eval_every = every
         fault_point("control")
 
+    def change_guard(self, args: dict[str, Any]) -> None:
+        from workbench.guards.config import guard_set
+        from workbench.guards.live import apply_guard_change
+
+        self.guards = apply_guard_change(self.guards if self.guards is not None else guard_set(()), args)
+        fault_point("control")
+
     def request_checkpoint(self) -> None:
         self.checkpoint_requested = True
         fault_point("control")
@@ -100,6 +109,7 @@ class LiveSettings:
             "temperature": self.temperature,
             "eval_every": self.eval_every,
             "applied_controls": list(self.applied_controls),
+            "guards": None if self.guards is None else [g.to_dict() for g in self.guards.values()],
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -110,6 +120,10 @@ class LiveSettings:
         self.eval_every = int(state["eval_every"])
         self.applied_controls = [int(c) for c in state.get("applied_controls") or []]
         self._legacy = "applied_controls" not in state
+        if state.get("guards") is not None:
+            from workbench.guards.config import Guard
+
+            self.guards = {d["name"]: Guard.from_dict(d) for d in state["guards"]}
 
     # -- controls in the run's history ----------------------------------------------------------
 

@@ -58,6 +58,7 @@ from workbench.engine.steplog import Rollouts, StepWriter, rollouts_table
 from workbench.engine.timing import PhaseTimer
 from workbench.engine.update import policy_update
 from workbench.faults import fault_point
+from workbench.guards.engine import guard_step
 from workbench.rollout.base import SamplingParams, group_seed
 
 
@@ -138,7 +139,10 @@ def train(cfg: RunConfig, *, store: Any, store_dir: str, run_id: str, resume: bo
                                       commit_interval_s=cfg.store.commit_interval_s,
                                       nice=cfg.store.writer_nice))
     try:
-        return _loop(s, cfg, store, run_id, resume, on_step, stop_after)
+        status = _loop(s, cfg, store, run_id, resume, on_step, stop_after)
+        while status == "rollback":  # on from the checkpoint a guard rolled the run back to
+            status = _loop(s, cfg, store, run_id, True, on_step, stop_after)
+        return status
     finally:
         s.writer.close()
         s.backend.close()  # Ray workers (and a local Ray runtime the run started)
@@ -284,6 +288,8 @@ def _loop(s: Setup, cfg: RunConfig, store: Any, run_id: str, resume: bool,
         metrics["perf/gen_tokens_per_s"] = tokens / max(metrics.get("timing_s/generate", 0.0), 1e-9)
         s.writer.write(step, metrics, table, alloc_rows, prompt_rows, eval_rows,
                        s.prompt_rows if step == start else [], events)  # the store skips known prompts
+        if guard_step(s, store, run_id, step, metrics, table) == "rollback":
+            return "rollback"  # a guard kept the steps since its checkpoint as an earlier attempt
         if on_step:
             on_step(step, metrics)
         if live.checkpoint_requested or (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) \

@@ -52,6 +52,8 @@ class Setup:
     """The store's control signal at the last step-boundary poll (see `apply_controls`)."""
     part_workers: list[list[str]] = field(default_factory=list)
     """This step's rollout parts: the worker that generated each row ("local", "ray-0", ...)."""
+    guards: Any = None
+    """The run's guards as this process evaluates them (`workbench.guards.engine.RunGuards`)."""
 
 
 def resolve_device(name: str) -> torch.device:

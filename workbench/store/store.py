@@ -13,6 +13,7 @@ import polars as pl
 from workbench.errors import StoreError
 from workbench.store import schema
 from workbench.store.connection import Lake, Location, local_location
+from workbench.store.alerts import AlertsMixin
 from workbench.store.reader import ReaderMixin
 from workbench.store.writer import WriterMixin
 
@@ -34,7 +35,7 @@ PARQUET_OPTIONS = {"parquet_compression": "zstd", "parquet_compression_level": "
                    "parquet_row_group_size": "2048", "target_file_size": "32MB"}
 
 
-class Store(WriterMixin, ReaderMixin):
+class Store(WriterMixin, ReaderMixin, AlertsMixin):
     """A workbench store: DuckLake catalog + Parquet files, one connection, safe to share between
     threads (each call takes its own cursor). Use `open_store` to get one."""
 

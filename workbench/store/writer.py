@@ -24,7 +24,7 @@ from workbench.store.schema import STEP_TABLES, TABLES
 log = logging.getLogger(__name__)
 
 RUN_STATUSES = ("created", "running", "paused", "stopping", "stopped", "finished", "failed", "crashed",
-                "imported")
+                "imported", "abandoned")
 CONTROL_OUTCOMES = ("applied", "rejected")
 EVENT_LEVELS = ("debug", "info", "warning", "error")
 
