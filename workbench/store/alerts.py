@@ -27,6 +27,9 @@ from workbench.store.writer import insert
 ALERT_STATUSES = ("open", "acknowledged", "acted")
 """An alert's status: open (new), acknowledged (a person saw it), acted (its action ran)."""
 
+ROLLOUT_KEY = ("step", "stage", "prompt_id", "idx")
+"""What names one rollout of a run."""
+
 ABANDONED = "abandoned"
 """Status of the run row holding the steps a rollback abandoned (an earlier attempt of a run)."""
 
@@ -47,7 +50,7 @@ class AlertsMixin:
         row = {**alert, "alert_id": alert_id, "run_id": run_id, "created_at": now_utc(), "status": status,
                "steps_run_id": alert.get("steps_run_id") or run_id, "rollouts": len(rollouts or [])}
         table = rows_to_arrow("alerts", [row], {})
-        keys = rows_to_arrow("alert_rollouts", [dict(r) for r in rollouts or []],
+        keys = rows_to_arrow("alert_rollouts", [{k: r[k] for k in ROLLOUT_KEY} for r in rollouts or []],
                              {"alert_id": alert_id, "run_id": run_id}) if rollouts else None
 
         def tx(cur: duckdb.DuckDBPyConnection) -> None:

@@ -165,10 +165,9 @@ MIGRATIONS: dict[int, tuple[str, list[str] | Callable[[], list[str]]]] = {
         "written before keep Parquet 1 until upkeep or compaction next merges them)",
         ["CALL lake.set_option('parquet_version', '2')"]),
     4: ("alerts (one row per guard firing: rule, values, steps, action, status open / acknowledged / acted) "
-        "and alert_rollouts (the rollouts behind each alert)",
-        lambda: create_statements(("alerts", "alert_rollouts")) + [
-            f"CALL lake.set_option('data_inlining_row_limit', {INLINE_ROW_LIMIT[t]}, table_name => '{t}')"
-            for t in ("alerts", "alert_rollouts")]),
+        "and alert_rollouts (the rollouts behind each alert); in a migrated store their rows are not "
+        "inlined (DuckLake sets no option on a table created in the same transaction)",
+        lambda: create_statements(("alerts", "alert_rollouts"))),
 }
 
 
