@@ -8,6 +8,7 @@ every other command and applied by the engine at its next step boundary.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -15,7 +16,7 @@ from workbench.errors import ConfigError, ControlError
 from workbench.guards.config import Guard, GuardConfig, guard_set
 
 OPS = ("add", "set", "remove")
-FIELDS = ("rule", "window", "action", "settings", "preset")
+FIELDS = ("rule", "window", "action", "settings", "preset", "enabled")
 
 
 def _err(field: str, message: str) -> ControlError:
@@ -56,7 +57,11 @@ def validate_guard_command(args: dict[str, Any], known_metrics: set[str] | None 
     spec = args.get("guard")
     if not isinstance(spec, dict):
         raise _err("guard", "must be a table of the guard's fields")
-    g = _config(dict(spec)).resolve()
+    spec = dict(spec)
+    hint = spec.pop("hint", "")  # a canonical spec (to_dict) carries its preset's hint
+    g = _config(spec).resolve()
+    if hint and isinstance(hint, str):
+        g = dataclasses.replace(g, hint=hint)
     if known_metrics is not None:
         try:
             g.check_metrics(known_metrics)
@@ -121,3 +126,21 @@ def recorded_metrics(store: Any, run_id: str) -> set[str]:
         elif isinstance(m, list):
             names |= {kv["key"] for kv in m}
     return names
+
+
+def issue_guard(store: Any, run_id: str, args: dict[str, Any], *, who: str = "api") -> int:
+    """Validate a `guard` command for a run (its rule's metrics against the engine's and the run's
+    own) and queue it; returns the control id. ControlError naming the field, nothing stored."""
+    from workbench.control.api import issue
+    from workbench.guards.metrics import KNOWN_METRICS
+
+    clean = validate_guard_command(dict(args), KNOWN_METRICS | recorded_metrics(store, run_id))
+    if clean["op"] != "add":
+        in_force = guards_in_force(store, run_id)
+        if clean["name"] not in in_force:
+            raise ControlError(f"run {run_id}: guard: name: no guard {clean['name']!r} in force "
+                               f"(guards: {', '.join(in_force) or 'none'})")
+    elif clean["guard"]["name"] in guards_in_force(store, run_id):
+        raise ControlError(f"run {run_id}: guard: name: {clean['guard']['name']!r} exists already "
+                           "(change it with `guard set`)")
+    return issue(store, run_id, "guard", clean, who=who)
