@@ -46,7 +46,8 @@ def rollout_rows(table: Any) -> list[dict[str, Any]]:
         out.append(dict(
             step=r.get("step"), stage=r.get("stage", 0), prompt_id=r.get("prompt_id"), idx=r.get("idx", 0),
             length=float(r.get("length") or 0), reward=_f(r.get("reward")),
-            truncated=1.0 if r.get("finish_reason") == "length" else 0.0, repeat_frac=repeat_frac(text),
+            truncated=None if r.get("finish_reason") is None else float(r.get("finish_reason") == "length"),
+            repeat_frac=repeat_frac(text),
             entropy_mean=_f(r.get("entropy_mean")), chars=float(len(text))))
     return out
 

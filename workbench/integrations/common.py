@@ -35,6 +35,7 @@ from typing import Any, Protocol
 import polars as pl
 
 from workbench.errors import DataError
+from workbench.guards.imported import watch_records
 from workbench.store import StepRecord
 
 BATCH_ROWS = 50_000
@@ -484,6 +485,7 @@ class Importer:
             return
         t0 = time.perf_counter()
         self.store.write_steps(batch)
+        watch_records(self, batch)  # guards, alert only (an imported run is steered elsewhere)
         report.write_s += time.perf_counter() - t0
         for record in batch:
             report.steps.append(record.step)
