@@ -331,3 +331,21 @@ def prompt_rollout_outcomes(run_id: str, prompt_id: str) -> pl.DataFrame:
     s = store()
     n = int(s.count_rollouts(run_id, prompt_id=prompt_id))
     return s.rollouts(run_id, prompt_id=prompt_id, limit=max(n, 1), offset=0, columns=["step", "stage", "reward"])
+
+
+# --- guards: alerts and the attempts a rollback abandoned ----------------------------------------
+
+
+@st.cache_data(ttl=LIVE_TTL, show_spinner=False)
+def alerts(run_id: str | None = None, status: str | None = None) -> pl.DataFrame:
+    """Alerts newest first (of one run, or every run), optionally of one status."""
+    return store().alerts(run_id, status=status)
+
+
+@st.cache_data(ttl=LIVE_TTL, show_spinner=False)
+def attempts(run_id: str) -> list[tuple[str, pl.DataFrame]]:
+    """The run's abandoned attempts, oldest first: (label, their steps)."""
+    s = store()
+    frame = s.attempts(run_id)
+    ids = frame["run_id"].to_list() if not frame.is_empty() else []
+    return [(f"attempt {i + 1} (abandoned)", s.run_steps(a)) for i, a in enumerate(ids)]

@@ -20,6 +20,7 @@ PAGES = [
     st.Page("app_pages/runs.py", title="Runs", icon=":material/list:", url_path="runs"),
     st.Page("app_pages/live.py", title="Run (live)", icon=":material/monitoring:", url_path="live"),
     st.Page("app_pages/rollouts.py", title="Rollouts", icon=":material/chat:", url_path="rollouts"),
+    st.Page("app_pages/alerts.py", title="Alerts", icon=":material/notifications:", url_path="alerts"),
     st.Page("app_pages/prompt.py", title="Prompt", icon=":material/help:", url_path="prompt"),
     st.Page("app_pages/allocation.py", title="Allocation", icon=":material/bar_chart:", url_path="allocation"),
     st.Page("app_pages/compare.py", title="Compare", icon=":material/compare_arrows:", url_path="compare"),

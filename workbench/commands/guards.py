@@ -132,13 +132,14 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
     def bench_guards(
         steps: int = typer.Option(0, "--steps", help="Steps per run (0: the full-size default)."),
         seeds: int = typer.Option(3, "--seeds", help="Clean seeds for the false-alarm count."),
+        organism: str = typer.Option("default", "--organism", help="default, or small (a fast test organism)."),
         store: StoreOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Scripted faults on the organism, each injected the real way; detection, delay, false alarms."""
         from workbench.experiments.guards_bench import run_bench
 
-        result = run_bench(store, steps=steps or None, seeds=seeds)
+        result = run_bench(store, steps=steps or None, seeds=seeds, organism=organism)
         if as_json:
             print_json(result)
         else:
