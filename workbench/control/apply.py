@@ -47,7 +47,10 @@ def _dispatch(engine: Controllable, command: str, args: dict[str, Any]) -> None:
     elif command == "set_eval_interval":
         engine.set_eval_interval(args["every"])
     elif command == "guard":
-        engine.change_guard(args)
+        change = getattr(engine, "change_guard", None)
+        if change is None:
+            raise ControlError("guard: this engine runs no guards")
+        change(args)
     elif command == "checkpoint":
         engine.request_checkpoint()
     elif command == "stop":

@@ -23,7 +23,8 @@ COMMANDS = (
     "set_eval_interval",
     "guard",
 )
-"""Every command a user can issue (the `command` column of `controls`)."""
+"""Every command a user can issue (the `command` column of `controls`). `guard` reaches engines that also
+offer `change_guard(args)` (add, change or remove a guard, see `workbench.guards.live`); others reject it."""
 
 
 @runtime_checkable
@@ -48,10 +49,6 @@ class Controllable(Protocol):
 
     def set_eval_interval(self, every: int) -> None:
         """Evaluate every `every` steps (0 turns evaluation off)."""
-        ...
-
-    def change_guard(self, args: dict[str, Any]) -> None:
-        """Add, change or remove a guard (`workbench.guards.live`) from the next step on."""
         ...
 
     def request_checkpoint(self) -> None:
