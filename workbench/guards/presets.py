@@ -37,8 +37,8 @@ PRESETS: dict[str, Preset] = {
         "the policy's token entropy falls below a fifth of its own early level: exploration is gone",
         "verl #2738, #5953"),
     "entropy_blowup": Preset(
-        "rollout/entropy_mean > 3 * baseline(rollout/entropy_mean, 5) + 0.2", 2, "alert",
-        "token entropy above three times its early level: sampling noise (a temperature or lr fault)",
+        "rollout/entropy_mean > 1.6 * baseline(rollout/entropy_mean, 5) + 0.1", 2, "alert",
+        "token entropy 60% above its early level: sampling noise (a temperature or lr fault)",
         "verl #2738, #5953"),
     "length_blowup": Preset(
         "rollout/length_mean > 2 * baseline(rollout/length_mean, 5) + 2", 3, "alert",

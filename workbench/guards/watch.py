@@ -29,8 +29,9 @@ def repeat_frac(text: str) -> float:
     for k in (1, 2, 3):
         if n < 2 * k:
             break
-        grams = Counter(text[i:i + k] for i in range(0, n - k + 1))
-        best = max(best, min(1.0, grams.most_common(1)[0][1] * k / n))
+        count = Counter(text[i:i + k] for i in range(0, n - k + 1)).most_common(1)[0][1]
+        if k == 1 or count >= 2:  # an n-gram seen once repeats nothing
+            best = max(best, min(1.0, count * k / n))
     return best
 
 
