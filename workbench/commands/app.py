@@ -25,6 +25,7 @@ PAGES = {
     "prompt": "app_pages/prompt.py",
     "allocation": "app_pages/allocation.py",
     "compare": "app_pages/compare.py",
+    "alerts": "app_pages/alerts.py",
 }
 """Page name -> file relative to app/main.py (what AppTest.switch_page takes)."""
 
