@@ -50,3 +50,15 @@ def test_temperature_fault_detected_rolled_back_and_the_attempt_kept(store_dir, 
             ("guard:hot", "set_temperature", 3)]
         assert st.attempts(run_id)["run_id"].to_list() == [attempt]
         assert st.run(run_id)["status"] == "finished"
+
+
+def test_stop_action_goes_through_live_control(store_dir, tiny_config):
+    cfg = tiny_config(steps=6, eval__every=0, eval__at_start=False,
+                      guards=[{"name": "always", "rule": "rollout/count > 0", "window": 2, "action": "stop"}])
+    with open_store(store_dir) as st:
+        run_id = run(cfg, store=st, store_dir=store_dir)
+        (alert,) = st.alerts(run_id).to_dicts()
+        assert (alert["first_step"], alert["step"], alert["status"]) == (1, 2, "acted")
+        assert st.controls(run_id)[["who", "command", "status", "applied_step"]].rows() == [
+            ("guard:always", "stop", "applied", 3)]
+        assert st.run(run_id)["status"] == "stopped" and st.run_steps(run_id)["step"].to_list() == [1, 2]
