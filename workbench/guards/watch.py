@@ -35,11 +35,18 @@ def repeat_frac(text: str) -> float:
     return best
 
 
+ROLLOUT_COLUMNS = ("step", "stage", "prompt_id", "idx", "response", "length", "reward", "finish_reason",
+                   "entropy_mean")
+"""The store's rollout columns the rule language reads."""
+
+
 def rollout_rows(table: Any) -> list[dict[str, Any]]:
     """A step's rollouts (an Arrow table with the store's rollout columns, or a list of dicts) as rows
     of the rule language's rollout fields, keyed by (step, stage, prompt_id, idx)."""
     if table is None:
         return []
+    if hasattr(table, "select"):  # an Arrow table: only the columns read (not the per-token lists)
+        table = table.select([c for c in ROLLOUT_COLUMNS if c in table.column_names])
     rows = table.to_pylist() if hasattr(table, "to_pylist") else list(table)
     out = []
     for r in rows:
@@ -84,6 +91,8 @@ class Watch:
         self.guards = dict(guards)
         self.history: dict[int, dict[str, float]] = {}
         self.state: dict[str, _State] = {name: _State() for name in self.guards}
+        self._series: dict[str, list[float]] | None = None
+        """Each metric's recorded values in step order (what the window functions read)."""
 
     def set_guard(self, guard: Guard) -> None:
         self.guards[guard.name] = guard
@@ -97,10 +106,12 @@ class Watch:
         """Metrics of steps recorded before this process watched the run (a resumed run)."""
         for step, metrics in steps:
             self.history[int(step)] = _numeric(metrics)
+        self._series = None
 
     def rewind(self, step: int) -> None:
         """Forget steps after `step` (a rollback or resume regenerates them) and every streak."""
         self.history = {s: m for s, m in self.history.items() if s <= step}
+        self._series = None
         self.state = {name: _State() for name in self.guards}
 
     def last_step(self) -> int:
@@ -110,11 +121,14 @@ class Watch:
         if step <= self.last_step():
             self.rewind(step - 1)
         self.history[step] = _numeric(metrics)
-        series: dict[str, list[float]] = {}
-        for s in sorted(self.history):
-            for k, v in self.history[s].items():
-                series.setdefault(k, []).append(v)
-        ctx = Context(self.history[step], series, rollouts)
+        if self._series is None:  # rebuilt after a rewind or a load, else extended by one step
+            self._series = {}
+            for s in sorted(self.history)[:-1]:
+                for k, v in self.history[s].items():
+                    self._series.setdefault(k, []).append(v)
+        for k, v in self.history[step].items():
+            self._series.setdefault(k, []).append(v)
+        ctx = Context(self.history[step], self._series, rollouts)
         fired = []
         for name, guard in self.guards.items():
             f = self._one(guard, self.state[name], ctx, step)
