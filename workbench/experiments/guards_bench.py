@@ -27,6 +27,7 @@ from typing import Any
 
 from workbench.config import RunConfig
 from workbench.experiments.intervals import bootstrap_mean
+from workbench.guards.engine import metrics_map
 
 GUARDS = [
     {"preset": "entropy_blowup", "action": "rollback", "settings": {"temperature": 1.0}},
@@ -87,20 +88,11 @@ def _one(store: Any, store_dir: str, cfg: RunConfig, fault_step: int | None = No
         store.create_run = original
     alerts = store.alerts(run_id).sort("step").to_dicts()
     evals = store.run_steps(run_id).tail(1)["metrics"].to_list()
-    final = _metric(evals[0] if evals else None, "eval/pass1")
+    final = metrics_map(evals[0] if evals else None).get("eval/pass1")
     return {"run_id": run_id, "seconds": round(time.perf_counter() - t0, 1), "final_pass1": final,
             "attempts": store.attempts(run_id).height, "status": store.run(run_id)["status"],
             "alerts": [{k: a[k] for k in ("guard", "first_step", "step", "action", "status", "outcome")}
                        for a in alerts]}
-
-
-def _metric(m: Any, name: str) -> float | None:
-    if isinstance(m, dict):
-        return m.get(name)
-    for kv in m or []:
-        if kv["key"] == name:
-            return kv["value"]
-    return None
 
 
 def _fault(name: str, out: dict[str, Any], fault_step: int, window: int, clean_interval: list[float] | None) -> dict[str, Any]:

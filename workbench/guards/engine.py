@@ -79,7 +79,7 @@ def guard_step(s: Any, store: Any, run_id: str, step: int, metrics: dict[str, An
         rg.loaded = True
         steps = store.run_steps(run_id)
         earlier = steps.filter(steps["step"] < step) if len(steps) else steps
-        rg.watch.load_history([(r["step"], _metrics_map(r["metrics"])) for r in earlier.to_dicts()])
+        rg.watch.load_history([(r["step"], metrics_map(r["metrics"])) for r in earlier.to_dicts()])
     rows = rollout_rows(table) if table is not None and rg.needs_rollouts() else None
     for r in rows or []:
         r["step"] = step
@@ -93,7 +93,8 @@ def guard_step(s: Any, store: Any, run_id: str, step: int, metrics: dict[str, An
     return outcome
 
 
-def _metrics_map(m: Any) -> dict[str, Any]:
+def metrics_map(m: Any) -> dict[str, Any]:
+    """A steps row's `metrics` as a dict (the store returns a MAP as a dict or as key/value pairs)."""
     if isinstance(m, dict):
         return m
     return {kv["key"]: kv["value"] for kv in m or []}

@@ -9,7 +9,7 @@ import dataclasses
 from typing import Any
 
 from workbench.guards.config import guard_set
-from workbench.guards.engine import alert_row
+from workbench.guards.engine import alert_row, metrics_map
 from workbench.guards.watch import Watch, rollout_rows
 
 OUTCOME = "alert only: the run is imported from another engine, which we cannot steer"
@@ -30,7 +30,7 @@ class ImportWatch:
             self.loaded = True
             steps = self.store.run_steps(self.run_id)
             earlier = steps.filter(steps["step"] < step) if len(steps) else steps
-            self.watch.load_history([(r["step"], _as_map(r["metrics"])) for r in earlier.to_dicts()])
+            self.watch.load_history([(r["step"], metrics_map(r["metrics"])) for r in earlier.to_dicts()])
         rows = rollout_rows(rollouts)
         for r in rows:
             r["step"] = step
@@ -38,12 +38,6 @@ class ImportWatch:
         for f in self.watch.step(step, metrics, rows):
             ids.append(self.store.add_alert(self.run_id, alert_row(f, outcome=OUTCOME), f.rollouts))
         return ids
-
-
-def _as_map(m: Any) -> dict[str, Any]:
-    if isinstance(m, dict):
-        return m
-    return {kv["key"]: kv["value"] for kv in m or []}
 
 
 def watch_records(importer: Any, records: list[Any]) -> None:

@@ -118,13 +118,12 @@ def guards_in_force(store: Any, run_id: str) -> dict[str, Guard]:
 
 def recorded_metrics(store: Any, run_id: str) -> set[str]:
     """Metric names a run has recorded in its latest steps."""
+    from workbench.guards.engine import metrics_map
+
     steps = store.run_steps(run_id)
     names: set[str] = set()
     for m in steps.tail(5)["metrics"].to_list() if len(steps) else []:
-        if isinstance(m, dict):
-            names |= set(m)
-        elif isinstance(m, list):
-            names |= {kv["key"] for kv in m}
+        names |= set(metrics_map(m))
     return names
 
 
