@@ -445,3 +445,15 @@ def compare_chart(curves: pl.DataFrame, *, x: str, x_title: str, k: int, title: 
     _layout(fig, title, x=x_title, y=f"pass@{k}")
     fig.update_yaxes(range=[0, 1.02])
     return fig
+
+
+def add_attempts(fig: go.Figure, attempts: list[tuple[str, pl.DataFrame]], column: str) -> go.Figure:
+    """Draw `column` of each abandoned attempt (steps a guard's rollback left) faded over `fig`."""
+    for label, frame in attempts:
+        if frame.is_empty() or column not in frame.columns:
+            continue
+        frame = frame.sort("step")
+        fig.add_trace(go.Scatter(x=frame["step"].to_numpy(), y=frame[column].to_numpy(), mode="lines+markers",
+                                 name=label, opacity=0.35, line=dict(dash="dot", color="gray"),
+                                 marker=dict(size=4, color="gray")))
+    return fig

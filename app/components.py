@@ -168,3 +168,15 @@ def rollout_groups(page: str, run_id: str, frame, *, link_prompt: bool = True, t
     st.caption(f"entropy colour scale: white 0 → red ≥ {h_max:.2f} nats (98th percentile on this page)"
                + (f" · reward terms cell coloured by {term}: red < 0 < green, scaled by the largest |value| on "
                   f"this page ({max(abs(span[0]), abs(span[1])):.3g}); grey: the rollout has no {term}" if term else ""))
+
+
+def alert_banner(run_id: str) -> None:
+    """A banner naming the run's open alerts (guards), with a link to the Alerts page."""
+    open_ = data.alerts(run_id, "open")
+    if open_.is_empty():
+        return
+    latest = open_.to_dicts()[0]
+    more = f" (and {open_.height - 1} more)" if open_.height > 1 else ""
+    st.warning(f"{latest['message']}{more}", icon=":material/notifications_active:")
+    st.page_link("app_pages/alerts.py", label="open the alerts", icon=":material/notifications:",
+                 query_params={"run": run_id})

@@ -349,3 +349,22 @@ def step_comparison(run_id: str, before: int, after: int, window: int | None):
     from workbench.analysis import compare_steps
 
     return compare_steps(store(), run_id, before, after, window=window)
+
+
+
+# --- guards: alerts and the attempts a rollback abandoned ----------------------------------------
+
+
+@st.cache_data(ttl=LIVE_TTL, show_spinner=False)
+def alerts(run_id: str | None = None, status: str | None = None) -> pl.DataFrame:
+    """Alerts newest first (of one run, or every run), optionally of one status."""
+    return store().alerts(run_id, status=status)
+
+
+@st.cache_data(ttl=LIVE_TTL, show_spinner=False)
+def attempts(run_id: str) -> list[tuple[str, pl.DataFrame]]:
+    """The run's abandoned attempts, oldest first: (label, their steps)."""
+    s = store()
+    frame = s.attempts(run_id)
+    ids = frame["run_id"].to_list() if not frame.is_empty() else []
+    return [(f"attempt {i + 1} (abandoned)", s.run_steps(a)) for i, a in enumerate(ids)]

@@ -25,6 +25,7 @@ PAGES = [
     st.Page("app_pages/runs.py", title="Runs", icon="☑", url_path="runs"),
     st.Page("app_pages/live.py", title="Run (live)", icon="▶", url_path="live"),
     st.Page("app_pages/rollouts.py", title="Rollouts", icon="✉", url_path="rollouts"),
+    st.Page("app_pages/alerts.py", title="Alerts", icon="⚠", url_path="alerts"),
     st.Page("app_pages/prompt.py", title="Prompt", icon="✏", url_path="prompt"),
     st.Page("app_pages/allocation.py", title="Allocation", icon="⚙", url_path="allocation"),
     st.Page("app_pages/compare.py", title="Compare", icon="⚖", url_path="compare"),

@@ -114,6 +114,11 @@ def coerce(tp: Any, value: Any, name: str, *, integral_floats: bool = False) -> 
     ok = True
     if origin is Literal:
         ok = value in typing.get_args(tp)
+    elif origin is tuple and ... in typing.get_args(tp) and dataclasses.is_dataclass(typing.get_args(tp)[0]):
+        if not isinstance(value, (list, tuple)):  # an array of tables, e.g. [[guards]]
+            raise ConfigError(f"{name}: {value!r} is not allowed (must be a list of tables)")
+        return tuple(build_config(typing.get_args(tp)[0], v, where=f"{name}[{i}]", integral_floats=integral_floats)
+                     for i, v in enumerate(value))
     elif origin is tuple and ... not in typing.get_args(tp):
         args = typing.get_args(tp)
         if not isinstance(value, (list, tuple)) or len(value) != len(args):

@@ -20,6 +20,7 @@ from typing import Any, Literal
 from workbench.checks import build_config, check, to_plain
 from workbench.docstrings import field_docs
 from workbench.errors import ConfigError
+from workbench.guards.config import GuardConfig, guard_set
 from workbench.pipeline_config import PipelineConfig
 from workbench.tasks.reward_config import RewardsConfig
 
@@ -310,12 +311,16 @@ class RunConfig:
     """The reward as a weighted sum of terms (the verifier, a format check, DAPO's overlong penalty, functions)."""
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     """Asynchronous generation: rollouts ahead of the policy, bounded staleness, off-policy correction."""
+    guards: tuple[GuardConfig, ...] = ()
+    """`[[guards]]`: rules over the run's metrics and rollouts that alert, pause, roll back or stop it
+    (on top of the default presets; see docs/guards.md)."""
 
     def __post_init__(self) -> None:
         check(self.steps >= 0, "steps", "an integer >= 0", self.steps)
         self.rewards.check_lengths(self.sampling.max_new_tokens)
         self.pipeline.check_rollout(self.rollout)
         _check_registries(self)
+        guard_set(self.guards, check_metrics=True)
 
     # -- loading and saving --------------------------------------------------------------------
 

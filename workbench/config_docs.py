@@ -34,6 +34,11 @@ def config_markdown() -> str:
     scalars, nested = split_fields(default)
     for f in scalars:
         out.append(f"| `{f.name}` | `{_toml_value(getattr(default, f.name))}` | {_md(top.get(f.name, ''))} |")
+    hints = typing.get_type_hints(RunConfig)
+    for f in scalars:  # arrays of tables ([[guards]]): their entries' fields
+        args = typing.get_args(hints[f.name])
+        if len(args) == 2 and args[1] is Ellipsis and is_dataclass(args[0]):
+            out += _dataclass_table(f"## `[[{f.name}]]` — {_md(top.get(f.name, ''))}", args[0])
     for f in nested:
         sub = getattr(default, f.name)
         if isinstance(sub, dict):
@@ -137,6 +142,9 @@ def _toml_value(v: Any) -> str:
         return "(none)"
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if is_dataclass(v):  # an entry of an array of tables ([[guards]]): its fields set away from the default
+        return _toml_value({f.name: getattr(v, f.name) for f in fields(v) if getattr(v, f.name) != (
+            f.default if f.default is not dataclasses.MISSING else f.default_factory())})  # type: ignore[misc]
     if isinstance(v, dict):
         return "{" + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + "}"
     return repr(v)

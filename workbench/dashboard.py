@@ -16,5 +16,6 @@ PAGES = {
     "allocation": "app_pages/allocation.py",
     "compare": "app_pages/compare.py",
     "compare-prompts": "app_pages/compare_prompts.py",
+    "alerts": "app_pages/alerts.py",
 }
 """Page name -> file relative to app/main.py (what AppTest.switch_page takes)."""

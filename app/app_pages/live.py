@@ -42,14 +42,17 @@ def curves(run_id: str) -> None:
     c[4].metric(f"budget ({last.get('budget_kind') or 'per step'})", last.get("budget", "–"))
     c[5].metric("allocator", last.get("allocator") or "–")
 
+    components.alert_banner(run_id)
+    attempts = data.attempts(run_id)  # steps a guard's rollback abandoned, drawn faded
     left, right = st.columns(2)
-    left.plotly_chart(charts.line_chart(steps, [("reward_mean", "reward mean")], "reward", y="reward",
-                                        changes=changes, band=("reward_mean", "reward_std")),
-                      key=f"{PAGE}_reward")
+    left.plotly_chart(charts.add_attempts(charts.line_chart(
+        steps, [("reward_mean", "reward mean")], "reward", y="reward", changes=changes,
+        band=("reward_mean", "reward_std")), attempts, "reward_mean"), key=f"{PAGE}_reward")
     right.plotly_chart(charts.passk_chart(passk, changes=changes), key=f"{PAGE}_passk")
     quantiles, source = data.entropy_quantiles(run_id)
     with left:
-        st.plotly_chart(charts.entropy_chart(steps, quantiles, changes=changes), key=f"{PAGE}_entropy")
+        st.plotly_chart(charts.add_attempts(charts.entropy_chart(steps, quantiles, changes=changes), attempts,
+                                            "entropy_mean"), key=f"{PAGE}_entropy")
         if source:
             st.caption(f"entropy: mean per step (engine); {source}")
     right.plotly_chart(charts.line_chart(steps, [("zero_signal_frac", "zero-signal groups")],

@@ -15,11 +15,17 @@ NO_TERM = "none"
 st.title("Rollouts")
 run_id, steps = components.pick_run_with_steps(PAGE)
 lo, hi = int(steps["step"].min()), int(steps["step"].max())
+alert = st.query_params.get("alert")  # from the Alerts page: exactly the rollouts behind an alert
+try:  # ?steps=a-b (an alert's window) sets the default step range
+    first, _, last = str(st.query_params.get("steps", "")).partition("-")
+    wanted_steps = (max(lo, int(first)), min(hi, int(last)))
+except ValueError:
+    wanted_steps = (hi, hi)
 
 with st.container(border=True):
     c1, c2, c3 = st.columns([2, 1, 1])
     if lo < hi:
-        step_range = c1.slider("steps", lo, hi, (hi, hi), key=f"{PAGE}_steps")
+        step_range = c1.slider("steps", lo, hi, wanted_steps, key=f"{PAGE}_steps")
     else:
         step_range = (lo, hi)
         c1.text(f"step {lo} (the only step so far)")
@@ -59,6 +65,9 @@ filters = {
     "term_min": term_min if term is not None else None,
     "term_max": term_max if term is not None else None,
 }
+if alert:
+    only = st.checkbox(f"only the rollouts behind alert {alert}", value=True, key=f"{PAGE}_alert")
+    filters = {"alert_id": alert} if only else filters
 key = tuple((k, v) for k, v in filters.items() if v is not None)
 total = data.count_rollouts(run_id, key)
 
@@ -68,9 +77,10 @@ pages = max(1, -(-total // size))
 # keyed by the filters, so changing a filter returns to page 1
 page = p2.number_input("page", 1, pages, 1, key=f"{PAGE}_page_{abs(hash(key)) % 10**9}")
 p3.text(f"{total} rollouts match · page {page} of {pages}"
-        + (f" · prompt filter: {filters['prompt_id']}" if filters["prompt_id"] else "")
-        + (f" · verdict filter: {filters['verdict']}" if filters["verdict"] else "")
-        + (f" · term filter: {term}" if filters["term"] else ""))
+        + (f" · alert {filters['alert_id']}" if filters.get("alert_id") else "")
+        + (f" · prompt filter: {filters['prompt_id']}" if filters.get("prompt_id") else "")
+        + (f" · verdict filter: {filters['verdict']}" if filters.get("verdict") else "")
+        + (f" · term filter: {term}" if filters.get("term") else ""))
 
 frame = data.rollouts(run_id, key, size, (page - 1) * size)
 components.rollout_groups(PAGE, run_id, frame, term=term)

@@ -48,6 +48,11 @@ def _dispatch(engine: Controllable, command: str, args: dict[str, Any]) -> None:
         engine.set_eval_interval(args["every"])
     elif command == "set_staleness":
         engine.set_staleness(args["eta"])
+    elif command == "guard":
+        change = getattr(engine, "change_guard", None)
+        if change is None:
+            raise ControlError("guard: this engine runs no guards")
+        change(args)
     elif command == "checkpoint":
         engine.request_checkpoint()
     elif command == "stop":

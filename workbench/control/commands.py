@@ -18,6 +18,7 @@ Canonical argument shapes:
 | set_temperature | `{"temperature": float}` |
 | set_eval_interval | `{"every": int}` (0 turns evaluation off) |
 | set_staleness | `{"eta": int}` (0 .. the run's `pipeline.max_staleness_bound`, which the engine checks) |
+| guard | `{"op": "add", "guard": {...}}`, `{"op": "set", "name", "changes": {...}}`, `{"op": "remove", "name"}` |
 """
 
 from __future__ import annotations
@@ -168,6 +169,10 @@ def validate(
         if allocator is not None:
             check_allocator(allocator, {**(allocator_params or {}), **params}, command=command)
         return {"params": params}
+    if command == "guard":
+        from workbench.guards.live import validate_guard_command
+
+        return validate_guard_command(args)
     if command == "set_temperature":
         _no_extra(command, args, ("temperature",))
         t = _float(command, args, "temperature", limits.min_temperature, limits.max_temperature)

@@ -22,8 +22,10 @@ COMMANDS = (
     "set_temperature",
     "set_eval_interval",
     "set_staleness",
+    "guard",
 )
-"""Every command a user can issue (the `command` column of `controls`)."""
+"""Every command a user can issue (the `command` column of `controls`). `guard` reaches engines that also
+offer `change_guard(args)` (add, change or remove a guard, see `workbench.guards.live`); others reject it."""
 
 
 @runtime_checkable

@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 
 REPLAYED = frozenset({"set_budget", "set_allocator", "set_allocator_params", "set_temperature",
-                      "set_eval_interval", "set_staleness", "checkpoint"})
+                      "set_eval_interval", "set_staleness", "checkpoint", "guard"})
 """Commands a resumed run applies again when they were applied after its last checkpoint."""
 
 
@@ -46,6 +46,8 @@ class LiveSettings:
         """Ids of the control commands applied so far in the run's history (saved in checkpoints)."""
         self.replay: dict[int, list[dict[str, Any]]] = {}
         """Commands to apply again at their step while a resumed run regenerates it (see `plan_replay`)."""
+        self.guards: dict[str, Any] | None = None
+        """The guards in force by name (`workbench.guards`); None until the loop first reads them."""
 
     # -- Controllable ------------------------------------------------------------------------------
 
@@ -83,6 +85,12 @@ class LiveSettings:
             raise ConfigError(f"pipeline.max_staleness: {eta!r} is not allowed (an integer from 0 to the run's "
                               f"pipeline.max_staleness_bound, {self.staleness_bound})")
         self.staleness = eta
+
+    def change_guard(self, args: dict[str, Any]) -> None:
+        from workbench.guards.config import guard_set
+        from workbench.guards.live import apply_guard_change
+
+        self.guards = apply_guard_change(self.guards if self.guards is not None else guard_set(()), args)
         fault_point("control")
 
     def request_checkpoint(self) -> None:
@@ -112,6 +120,7 @@ class LiveSettings:
             "eval_every": self.eval_every,
             "applied_controls": list(self.applied_controls),
             "staleness": self.staleness,
+            "guards": None if self.guards is None else [g.to_dict() for g in self.guards.values()],
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -123,6 +132,10 @@ class LiveSettings:
         self.staleness = int(state.get("staleness", self.staleness))
         self.applied_controls = [int(c) for c in state.get("applied_controls") or []]
         self._legacy = "applied_controls" not in state
+        if state.get("guards") is not None:
+            from workbench.guards.config import Guard
+
+            self.guards = {d["name"]: Guard.from_dict(d) for d in state["guards"]}
 
     # -- controls in the run's history ----------------------------------------------------------
 

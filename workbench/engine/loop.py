@@ -68,6 +68,7 @@ from workbench.engine.steplog import StepWriter, rollouts_table
 from workbench.engine.timing import PhaseTimer
 from workbench.engine.update import policy_update
 from workbench.faults import fault_point
+from workbench.guards.engine import guard_step
 from workbench.tasks.rewards import term_means
 
 
@@ -93,7 +94,10 @@ def train(cfg: RunConfig, *, store: Any, store_dir: str, run_id: str, resume: bo
                                       nice=cfg.store.writer_nice))
     state = StepState(tokens_per_rollout=float(cfg.sampling.max_new_tokens))
     try:
-        return _loop(s, state, cfg, store, run_id, resume, on_step, stop_after)
+        status = _loop(s, state, cfg, store, run_id, resume, on_step, stop_after)
+        while status == "rollback":  # on from the checkpoint a guard rolled the run back to
+            status = _loop(s, state, cfg, store, run_id, True, on_step, stop_after)
+        return status
     finally:
         s.writer.close()
         s.backend.close()  # Ray workers (and a local Ray runtime the run started)
@@ -144,9 +148,12 @@ def _steps(s: Setup, state: StepState, producer: Producer, cfg: RunConfig, store
             with timer("eval"):
                 eval_rows, eval_metrics = _evaluate(s, step)
 
-        # 4. one store transaction for the step ------------------------------------------------------
-        metrics = record(s, run_id, batch, upd, eval_rows, eval_metrics, t_step,
-                         prompts=s.prompt_rows if step == start else [], producer_metrics=producer.take_metrics())
+        # 4. one store transaction for the step, then the run's guards over it ----------------------
+        metrics, table = record(s, run_id, batch, upd, eval_rows, eval_metrics, t_step,
+                                prompts=s.prompt_rows if step == start else [],
+                                producer_metrics=producer.take_metrics())
+        if guard_step(s, store, run_id, step, metrics, table) == "rollback":
+            return "rollback"  # a guard kept the steps since its checkpoint as an earlier attempt
         if on_step:
             on_step(step, metrics)
         if s.live.checkpoint_requested or (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) \
@@ -216,8 +223,9 @@ def learn(s: Setup, batch: Batch, timer: PhaseTimer) -> Update:
 
 def record(s: Setup, run_id: str, batch: Batch, upd: Update, eval_rows: list[dict[str, Any]],
            eval_metrics: dict[str, float], t_step: float, *, prompts: list[dict[str, Any]],
-           producer_metrics: dict[str, float] | None = None) -> dict[str, Any]:
-    """Hand the step's rows to the store's writer (one transaction); return the step's metrics."""
+           producer_metrics: dict[str, float] | None = None) -> tuple[dict[str, Any], pa.Table | None]:
+    """Hand the step's rows to the store's writer (one transaction); return the step's metrics and its
+    rollouts table (what the guards read)."""
     cfg, r, timer = s.cfg, batch.rollouts, batch.timer
     group_of = {pid: k for k, pid in enumerate(batch.results)}
     for row in batch.alloc_rows:
@@ -245,7 +253,7 @@ def record(s: Setup, run_id: str, batch: Batch, upd: Update, eval_rows: list[dic
     metrics["perf/gen_tokens_per_s"] = batch.tokens / max(metrics.get("timing_s/generate", 0.0), 1e-9)
     s.writer.write(batch.step, metrics, table, batch.alloc_rows, batch.prompt_rows, eval_rows,
                    prompts, events)  # the store skips known prompts
-    return metrics
+    return metrics, table
 
 
 def _idx(gidx: np.ndarray) -> np.ndarray:

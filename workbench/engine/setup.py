@@ -63,6 +63,8 @@ class Setup:
     """A frozen copy of the initial policy, only when `algorithm.kl_coef` > 0."""
     control_token: str | None = None
     """The store's control signal at the last step-boundary poll (see `apply_controls`)."""
+    guards: Any = None
+    """The run's guards as this process evaluates them (`workbench.guards.engine.RunGuards`)."""
 
 
 @dataclass

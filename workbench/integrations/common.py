@@ -38,6 +38,7 @@ import polars as pl
 
 from workbench.correctness import parse_rule, rule_config, run_rule
 from workbench.errors import DataError
+from workbench.guards.imported import watch_records
 # prompt_ids is read from here by the TRL modules
 from workbench.integrations.records import eval_rows, group_sizes, prompt_ids, train_record  # noqa: F401
 from workbench.store import StepRecord
@@ -408,6 +409,7 @@ class Importer:
             return
         t0 = time.perf_counter()
         self.store.write_steps(batch)
+        watch_records(self, batch)  # guards, alert only (an imported run is steered elsewhere)
         report.write_s += time.perf_counter() - t0
         for record in batch:
             report.steps.append(record.step)

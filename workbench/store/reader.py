@@ -21,6 +21,9 @@ _ROLLOUT_FILTERS = {
     "length_min": "length >= ?", "length_max": "length <= ?",
     "entropy_min": "entropy_mean >= ?", "entropy_max": "entropy_mean <= ?",
     "stage": "stage = ?", "finish_reason": "finish_reason = ?",
+    "alert_id": "EXISTS (SELECT 1 FROM alert_rollouts a WHERE a.alert_id = ? AND a.run_id = rollouts.run_id "
+                "AND a.step = rollouts.step AND a.stage = rollouts.stage AND a.prompt_id = rollouts.prompt_id "
+                "AND a.idx = rollouts.idx)",
 }
 # a reward term (`reward_terms`, by name): rows that have it, within optional bounds
 _TERM_FILTERS = {"term": "reward_terms[?] IS NOT NULL", "term_min": "reward_terms[?] >= ?",
@@ -65,12 +68,14 @@ class ReaderMixin:
 
     _lake: Lake
 
-    def list_runs(self) -> pl.DataFrame:
-        """Every run, newest first, with its last step and number of steps."""
+    def list_runs(self, *, attempts: bool = False) -> pl.DataFrame:
+        """Every run, newest first, with its last step and number of steps; the abandoned attempts
+        of rolled-back runs only with `attempts` (see `Store.attempts`)."""
+        where = "" if attempts else "WHERE r.status IS DISTINCT FROM 'abandoned' "
         return self._lake.read(
             "SELECT r.*, s.last_step, coalesce(s.steps, 0) AS steps FROM runs r LEFT JOIN "
             "(SELECT run_id, max(step) AS last_step, count(*) AS steps FROM steps GROUP BY run_id) s "
-            "USING (run_id) ORDER BY r.created_at DESC, r.run_id")
+            f"USING (run_id) {where}ORDER BY r.created_at DESC, r.run_id")
 
     def run(self, run_id: str) -> dict[str, Any]:
         """One run's row as a dict (`config` decoded from JSON); StoreError if there is no such run."""
@@ -93,8 +98,8 @@ class ReaderMixin:
 
         Filters (all optional, bound parameters): step_min, step_max, prompt_id, reward_min,
         reward_max, verdict, length_min, length_max, entropy_min, entropy_max (on entropy_mean),
-        stage, finish_reason; term (a reward term's name: rows that have it) with term_min, term_max
-        (bounds on its value). `columns` picks columns (default: all)."""
+        stage, finish_reason, alert_id (the rollouts behind an alert); term (a reward term's name: rows
+        that have it) with term_min, term_max (bounds on its value). `columns` picks columns (default: all)."""
         where, params = rollout_where(run_id, filters)
         if columns is not None:
             check_columns("rollouts", list(columns))

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 """Bumped whenever a table or column changes; older stores are migrated on open (see MIGRATIONS)."""
 
 # (column, DuckDB type) per table. JSON columns are written as text and typed JSON in the store.
@@ -79,6 +79,17 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("command", "VARCHAR"), ("args", "JSON"), ("status", "VARCHAR"), ("applied_step", "INTEGER"),
         ("reason", "VARCHAR"), ("resolved_at", "TIMESTAMPTZ"),
     ],
+    "alerts": [
+        ("alert_id", "VARCHAR"), ("run_id", "VARCHAR"), ("created_at", "TIMESTAMPTZ"), ("guard", "VARCHAR"),
+        ("rule", "VARCHAR"), ("window_steps", "INTEGER"), ("action", "VARCHAR"), ("first_step", "INTEGER"),
+        ("step", "INTEGER"), ("steps_run_id", "VARCHAR"), ("evidence", "JSON"), ("rollouts", "INTEGER"),
+        ("message", "VARCHAR"), ("hint", "VARCHAR"), ("status", "VARCHAR"), ("outcome", "VARCHAR"),
+        ("resolved_at", "TIMESTAMPTZ"),
+    ],
+    "alert_rollouts": [
+        ("alert_id", "VARCHAR"), ("run_id", "VARCHAR"), ("step", "INTEGER"), ("stage", "INTEGER"),
+        ("prompt_id", "VARCHAR"), ("idx", "INTEGER"),
+    ],
 }
 
 # Tables whose rows belong to a step of a run: rollback_run deletes them past the step.
@@ -86,7 +97,8 @@ STEP_TABLES = ("steps", "allocations", "rollouts", "prompt_stats", "evals")
 
 # Tables written in one or few rows per step: their rows are kept inline in the catalog (no Parquet
 # file per step) up to this many rows per insert, then flushed to Parquet by `compact`.
-INLINE_ROW_LIMIT = {"runs": 100, "steps": 100, "events": 100, "controls": 100, "meta": 100,
+INLINE_ROW_LIMIT = {"runs": 100, "steps": 100, "events": 100, "controls": 100, "meta": 100, "alerts": 100,
+                    "alert_rollouts": 1000,
                     "allocations": 1000, "prompt_stats": 1000, "evals": 1000, "prompts": 1000}
 
 _ARROW = {
@@ -107,10 +119,13 @@ def json_columns(table: str) -> list[str]:
     return [name for name, kind in TABLES[table] if kind == "JSON"]
 
 
-def create_statements() -> list[str]:
-    """CREATE TABLE statements for the current schema (run in one transaction on a new store)."""
+def create_statements(tables: tuple[str, ...] | None = None) -> list[str]:
+    """CREATE TABLE statements for the current schema (run in one transaction on a new store), or for
+    the named `tables` only (a migration adding them)."""
     out = []
     for table, cols in TABLES.items():
+        if tables is not None and table not in tables:
+            continue
         body = ", ".join(f"{name} {kind}" for name, kind in cols)
         out.append(f"CREATE TABLE IF NOT EXISTS {table} ({body})")
     return out
@@ -171,6 +186,10 @@ MIGRATIONS: dict[int, tuple[str, list[str] | Callable[[], list[str]]]] = {
          "ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS segments INTEGER",
          "ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS staleness INTEGER",
          "ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS is_weight_mean FLOAT"]),
+    7: ("alerts (one row per guard firing: rule, values, steps, action, status open / acknowledged / acted) "
+        "and alert_rollouts (the rollouts behind each alert); in a migrated store their rows are not "
+        "inlined (DuckLake sets no option on a table created in the same transaction)",
+        lambda: create_statements(("alerts", "alert_rollouts"))),
 }
 
 

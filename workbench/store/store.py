@@ -13,6 +13,7 @@ import polars as pl
 from workbench.errors import StoreError
 from workbench.store import schema
 from workbench.store.connection import Lake, Location, local_location
+from workbench.store.alerts import AlertsMixin
 from workbench.store.prompt_reader import PromptReaderMixin
 from workbench.store.reader import ReaderMixin
 from workbench.store.writer import WriterMixin
@@ -35,7 +36,7 @@ PARQUET_OPTIONS = {"parquet_compression": "zstd", "parquet_compression_level": "
                    "parquet_row_group_size": "2048", "target_file_size": "32MB"}
 
 
-class Store(WriterMixin, ReaderMixin, PromptReaderMixin):
+class Store(WriterMixin, ReaderMixin, PromptReaderMixin, AlertsMixin):
     """A workbench store: DuckLake catalog + Parquet files, one connection, safe to share between
     threads (each call takes its own cursor). Use `open_store` to get one."""
 

@@ -24,7 +24,7 @@ from workbench.store.schema import STEP_TABLES, TABLES
 log = logging.getLogger(__name__)
 
 RUN_STATUSES = ("created", "running", "paused", "stopping", "stopped", "finished", "failed", "crashed",
-                "imported")
+                "imported", "abandoned")
 CONTROL_OUTCOMES = ("applied", "rejected")
 EVENT_LEVELS = ("debug", "info", "warning", "error")
 
@@ -223,13 +223,19 @@ class WriterMixin:
         return row["event_id"]
 
     def rollback_run(self, run_id: str, step: int) -> None:
-        """Delete every row of the run past `step` (steps, allocations, rollouts, prompt_stats, evals)
-        and mark its later events `rolled_back`, in one transaction (resume from a checkpoint)."""
+        """Delete every row of the run past `step` (steps, allocations, rollouts, prompt_stats, evals,
+        open alerts on those steps) and mark its later events `rolled_back`, in one transaction (resume
+        from a checkpoint). A guard's rollback keeps such rows instead (`archive_attempt`)."""
         def tx(cur: duckdb.DuckDBPyConnection) -> None:
             for table in STEP_TABLES:
                 cur.execute(f"DELETE FROM {table} WHERE run_id = ? AND step > ?", [run_id, int(step)])
             cur.execute("UPDATE events SET rolled_back = true WHERE run_id = ? AND step > ? "
                         "AND NOT rolled_back", [run_id, int(step)])
+            # open alerts on the steps dropped here: the regenerated steps raise them again
+            cur.execute("DELETE FROM alert_rollouts WHERE alert_id IN (SELECT alert_id FROM alerts WHERE "
+                        "run_id = ? AND step > ? AND status = 'open' AND steps_run_id = run_id)", [run_id, int(step)])
+            cur.execute("DELETE FROM alerts WHERE run_id = ? AND step > ? AND status = 'open' "
+                        "AND steps_run_id = run_id", [run_id, int(step)])
             cur.execute("UPDATE runs SET updated_at = ? WHERE run_id = ?", [now_utc(), run_id])
 
         self._lake.write(tx, f"roll run {run_id} back to step {step}")

@@ -1,0 +1,79 @@
+"""Windows and evidence: a guard fires once per streak after `window` steps in a row, unknown steps
+neither extend nor break a streak, a rewind forgets regenerated steps; the config's guard set."""
+
+from __future__ import annotations
+
+import pytest
+
+from workbench.config import RunConfig
+from workbench.errors import ConfigError
+from workbench.guards.config import Guard, GuardConfig, guard_set
+from workbench.guards.presets import DEFAULT, PRESETS
+from workbench.guards.watch import Watch, repeat_frac, rollout_rows
+
+
+def _fires(watch, series):
+    out = []
+    for step, value in enumerate(series, start=1):
+        metrics = {} if value is None else {"train/loss": value}
+        out += [(f.guard.name, f.first_step, f.step) for f in watch.step(step, metrics)]
+    return out
+
+
+def test_window_streaks_fire_once_and_rearm():
+    w = Watch({"hi": Guard("hi", "train/loss > 1", window=2)})
+    assert _fires(w, [2, 0, 2, 2, 2, 0, 2, None, 2]) == [("hi", 3, 4), ("hi", 7, 9)]
+
+
+def test_rewind_forgets_regenerated_steps():
+    w = Watch({"hi": Guard("hi", "train/loss > 2 * baseline(train/loss, 2)", window=1)})
+    for step, v in enumerate([1.0, 1.0, 1.5], start=1):
+        assert not w.step(step, {"train/loss": v})
+    assert w.step(4, {"train/loss": 5.0})
+    assert not w.step(3, {"train/loss": 1.0})  # step 3 again: steps 3-4 were dropped, baseline kept
+    assert sorted(w.history) == [1, 2, 3] and w.step(4, {"train/loss": 5.0})
+
+
+def test_rollout_evidence_and_repeat_frac():
+    assert repeat_frac("!!!!!!!!") == 1.0 and repeat_frac("abab" * 4) == 1.0
+    assert repeat_frac("1357") == 0.25 and repeat_frac("") == 0.0
+    rows = rollout_rows([dict(step=3, stage=0, prompt_id="p", idx=i, response=r, length=8, finish_reason=f)
+                         for i, (r, f) in enumerate([("!!!!!!!!", "length"), ("42", "stop"), ("????????", "length")])])
+    w = Watch({"degenerate_text": GuardConfig(preset="degenerate_text", window=1).resolve()})
+    (f,) = w.step(3, {}, rows)
+    assert [r["idx"] for r in f.rollouts] == [0, 2] and f.values["3"]["matched"] == 2
+
+
+def test_guard_set_defaults_replace_and_disable():
+    g = guard_set([GuardConfig(preset="zero_signal", enabled=False),
+                   GuardConfig(preset="entropy_collapse", action="rollback", settings={"temperature": 0.7}),
+                   GuardConfig(name="spike", rule="train/loss > 10")])
+    assert set(g) == (set(DEFAULT) - {"zero_signal"}) | {"spike"}
+    assert g["entropy_collapse"].rule == PRESETS["entropy_collapse"].rule and g["entropy_collapse"].action == "rollback"
+    assert g["spike"].window == 1 and g["spike"].action == "alert"
+    with pytest.raises(ConfigError, match="'spike' appears twice"):
+        guard_set([GuardConfig(name="spike", rule="train/loss > 1")] * 2)
+
+
+@pytest.mark.parametrize("entry, says", [
+    ({"rule": "train/loss > 1"}, "guards.name: missing"),
+    ({"name": "x", "rule": "train/los > 1"}, "unknown metric 'train/los' (did you mean train/loss"),
+    ({"preset": "nope"}, "guards.preset: 'nope' is not allowed"),
+    ({"preset": "nan", "window": -1}, "guards.window: -1"),
+    ({"preset": "nan", "action": "explode"}, "guards.action: 'explode'"),
+    ({"preset": "nan", "settings": {"lr": 0.1}}, "guards.settings.lr: unknown setting"),
+    ({"preset": "nan", "settings": {"temperature": 0}}, "guards.settings.temperature: 0"),
+    ({"preset": "truncation", "settings": {"temperature": 1}}, "only a rollback changes settings"),
+    ({"preset": "nan", "colour": "red"}, "guards[0].colour: unknown field"),
+])
+def test_bad_guard_config_is_one_line_naming_the_field(entry, says):
+    with pytest.raises(ConfigError) as exc:
+        RunConfig.from_dict({"guards": [entry]})
+    assert says in str(exc.value) and "\n" not in str(exc.value), str(exc.value)
+
+
+def test_every_preset_parses_and_reads_known_metrics():
+    from workbench.guards.metrics import KNOWN_METRICS
+
+    for name in PRESETS:
+        GuardConfig(preset=name).resolve().check_metrics(set(KNOWN_METRICS))

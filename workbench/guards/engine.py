@@ -1,0 +1,158 @@
+"""Guards inside the engine: one call after each step is handed to the store's writer.
+
+    if guard_step(s, store, run_id, step, metrics, table) == "rollback":
+        return "rollback"            # the loop goes on from the checkpoint (train() re-enters it)
+
+Each firing guard's alert is recorded with its evidence, then its action runs:
+- alert: nothing more (the dashboard shows a banner);
+- pause / stop: a `pause` / `stop` control command (who = `guard:<name>`), applied at the next step
+  boundary like one a person issued, with its outcome in `controls`;
+- rollback: the steps after the last checkpoint before the rule first held are kept as an earlier
+  attempt of the run (`Store.archive_attempt`), the checkpoints after it set aside, the settings the
+  guard names queued as control commands, and the loop goes on from that checkpoint. With no such
+  checkpoint, or after `MAX_ROLLBACKS` rollbacks by one guard, the run stops instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from workbench.guards.config import SETTINGS, Guard, guard_set
+from workbench.guards.rules import rollout_predicates
+from workbench.guards.watch import Firing, Watch, jsonable, rollout_rows
+
+log = logging.getLogger(__name__)
+
+MAX_ROLLBACKS = 3
+"""Rollbacks one guard may make in a run; after that its firing stops the run (it keeps coming back)."""
+
+
+def alert_message(f: Firing) -> str:
+    """One line saying what fired, where, on which values."""
+    g = f.guard
+    span = f"step {f.step}" if f.first_step == f.step else f"steps {f.first_step}-{f.step}"
+    vals = f.values.get(str(f.step), {})
+    shown = ", ".join(f"{k} = {v:.4g}" if isinstance(v, float) else f"{k} = {v}" for k, v in vals.items())
+    return f"guard {g.name!r} fired at {span}: {g.rule}" + (f" ({shown})" if shown else "")
+
+
+def alert_row(f: Firing, *, status: str = "open", outcome: str | None = None) -> dict[str, Any]:
+    g = f.guard
+    return dict(guard=g.name, rule=g.rule, window_steps=g.window, action=g.action, first_step=f.first_step,
+                step=f.step, evidence=jsonable(f.values), message=alert_message(f), hint=g.hint or None,
+                status=status, outcome=outcome)
+
+
+class RunGuards:
+    """The guards of one engine process: the watch, and the actions it takes."""
+
+    def __init__(self, guards: dict[str, Guard]) -> None:
+        self.watch = Watch(guards)
+        self.loaded = False
+        self.rollbacks: dict[str, int] = {}
+
+    def sync(self, guards: dict[str, Guard]) -> None:
+        """Follow live changes (a `guard` command applied at this step)."""
+        for name in list(self.watch.guards):
+            if name not in guards:
+                self.watch.remove_guard(name)
+        for name, g in guards.items():
+            if self.watch.guards.get(name) != g:
+                self.watch.set_guard(g)
+
+    def needs_rollouts(self) -> bool:
+        return any(rollout_predicates(g.tree) for g in self.watch.guards.values())  # type: ignore[attr-defined]
+
+
+def guard_step(s: Any, store: Any, run_id: str, step: int, metrics: dict[str, Any], table: Any) -> str | None:
+    """Evaluate the run's guards on the step just recorded and act; "rollback" when the loop must go
+    on from a checkpoint (the Setup `s` is already set for it), else None."""
+    live = s.live
+    if getattr(live, "guards", None) is None:
+        live.guards = guard_set(s.cfg.guards)
+    rg: RunGuards | None = getattr(s, "guards", None)
+    if rg is None:
+        rg = s.guards = RunGuards(live.guards)
+    rg.sync(live.guards)
+    if not rg.loaded:
+        rg.loaded = True
+        steps = store.run_steps(run_id)
+        earlier = steps.filter(steps["step"] < step) if len(steps) else steps
+        rg.watch.load_history([(r["step"], metrics_map(r["metrics"])) for r in earlier.to_dicts()])
+    rows = rollout_rows(table) if table is not None and rg.needs_rollouts() else None
+    for r in rows or []:
+        r["step"] = step
+    fired = rg.watch.step(step, metrics, rows)
+    outcome = None
+    for f in fired:
+        try:
+            outcome = _act(s, store, run_id, rg, f) or outcome
+        except Exception:  # noqa: BLE001 - a guard must never kill the run it watches
+            log.exception("guard %s failed to act at step %d", f.guard.name, step)
+    return outcome
+
+
+def metrics_map(m: Any) -> dict[str, Any]:
+    """A steps row's `metrics` as a dict (the store returns a MAP as a dict or as key/value pairs)."""
+    if isinstance(m, dict):
+        return m
+    return {kv["key"]: kv["value"] for kv in m or []}
+
+
+def _act(s: Any, store: Any, run_id: str, rg: RunGuards, f: Firing) -> str | None:
+    action = f.guard.action
+    who = f"guard:{f.guard.name}"
+    alert_id = store.add_alert(run_id, alert_row(f), f.rollouts)
+    log.warning(alert_message(f))
+    if action == "alert":
+        return None
+    if action == "rollback":
+        n = rg.rollbacks.get(f.guard.name, 0)
+        target = _checkpoint_before(s.ckpt_dir, f.first_step)
+        if target is not None and n < MAX_ROLLBACKS:
+            rg.rollbacks[f.guard.name] = n + 1
+            return _rollback(s, store, run_id, rg, f, alert_id, target)
+        why = (f"no checkpoint before step {f.first_step}" if target is None
+               else f"{MAX_ROLLBACKS} rollbacks by this guard already")
+        cid = store.add_control(run_id, "stop", {}, who=who)
+        store.set_alert_status(alert_id, "acted", outcome=f"{why}: stopped instead (control {cid})")
+        return None
+    cid = store.add_control(run_id, action, {}, who=who)
+    store.set_alert_status(alert_id, "acted", outcome=f"{action} queued as control {cid} (next step boundary)")
+    return None
+
+
+def _checkpoint_before(ckpt_dir: Any, first_step: int) -> int | None:
+    from workbench.engine.checkpoint import list_checkpoints
+
+    steps = [int(p.stem.split("-")[1]) for p in list_checkpoints(ckpt_dir)]
+    earlier = [k for k in steps if k < first_step]
+    return max(earlier) if earlier else None
+
+
+def _rollback(s: Any, store: Any, run_id: str, rg: RunGuards, f: Firing, alert_id: str, target: int) -> str:
+    from workbench.control.commands import validate
+    from workbench.engine.checkpoint import list_checkpoints
+
+    s.writer.flush()  # every step handed over is committed before its rows move
+    reason = f"rolled back by guard {f.guard.name!r} (fired at step {f.step}) to the checkpoint of step {target}"
+    attempt = store.archive_attempt(run_id, target, reason)
+    aside = s.ckpt_dir / attempt.rsplit(".", 1)[-1]
+    for p in list_checkpoints(s.ckpt_dir):
+        if int(p.stem.split("-")[1]) > target:
+            aside.mkdir(exist_ok=True)
+            p.rename(aside / p.name)
+    queued = []
+    for key, value in f.guard.settings.items():
+        args = {"temperature": value} if key == "temperature" else {"kind": s.live.budget_kind, "amount": int(value)}
+        command = SETTINGS[key]
+        queued.append(store.add_control(run_id, command, validate(command, args), who=f"guard:{f.guard.name}"))
+    s.control_token = None  # the next step boundary reads the queued settings
+    rg.watch.rewind(target)
+    settings = f", then {', '.join(f'{k} = {v}' for k, v in f.guard.settings.items())} (controls {queued})" if queued else ""
+    outcome = f"rolled back to step {target}{settings}; steps {target + 1}-{f.step} kept as {attempt}"
+    store.set_alert_status(alert_id, "acted", outcome=outcome)
+    store.add_event(run_id, "warning", "guard_rollback", f"{reason}{settings}", step=target,
+                    data={"alert_id": alert_id, "attempt": attempt, "guard": f.guard.name})
+    return "rollback"

@@ -1,0 +1,51 @@
+"""Guards on runs imported from other engines (verl, TRL, NeMo-RL, generic files), including one being
+followed with `workbench import --follow`: the same rules over the imported steps and rollouts, alert
+only (we cannot act on another engine's run). "Your verl run's entropy is collapsing" appears while that
+run trains elsewhere."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from workbench.guards.config import guard_set
+from workbench.guards.engine import alert_row, metrics_map
+from workbench.guards.watch import Watch, rollout_rows
+
+OUTCOME = "alert only: the run is imported from another engine, which we cannot steer"
+
+
+class ImportWatch:
+    """The guards of one imported run (the default set, every action turned into an alert)."""
+
+    def __init__(self, store: Any, run_id: str) -> None:
+        self.store, self.run_id = store, run_id
+        guards = {n: dataclasses.replace(g, action="alert", settings={}) for n, g in guard_set(()).items()}
+        self.watch = Watch(guards)
+        self.loaded = False
+
+    def observe(self, step: int, metrics: dict[str, Any], rollouts: Any) -> list[str]:
+        """Evaluate the guards on one imported step; returns the ids of the alerts raised."""
+        if not self.loaded:
+            self.loaded = True
+            steps = self.store.run_steps(self.run_id)
+            earlier = steps.filter(steps["step"] < step) if len(steps) else steps
+            self.watch.load_history([(r["step"], metrics_map(r["metrics"])) for r in earlier.to_dicts()])
+        rows = rollout_rows(rollouts)
+        for r in rows:
+            r["step"] = step
+        ids = []
+        for f in self.watch.step(step, metrics, rows):
+            ids.append(self.store.add_alert(self.run_id, alert_row(f, outcome=OUTCOME), f.rollouts))
+        return ids
+
+
+def watch_records(importer: Any, records: list[Any]) -> None:
+    """After an importer committed `records` (StepRecords of one run): evaluate its guards."""
+    if not records:
+        return
+    w = getattr(importer, "guard_watch", None)
+    if w is None or w.run_id != records[0].run_id:
+        w = importer.guard_watch = ImportWatch(importer.store, records[0].run_id)
+    for r in sorted(records, key=lambda r: r.step):
+        w.observe(r.step, r.metrics, r.rollouts)

@@ -1,0 +1,69 @@
+"""Named guards a researcher switches on by name, each with the failure it catches and where that
+failure is described; `DEFAULT` are on for every run (thresholds chosen to stay quiet on the default
+experiment, see docs/guards.md for the figures).
+
+    [[guards]]
+    preset = "entropy_collapse"
+    action = "rollback"
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ZERO_SIGNAL_HINT = ("most groups carry no gradient: a multi-stage or selective allocator "
+                    "(`allocator.name = \"dynamic_sampling\"` or \"selective\") spends the budget on prompts "
+                    "that still teach, or raise the group size (`allocator.params.n`)")
+
+
+@dataclass(frozen=True)
+class Preset:
+    rule: str
+    window: int
+    action: str
+    catches: str
+    source: str
+    hint: str = ""
+
+
+PRESETS: dict[str, Preset] = {
+    "nan": Preset(
+        "train/loss is not finite or train/grad_norm is not finite or train/ratio_max is not finite "
+        "or rollout/entropy_mean is not finite", 1, "rollback",
+        "loss, gradient norm, a log-prob ratio or the sampled entropy not finite (the weights are lost)",
+        "verl #628, #747, #1121, #3025"),
+    "entropy_collapse": Preset(
+        "rollout/entropy_mean < 0.2 * baseline(rollout/entropy_mean, 5)", 3, "alert",
+        "the policy's token entropy falls below a fifth of its own early level: exploration is gone",
+        "verl #2738, #5953"),
+    "entropy_blowup": Preset(
+        "rollout/entropy_mean > 1.6 * baseline(rollout/entropy_mean, 5) + 0.1", 2, "alert",
+        "token entropy 60% above its early level: sampling noise (a temperature or lr fault)",
+        "verl #2738, #5953"),
+    "length_blowup": Preset(
+        "rollout/length_mean > 2 * baseline(rollout/length_mean, 5) + 2", 3, "alert",
+        "responses grow far beyond their early length (length explosion, then collapse)",
+        "rllm #226"),
+    "truncation": Preset(
+        "share(truncated) > 0.5", 2, "alert",
+        "most responses hit the token limit (a clipped ratio of 1.0 means the reward is for cut text)",
+        "ms-swift #4950"),
+    "degenerate_text": Preset(
+        "share(repeat_frac >= 0.75 and chars >= 6) > 0.25", 2, "alert",
+        "responses made mostly of one repeated character or n-gram ('!!!!', 'the the the')",
+        "verl #628, #3025"),
+    "reward_hacking": Preset(
+        "(delta(rollout/reward_mean, 5) > 0.05 and delta(eval/pass1, 1) < -0.05) "
+        "or (rollout/reward_mean > baseline(rollout/reward_mean, 5) + 0.1 "
+        "and rollout/length_mean < 0.6 * baseline(rollout/length_mean, 5))", 2, "alert",
+        "training reward rises while the held-out evaluation falls, or while responses shrink to a trick",
+        "trl #5790, Visual-RFT #176"),
+    "zero_signal": Preset(
+        "rollout/zero_signal_frac > 0.9", 5, "alert",
+        "most groups' rewards all agree, so they carry no gradient: the rollout budget is wasted",
+        "DAPO (Yu et al. 2025), dynamic sampling", ZERO_SIGNAL_HINT),
+}
+"""Every preset by name."""
+
+DEFAULT = ("nan", "entropy_collapse", "entropy_blowup", "truncation", "degenerate_text", "zero_signal")
+"""Presets on for every run unless a `[[guards]]` entry of the same name turns one off."""
