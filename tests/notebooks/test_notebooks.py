@@ -253,7 +253,7 @@ ORGANISM_RUN = [
 
 
 @pytest.fixture(scope="module")
-def organism_store(tmp_path_factory):
+def organism_runs(tmp_path_factory):
     """Two short real organism runs (uniform and dynamic sampling) made by `workbench run`."""
     path = tmp_path_factory.mktemp("organism") / "store"
     for allocator in ("uniform", "dynamic_sampling"):
@@ -267,16 +267,16 @@ def organism_store(tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.timeout(2400)  # two organism runs (one builds the organism) plus three notebooks
-def test_notebooks_run_on_an_organism_run(organism_store):
+def test_notebooks_run_on_an_organism_run(organism_runs):
     from workbench.store import open_store
 
-    with open_store(organism_store, read_only=True) as store:
+    with open_store(organism_runs, read_only=True) as store:
         runs = store.list_runs()
         assert runs.height == 2 and set(runs["status"]) == {"finished"}
         assert store.evals(runs["run_id"][0]).height > 0
     for name in NAMES:
         params = {"replay_seeds": 1} if name == "allocators.ipynb" else {}
-        nb = execute(name, organism_store, [], **params)  # [] -> the latest runs
+        nb = execute(name, organism_runs, [], **params)  # [] -> the latest runs
         if name == "allocators.ipynb":
             text = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
             assert "reproduces the logged grants: True" in text, text[-2000:]
@@ -284,12 +284,12 @@ def test_notebooks_run_on_an_organism_run(organism_store):
 
 @pytest.mark.slow
 @pytest.mark.timeout(2400)
-def test_replay_reproduces_an_organism_runs_grants(organism_store):
+def test_replay_reproduces_an_organism_runs_grants(organism_runs):
     """On a real run: its own allocator, replayed with its logged config and seed, makes the logged decisions."""
     from workbench.analysis.replay import load_run, replay_run
     from workbench.store import open_store
 
-    with open_store(organism_store, read_only=True) as store:
+    with open_store(organism_runs, read_only=True) as store:
         for run_id in store.list_runs()["run_id"]:
             f = load_run(store, run_id)
             r = replay_run(store, run_id, frames=f)
