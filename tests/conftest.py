@@ -2,9 +2,10 @@
 place, `workbench.experiments.tiny.SMALL_ORGANISMS`), fresh stores that link it in, the tiny run
 config, and a real PostgreSQL server. Folder conftests hold only what their own folder uses.
 
-Which tests share a pytest-xdist worker: every `browser` test goes to the group "browser" (one
-Chromium at a time), and a test that starts Ray marks itself `xdist_group("ray")` (one local Ray
-runtime at a time)."""
+Which tests share a pytest-xdist worker (`-n 2 --dist loadgroup`, as dev/test.sh runs them): the
+tests of one file (module fixtures are built once, and a file may steer one run through its tests in
+order), every `browser` test (one Chromium at a time), and every test marked `xdist_group("ray")`
+(one local Ray runtime at a time)."""
 
 from __future__ import annotations
 
@@ -77,3 +78,5 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if item.get_closest_marker("browser"):
             item.add_marker(pytest.mark.xdist_group("browser"))
+        elif not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))

@@ -133,15 +133,35 @@ def browser():
         b.close()
 
 
+RUN_COUNTER = """
+window.__scriptRuns = 0;
+new MutationObserver((changes) => {
+  for (const c of changes) if (c.target.getAttribute('data-test-script-state') === 'running') window.__scriptRuns++;
+}).observe(document, {subtree: true, attributes: true, attributeFilter: ['data-test-script-state']});
+"""
+"""Counts in the page how often its script starts running (its app element's state turns "running")."""
+
+
 def _idle(page):
-    time.sleep(0.4)  # let a click reach the server before asking whether the script runs
+    """Wait until the page's script is idle and what it drew has loaded."""
     page.wait_for_selector(IDLE, timeout=120_000)
     # lazily loaded elements (st.html, charts) show a skeleton until their code has loaded
     page.wait_for_function("!document.querySelector(\"[data-testid='stSkeleton']\")", timeout=60_000)
 
 
+def _click(page, target):
+    """Click `target` (a locator), then wait until the script has run for the click and is idle again
+    (right after a click the script still reads "not running": the server has not started it yet)."""
+    before = page.evaluate("window.__scriptRuns")
+    target.click()
+    page.wait_for_function(f"window.__scriptRuns > {before}", timeout=120_000)
+    _idle(page)
+
+
 def _goto(page, url):
     """Load `url` and wait until its page has rendered and its script is idle."""
+    if not page.evaluate("'__scriptRuns' in window"):
+        page.add_init_script(RUN_COUNTER)  # every document this page loads from now on
     page.goto(url)
     page.wait_for_selector("[data-testid='stApp']", timeout=120_000)
     # a new page's script may not have started when the app shell is there (the script state reads "not
@@ -186,6 +206,7 @@ def test_browse_and_steer_a_live_run(live_run, server, browser):
     assert "step " in first_group.inner_text()
     page.get_by_text("this prompt's story").first.click()
     page.wait_for_url("**/prompt?*", timeout=60_000)
+    page.get_by_text("Grants and reasons").wait_for(timeout=120_000)  # the prompt page's script has run
     _idle(page)
     assert page.get_by_text("Grants and reasons").count() == 1
     assert page.locator("[data-testid='stException']").count() == 0
@@ -200,15 +221,12 @@ def test_browse_and_steer_a_live_run(live_run, server, browser):
     for _ in range(8):
         slider.press("ArrowLeft")
     assert int(slider.get_attribute("aria-valuetext")) == 24
-    page.get_by_role("button", name="Set budget").click()
-    _idle(page)
+    _click(page, page.get_by_role("button", name="Set budget"))
 
     box = page.locator("[data-testid='stSelectbox']").filter(has_text="allocator")
     box.click()
-    page.get_by_role("option", name="multistage", exact=True).click()
-    _idle(page)
-    page.get_by_role("button", name="Switch to multistage").click()
-    _idle(page)
+    _click(page, page.get_by_role("option", name="multistage", exact=True))
+    _click(page, page.get_by_role("button", name="Switch to multistage"))
 
     # the engine applies each command at a step boundary; let one step run under the new budget and
     # allocator before pausing, or a quick click could pause the run at that same boundary (it did once
@@ -221,8 +239,7 @@ def test_browse_and_steer_a_live_run(live_run, server, browser):
     wait_until(lambda: (s := _steps(root, run_id)).filter(s["step"] >= first_new).height >= 1, 240,
                "a step under the new settings", every=0.5)
 
-    page.get_by_role("button", name="Pause").click()
-    _idle(page)
+    _click(page, page.get_by_role("button", name="Pause"))
     _shot(page, "live-after-commands")
 
     pause = wait_until(lambda: (c := _control(root, run_id, "pause")) and c["status"] != "pending" and c,
