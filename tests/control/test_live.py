@@ -22,23 +22,9 @@ pytestmark = pytest.mark.slow
 TIMEOUT_S = 900.0
 
 
-def tiny_overrides(steps: int) -> dict:
-    from workbench.models.organism import small_recipe
-
-    recipe = small_recipe(steps=30).to_dict()
-    return {
-        "model.organism": recipe,
-        "model.threads": 1,
-        "task": {"kind": "arithmetic", **recipe["task"]},
-        "steps": steps,
-        "allocator.prompts_per_step": 4,
-        "allocator.budget": 16,
-        "allocator.params": {"n": 4},
-        "eval.at_start": False,
-        "eval.every": 0,
-        "checkpoint.every": 2,
-        "logging.heartbeat_s": 1.0,
-    }
+LIVE = dict(allocator__prompts_per_step=4, allocator__budget=16, eval__at_start=False, eval__every=0,
+            checkpoint__every=2, logging__heartbeat_s=1.0)
+"""What these runs change in the tiny run: short steps, no evaluation, a checkpoint every 2 steps."""
 
 
 def last_step(store, run_id) -> int:
@@ -55,21 +41,21 @@ def log_of(store_dir, run_id) -> str:
     return path.read_text()[-3000:] if path.exists() else "(no log)"
 
 
-@pytest.fixture(scope="session")
-def live_store_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("live") / "store"
+@pytest.fixture(scope="module")
+def live_store_dir(new_store, tmp_path_factory):
+    return new_store(tmp_path_factory.mktemp("live") / "store")
 
 
 @pytest.fixture(scope="module")
-def live(live_store_dir):
+def live(live_store_dir, tiny_config):
     """(store, run_id) of a launched run, stepping."""
     from workbench.store import open_store
 
     t0 = time.monotonic()
-    overrides = tiny_overrides(steps=2000)  # steps take ~0.1 s: it must outlive every test of the module
-    # each step committed before the next starts: the store tells the step in progress exactly
-    overrides["logging.background_writes"] = False
-    run_id = control.launch(None, store=live_store_dir, overrides=overrides, name="live")
+    # steps take ~0.1 s: it must outlive every test of the module; each step is committed before the next
+    # starts: the store tells the step in progress exactly
+    cfg = tiny_config(name="live", steps=2000, logging__background_writes=False, **LIVE)
+    run_id = control.launch(cfg.to_dict(), store=live_store_dir)
     assert time.monotonic() - t0 < 60, "launch must return at once"
     with open_store(live_store_dir) as st:
         assert status(st, run_id) == "created" and st.run(run_id)["pid"] != os.getpid()
@@ -170,11 +156,11 @@ def test_stop_then_resume(live, live_store_dir):
     wait_until(lambda: status(st, run_id) == "stopped", TIMEOUT_S, "the second stop", every=0.3)
 
 
-def test_kill9_crashed_then_resume_completes_once(live_store_dir):
+def test_kill9_crashed_then_resume_completes_once(live_store_dir, tiny_config):
     from workbench.store import open_store
 
     # long enough that it cannot finish between "three steps seen" and the kill (tiny steps take ~0.1 s)
-    run_id = control.launch(None, store=live_store_dir, overrides=tiny_overrides(steps=40), name="crash")
+    run_id = control.launch(tiny_config(name="crash", steps=40, **LIVE).to_dict(), store=live_store_dir)
     with open_store(live_store_dir) as st:
         wait_until(lambda: last_step(st, run_id) >= 3, TIMEOUT_S, "three steps", every=0.3)
         os.killpg(st.run(run_id)["pid"], signal.SIGKILL)
