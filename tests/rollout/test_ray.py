@@ -17,7 +17,7 @@ from waiting import wait_until
 from workbench.control.liveness import pid_alive
 
 ray = pytest.importorskip("ray")
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]  # one local Ray runtime at a time
+pytestmark = pytest.mark.slow
 
 SAMPLE = SamplingParams(temperature=1.0, max_new_tokens=10)
 

@@ -11,7 +11,7 @@ from workbench.rollout.base import SamplingParams
 from workbench.rollout.hf import HFBackend
 
 ray = pytest.importorskip("ray")
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]  # one Ray cluster at a time
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
