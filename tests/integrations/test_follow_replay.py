@@ -46,7 +46,6 @@ def _wait_for(store_dir: Path, proc: subprocess.Popen, want: list[int], timeout_
     wait_until(imported, timeout_s, f"the follower to import steps {want}", every=0.3)
 
 
-@pytest.mark.slow
 def test_follow_imports_a_step_file_written_after_start(tmp_path):
     dump = tmp_path / "rollouts"
     dump.mkdir()

@@ -142,7 +142,6 @@ def chart_outputs(nb) -> list[dict]:
     return [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if PLOTLY_MIME in o.get("data", {})]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_notebook_runs_on_a_synthetic_store_and_keeps_its_charts_in_html(synthetic_store, name):
     """Every cell runs; every chart carries an HTML form beside JupyterLab's (nbconvert cannot draw
@@ -181,7 +180,6 @@ def add_imported_run(path: Path, source: str = "verl") -> str:
     return run_id
 
 
-@pytest.mark.slow
 def test_notebooks_with_an_imported_run_and_its_what_if_replay(tmp_path):
     """Every notebook runs with an imported run among the chosen ones (it has no token entropies, no
     allocations), and the allocators notebook replays its logged outcomes under each of our
@@ -204,7 +202,6 @@ def test_notebooks_with_an_imported_run_and_its_what_if_replay(tmp_path):
 CHROMIUM = "/usr/bin/chromium"
 
 
-@pytest.mark.slow
 @pytest.mark.browser
 @pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed")
 def test_exported_notebook_draws_its_charts_in_a_browser_with_no_network(synthetic_store, tmp_path):
