@@ -11,6 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# No per-example time limit: Hypothesis's default (200 ms) fails a correct test on a busy machine.
+settings.register_profile("workbench", deadline=None)
+settings.load_profile("workbench")
 
 
 @pytest.fixture(scope="session")
