@@ -81,11 +81,11 @@ SHARED_WORKER = {
     # one local Ray runtime at a time: a second one on the same machine may join the first
     "tests/rollout/test_ray.py": "ray",
     "tests/rollout/test_ray_cluster.py": "ray",
-    # one Chromium (and the app or JupyterLab it drives) at a time: each is heavy on two cores
+    # one Chromium (and the app or JupyterLab it drives) at a time: each is heavy on two cores. (The
+    # notebooks' file stays apart: its one browser test sits beside two long organism runs.)
     "tests/app/test_browser.py": "browser",
     "tests/app/test_browser_imported.py": "browser",
     "tests/app/test_notebook_jupyterlab.py": "browser",
-    "tests/notebooks/test_notebooks.py": "browser",
 }
 """Test files that must not run beside each other: a file named here runs on the worker of its group.
 (pytest-xdist's own `xdist_group` mark does nothing under pytest 9: the scheduler reads the group

@@ -12,7 +12,6 @@ from streamlit.testing.v1 import AppTest
 from workbench.store import open_store
 
 MAIN = str(Path(__file__).resolve().parents[2] / "app" / "main.py")
-pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

@@ -53,7 +53,6 @@ def test_a_checkpoint_without_the_list_replays_what_came_after_its_step():
     assert live.plan_replay(rows, checkpoint_step=2) == [2]
 
 
-@pytest.mark.slow
 def test_a_crash_after_a_command_regenerates_the_same_steps(store_dir, tiny_config):
     """Reference: stop at 2, queue budget + temperature, run to the end. Crashed: the same, but the
     run dies after step 4 (applied at 3, no checkpoint after it): resume must apply them at 3 again."""
