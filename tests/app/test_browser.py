@@ -130,7 +130,27 @@ new MutationObserver((changes) => {
 """Counts in the page how often its script starts running (its app element's state turns "running")."""
 
 
+@pytest.fixture(scope="module")
+def browser():
+    """A headless Chromium for the module's tests (other browser test files import it from here)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", "--no-first-run"])
+        yield b
+        b.close()
+
+
 def _idle(page):
+    """After a click made without `_click`: give the click's rerun a moment to start, then `_settled`.
+    The moment is a guess; `_click` waits for the rerun itself."""
+    time.sleep(0.4)
+    _settled(page)
+
+
+def _settled(page):
     """Wait until the page's script is idle and what it drew has loaded."""
     page.wait_for_selector(IDLE, timeout=120_000)
     # lazily loaded elements (st.html, charts) show a skeleton until their code has loaded
@@ -143,7 +163,7 @@ def _click(page, target):
     before = page.evaluate("window.__scriptRuns")
     target.click()
     page.wait_for_function(f"window.__scriptRuns > {before}", timeout=120_000)
-    _idle(page)
+    _settled(page)
 
 
 def _goto(page, url):
@@ -155,7 +175,7 @@ def _goto(page, url):
     # a new page's script may not have started when the app shell is there (the script state reads "not
     # running" then, too): wait for its title, which every page writes first, before waiting for idle
     page.wait_for_selector("h1", timeout=120_000)
-    _idle(page)
+    _settled(page)
 
 
 def _open(page, base, name):
@@ -195,7 +215,7 @@ def test_browse_and_steer_a_live_run(live_run, server, browser):
     page.get_by_text("this prompt's story").first.click()
     page.wait_for_url("**/prompt?*", timeout=60_000)
     page.get_by_text("Grants and reasons").wait_for(timeout=120_000)  # the prompt page's script has run
-    _idle(page)
+    _settled(page)
     assert page.get_by_text("Grants and reasons").count() == 1
     assert page.locator("[data-testid='stException']").count() == 0
     _shot(page, "prompt-from-rollout")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import synth
-from test_browser import ARTIFACTS, CHROMIUM, IDLE, _goto, app_server
+from test_browser import ARTIFACTS, CHROMIUM, IDLE, _goto, app_server, browser  # noqa: F401 - browser: a fixture
 
 PAGES = ["runs", "live", "rollouts", "prompt", "allocation", "compare"]
 
