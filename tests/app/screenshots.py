@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))  # run by hand (not by pytest): the tests' helpers, as pytest's pythonpath
 
 from test_browser import CHROMIUM, PAGES, _goto, app_server  # noqa: E402
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import new_store, tiny_config
+from waiting import wait_until
 
 CHROMIUM = "/usr/bin/chromium"
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,17 +39,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _wait_until(what, check, timeout=240.0, every=0.5):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(every)
-
-
 def _steps(root, run_id):
     from workbench.store import open_store
 
@@ -58,14 +47,15 @@ def _steps(root, run_id):
 
 
 @pytest.fixture(scope="module")
-def live_run(organism_models, tmp_path_factory):
+def live_run(new_store, tiny_config, tmp_path_factory):
     """A long organism run going in its own process; stopped (then killed if need be) at the end."""
     from workbench.control import launch, stop
     from workbench.store import open_store
 
-    root = new_store(organism_models, tmp_path_factory.mktemp("browser") / "store")
-    run_id = launch(tiny_config("browser-live", 5000, eval_every=3), store=str(root))
-    _wait_until("the run's first steps", lambda: _steps(root, run_id).height >= 2)
+    root = new_store(tmp_path_factory.mktemp("browser") / "store")
+    cfg = tiny_config(name="browser-live", steps=5000, eval__every=3, checkpoint__every=50)
+    run_id = launch(cfg.to_dict(), store=str(root))
+    wait_until(lambda: _steps(root, run_id).height >= 2, 240, "the run's first steps", every=0.5)
     yield root, run_id
     with open_store(root) as store:
         info = store.run(run_id)
@@ -74,20 +64,24 @@ def live_run(organism_models, tmp_path_factory):
                 stop(store, run_id, who="test")
             except Exception:  # noqa: BLE001 - best effort; the kill below ends it anyway
                 pass
-    deadline = time.monotonic() + 60
     pid = info.get("pid")
-    while pid and time.monotonic() < deadline:
+    if pid and not _ends(pid, 60):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _ends(pid: int, timeout: float) -> bool:
+    """Whether process `pid` is gone within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
-            break
+            return True
         time.sleep(0.5)
-    else:
-        if pid:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    return False
 
 
 @contextmanager
@@ -109,7 +103,7 @@ def app_server(root: Path, log_path: Path):
             return False
 
     try:
-        _wait_until("the app's health check", healthy, timeout=120)
+        wait_until(healthy, 120, "the app's health check", every=0.5)
         yield f"http://127.0.0.1:{port}"
     finally:
         os.killpg(proc.pid, signal.SIGTERM)  # the app's own process group (start_new_session)
@@ -127,8 +121,18 @@ def server(live_run):
         yield url
 
 
+RUN_COUNTER = """
+window.__scriptRuns = 0;
+new MutationObserver((changes) => {
+  for (const c of changes) if (c.target.getAttribute('data-test-script-state') === 'running') window.__scriptRuns++;
+}).observe(document, {subtree: true, attributes: true, attributeFilter: ['data-test-script-state']});
+"""
+"""Counts in the page how often its script starts running (its app element's state turns "running")."""
+
+
 @pytest.fixture(scope="module")
 def browser():
+    """A headless Chromium for the module's tests (other browser test files import it from here)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
@@ -140,20 +144,38 @@ def browser():
 
 
 def _idle(page):
-    time.sleep(0.4)  # let a click reach the server before asking whether the script runs
+    """After a click made without `_click`: give the click's rerun a moment to start, then `_settled`.
+    The moment is a guess; `_click` waits for the rerun itself."""
+    time.sleep(0.4)
+    _settled(page)
+
+
+def _settled(page):
+    """Wait until the page's script is idle and what it drew has loaded."""
     page.wait_for_selector(IDLE, timeout=120_000)
     # lazily loaded elements (st.html, charts) show a skeleton until their code has loaded
     page.wait_for_function("!document.querySelector(\"[data-testid='stSkeleton']\")", timeout=60_000)
 
 
+def _click(page, target):
+    """Click `target` (a locator), then wait until the script has run for the click and is idle again
+    (right after a click the script still reads "not running": the server has not started it yet)."""
+    before = page.evaluate("window.__scriptRuns")
+    target.click()
+    page.wait_for_function(f"window.__scriptRuns > {before}", timeout=120_000)
+    _settled(page)
+
+
 def _goto(page, url):
     """Load `url` and wait until its page has rendered and its script is idle."""
+    if not page.evaluate("'__scriptRuns' in window"):
+        page.add_init_script(RUN_COUNTER)  # every document this page loads from now on
     page.goto(url)
     page.wait_for_selector("[data-testid='stApp']", timeout=120_000)
     # a new page's script may not have started when the app shell is there (the script state reads "not
     # running" then, too): wait for its title, which every page writes first, before waiting for idle
     page.wait_for_selector("h1", timeout=120_000)
-    _idle(page)
+    _settled(page)
 
 
 def _open(page, base, name):
@@ -192,7 +214,8 @@ def test_browse_and_steer_a_live_run(live_run, server, browser):
     assert "step " in first_group.inner_text()
     page.get_by_text("this prompt's story").first.click()
     page.wait_for_url("**/prompt?*", timeout=60_000)
-    _idle(page)
+    page.get_by_text("Grants and reasons").wait_for(timeout=120_000)  # the prompt page's script has run
+    _settled(page)
     assert page.get_by_text("Grants and reasons").count() == 1
     assert page.locator("[data-testid='stException']").count() == 0
     _shot(page, "prompt-from-rollout")
@@ -206,33 +229,29 @@ def test_browse_and_steer_a_live_run(live_run, server, browser):
     for _ in range(8):
         slider.press("ArrowLeft")
     assert int(slider.get_attribute("aria-valuetext")) == 24
-    page.get_by_role("button", name="Set budget").click()
-    _idle(page)
+    _click(page, page.get_by_role("button", name="Set budget"))
 
     box = page.locator("[data-testid='stSelectbox']").filter(has_text="allocator")
     box.click()
-    page.get_by_role("option", name="multistage", exact=True).click()
-    _idle(page)
-    page.get_by_role("button", name="Switch to multistage").click()
-    _idle(page)
+    _click(page, page.get_by_role("option", name="multistage", exact=True))
+    _click(page, page.get_by_role("button", name="Switch to multistage"))
 
     # the engine applies each command at a step boundary; let one step run under the new budget and
     # allocator before pausing, or a quick click could pause the run at that same boundary (it did once
     # on another machine: all three applied at one step, and no step under the new settings existed)
-    budget = _wait_until("set_budget applied", lambda: (c := _control(root, run_id, "set_budget"))
-                         and c["status"] != "pending" and c)
-    alloc = _wait_until("set_allocator applied", lambda: (c := _control(root, run_id, "set_allocator"))
-                        and c["status"] != "pending" and c)
+    budget = wait_until(lambda: (c := _control(root, run_id, "set_budget")) and c["status"] != "pending" and c,
+                        240, "set_budget applied", every=0.5)
+    alloc = wait_until(lambda: (c := _control(root, run_id, "set_allocator")) and c["status"] != "pending" and c,
+                       240, "set_allocator applied", every=0.5)
     first_new = max(budget["applied_step"] or 0, alloc["applied_step"] or 0)
-    _wait_until("a step under the new settings",
-                lambda: (s := _steps(root, run_id)).filter(s["step"] >= first_new).height >= 1)
+    wait_until(lambda: (s := _steps(root, run_id)).filter(s["step"] >= first_new).height >= 1, 240,
+               "a step under the new settings", every=0.5)
 
-    page.get_by_role("button", name="Pause").click()
-    _idle(page)
+    _click(page, page.get_by_role("button", name="Pause"))
     _shot(page, "live-after-commands")
 
-    pause = _wait_until("pause applied", lambda: (c := _control(root, run_id, "pause"))
-                        and c["status"] != "pending" and c)
+    pause = wait_until(lambda: (c := _control(root, run_id, "pause")) and c["status"] != "pending" and c,
+                       240, "pause applied", every=0.5)
     for c in (budget, alloc, pause):
         assert c["status"] == "applied", c
         assert c["who"] == "dashboard"
@@ -256,5 +275,5 @@ def test_browse_and_steer_a_live_run(live_run, server, browser):
         _open(page, server, "live")
         return page.get_by_text("paused").count() >= 1
 
-    assert _wait_until("the live page shows the pause", shows_paused, timeout=60)
+    wait_until(shows_paused, 60, "the live page shows the pause", every=0.5)
     _shot(page, "live-paused")

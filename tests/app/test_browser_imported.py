@@ -14,7 +14,6 @@ from test_browser import ARTIFACTS, CHROMIUM, IDLE, _goto, app_server, browser  
 PAGES = ["runs", "live", "rollouts", "prompt", "allocation", "compare"]
 
 pytestmark = [
-    pytest.mark.slow,
     pytest.mark.browser,
     pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed"),
 ]

@@ -57,7 +57,6 @@ def test_every_page_is_timed():
     assert {Path(p).stem for p in app_cmd.PAGES.values()} == pages
 
 
-@pytest.mark.slow
 def test_bench_app_builds_then_reuses_a_store(tmp_path):
     store = tmp_path / "bench"
     args = ["bench", "app", "--rollouts", "2048", "--repeats", "1", "--store", str(store), "--json"]

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import new_store, tiny_config
-from test_browser import ARTIFACTS, CHROMIUM, ROOT, _free_port, _wait_until
+from test_browser import ARTIFACTS, CHROMIUM, ROOT, _free_port
+from waiting import wait_until
 
 pytestmark = [
     pytest.mark.slow,
@@ -27,13 +27,13 @@ PASS_AT_K_CHARTS = 4
 
 
 @pytest.fixture(scope="module")
-def run_store(organism_models, tmp_path_factory):
+def run_store(new_store, tiny_config, tmp_path_factory):
     """A store with one small real organism run that evaluated pass@k a few times."""
-    from workbench.config import RunConfig
     from workbench.engine import run
 
-    root = new_store(organism_models, tmp_path_factory.mktemp("lab") / "store")
-    run(RunConfig.from_dict(tiny_config("lab-pass-at-k", 4, eval_every=2)), store=str(root), store_dir=root)
+    root = new_store(tmp_path_factory.mktemp("lab") / "store")
+    cfg = tiny_config(name="lab-pass-at-k", steps=4, eval__every=2, checkpoint__every=50)
+    run(cfg, store=str(root), store_dir=root)
     return root
 
 
@@ -63,7 +63,7 @@ def lab(run_store, tmp_path_factory):
             assert proc.poll() is None, (home / "lab.log").read_text()[-3000:]
             return False
 
-    _wait_until("JupyterLab's API", up, timeout=180)
+    wait_until(up, 180, "JupyterLab's API", every=0.5)
     yield port, token, home
     os.killpg(proc.pid, signal.SIGTERM)  # its own process group: the server and its kernels
     try:

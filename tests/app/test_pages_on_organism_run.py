@@ -9,34 +9,33 @@ import polars as pl
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from conftest import new_store, tiny_config
 from workbench.store import open_store
 
 MAIN = str(Path(__file__).resolve().parents[2] / "app" / "main.py")
-pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def organism_store(organism_models, tmp_path_factory):
-    from workbench.config import RunConfig
+def organism_runs(new_store, tiny_config, tmp_path_factory):
+    """(store, run ids) of two short organism runs: uniform, then multi-stage."""
     from workbench.engine import run
 
-    root = new_store(organism_models, tmp_path_factory.mktemp("organism-app") / "store")
+    root = new_store(tmp_path_factory.mktemp("organism-app") / "store")
     ids = []
     for cfg in (
-        tiny_config("tiny-uniform", 4),
-        tiny_config("tiny-multistage", 4, allocator={"name": "multistage", "budget": 64, "prompts_per_step": 8,
-                                                    "params": {"n": 4, "n_max": 12}}),
+        tiny_config(name="tiny-uniform", steps=4, checkpoint__every=50),
+        tiny_config(name="tiny-multistage", steps=4, checkpoint__every=50,
+                    allocator={"name": "multistage", "budget": 64, "prompts_per_step": 8,
+                               "params": {"n": 4, "n_max": 12}}),
     ):
-        ids.append(run(RunConfig.from_dict(cfg), store=str(root), store_dir=root))
+        ids.append(run(cfg, store=str(root), store_dir=root))
     return root, ids
 
 
 @pytest.fixture
-def at(organism_store, monkeypatch):
+def at(organism_runs, monkeypatch):
     import streamlit as st
 
-    monkeypatch.setenv("WORKBENCH_STORE", str(organism_store[0]))
+    monkeypatch.setenv("WORKBENCH_STORE", str(organism_runs[0]))
     st.cache_data.clear()
     app = AppTest.from_file(MAIN, default_timeout=120)
     app.run()
@@ -51,8 +50,8 @@ def go(at, name):
     return at
 
 
-def test_every_page_on_an_organism_run(at, organism_store):
-    root, ids = organism_store
+def test_every_page_on_an_organism_run(at, organism_runs):
+    root, ids = organism_runs
     newest = ids[-1]
     with open_store(root) as store:
         steps = store.run_steps(newest).sort("step")

@@ -1,10 +1,10 @@
 """apply_pending against a real store and a recording engine double: outcomes, order, boundaries, pause."""
 
 import threading
-import time
 
 import pytest
 
+from waiting import wait_until
 from workbench.control.apply import apply_pending
 from workbench.control.protocol import Controllable
 
@@ -109,17 +109,11 @@ def test_pause_blocks_until_resume_applying_commands_meanwhile(store, run_id, en
 
     t = threading.Thread(target=run)
     t.start()
-    deadline = time.monotonic() + 20
-    while store.run(run_id)["status"] != "paused":
-        assert time.monotonic() < deadline, "run never paused"
-        time.sleep(0.05)
+    wait_until(lambda: store.run(run_id)["status"] == "paused", 20, "the run to pause", every=0.05)
     assert not done.wait(0.5), "apply_pending returned while paused"
     store.add_control(run_id, "set_budget", {"amount": 48})
     store.add_control(run_id, "pause", {})  # already paused: rejected
-    deadline = time.monotonic() + 20
-    while len(store.pending_controls(run_id)):
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until(lambda: not len(store.pending_controls(run_id)), 20, "both commands handled", every=0.05)
     assert not done.is_set()
     assert engine.calls == [("set_budget", ("rollouts", 48))]
     store.add_control(run_id, "resume", {})

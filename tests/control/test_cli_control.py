@@ -18,7 +18,6 @@ def _store_dir(store):
     return str(store.location.root)
 
 
-@pytest.mark.slow  # ten CLI invocations, each opening the store
 def test_ctl_commands_queue_rows(store, run_id):
     s = _store_dir(store)
     cases = [

@@ -6,12 +6,14 @@ detected as crashed, and resumed. The organism (a small recipe) is built once pe
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import signal
 import time
 
 import pytest
 
+from waiting import wait_until
 from workbench import control
 from workbench.control.liveness import refresh_statuses
 
@@ -20,33 +22,9 @@ pytestmark = pytest.mark.slow
 TIMEOUT_S = 900.0
 
 
-def tiny_overrides(steps: int) -> dict:
-    from workbench.models.organism import small_recipe
-
-    recipe = small_recipe(steps=30).to_dict()
-    return {
-        "model.organism": recipe,
-        "model.threads": 1,
-        "task": {"kind": "arithmetic", **recipe["task"]},
-        "steps": steps,
-        "allocator.prompts_per_step": 4,
-        "allocator.budget": 16,
-        "allocator.params": {"n": 4},
-        "eval.at_start": False,
-        "eval.every": 0,
-        "checkpoint.every": 2,
-        "logging.heartbeat_s": 1.0,
-    }
-
-
-def wait_until(pred, what, timeout_s=TIMEOUT_S, poll_s=0.3):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = pred()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(poll_s)
+LIVE = dict(allocator__prompts_per_step=4, allocator__budget=16, eval__at_start=False, eval__every=0,
+            checkpoint__every=2, logging__heartbeat_s=1.0)
+"""What these runs change in the tiny run: short steps, no evaluation, a checkpoint every 2 steps."""
 
 
 def last_step(store, run_id) -> int:
@@ -63,26 +41,26 @@ def log_of(store_dir, run_id) -> str:
     return path.read_text()[-3000:] if path.exists() else "(no log)"
 
 
-@pytest.fixture(scope="session")
-def live_store_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("live") / "store"
+@pytest.fixture(scope="module")
+def live_store_dir(new_store, tmp_path_factory):
+    return new_store(tmp_path_factory.mktemp("live") / "store")
 
 
 @pytest.fixture(scope="module")
-def live(live_store_dir):
+def live(live_store_dir, tiny_config):
     """(store, run_id) of a launched run, stepping."""
     from workbench.store import open_store
 
     t0 = time.monotonic()
-    overrides = tiny_overrides(steps=2000)  # steps take ~0.1 s: it must outlive every test of the module
-    # each step committed before the next starts: the store tells the step in progress exactly
-    overrides["logging.background_writes"] = False
-    run_id = control.launch(None, store=live_store_dir, overrides=overrides, name="live")
+    # steps take ~0.1 s: it must outlive every test of the module; each step is committed before the next
+    # starts: the store tells the step in progress exactly
+    cfg = tiny_config(name="live", steps=2000, logging__background_writes=False, **LIVE)
+    run_id = control.launch(cfg.to_dict(), store=live_store_dir)
     assert time.monotonic() - t0 < 60, "launch must return at once"
     with open_store(live_store_dir) as st:
         assert status(st, run_id) == "created" and st.run(run_id)["pid"] != os.getpid()
-        wait_until(lambda: last_step(st, run_id) >= 1 or status(st, run_id) == "failed",
-                   "the first step")
+        wait_until(lambda: last_step(st, run_id) >= 1 or status(st, run_id) == "failed", TIMEOUT_S,
+                   "the first step", every=0.3)
         assert status(st, run_id) == "running", log_of(live_store_dir, run_id)
         yield st, run_id
         if status(st, run_id) in ("running", "paused"):
@@ -104,7 +82,7 @@ def test_set_budget_reaches_allocation_rows(live):
     after = last_step(st, run_id) + 1
     n = applied(st, run_id, cid)["applied_step"]
     assert before <= n <= after + 1
-    wait_until(lambda: last_step(st, run_id) >= n + 1, "two steps under the new budget")
+    wait_until(lambda: last_step(st, run_id) >= n + 1, TIMEOUT_S, "two steps under the new budget", every=0.3)
     alloc = st.allocations(run_id)
     before, after = alloc.filter(alloc["step"] < n), alloc.filter(alloc["step"] >= n)
     assert set(before["budget"].to_list()) == {16}
@@ -117,7 +95,7 @@ def test_switch_allocator_mid_run(live):
     st, run_id = live
     row = applied(st, run_id, control.set_allocator(st, run_id, "multistage", {"n": 2, "n_max": 8}))
     n = row["applied_step"]
-    wait_until(lambda: last_step(st, run_id) >= n, "a step under the new allocator")
+    wait_until(lambda: last_step(st, run_id) >= n, TIMEOUT_S, "a step under the new allocator", every=0.3)
     alloc = st.allocations(run_id)
     assert set(alloc.filter(alloc["step"] < n)["allocator"].to_list()) == {"uniform"}
     assert set(alloc.filter(alloc["step"] >= n)["allocator"].to_list()) == {"multistage"}
@@ -139,7 +117,7 @@ def test_invalid_values_rejected_while_the_run_continues(live):
         row = control.wait(st, run_id, cid, timeout_s=120)
         assert row["status"] == "rejected" and text in row["reason"], row
     before = last_step(st, run_id)
-    wait_until(lambda: last_step(st, run_id) >= before + 2, "steps after the rejections")
+    wait_until(lambda: last_step(st, run_id) >= before + 2, TIMEOUT_S, "steps after the rejections", every=0.3)
     assert status(st, run_id) == "running"
 
 
@@ -148,48 +126,51 @@ def test_pause_holds_then_resume_continues(live):
     row = applied(st, run_id, control.pause(st, run_id))
     assert status(st, run_id) == "paused"
     held = row["applied_step"] - 1
-    wait_until(lambda: last_step(st, run_id) >= held, "the step before the pause to be committed")
+    wait_until(lambda: last_step(st, run_id) >= held, TIMEOUT_S, "the step before the pause to be committed",
+               every=0.3)
     assert last_step(st, run_id) == held
     beat0 = st.run(run_id)["heartbeat_at"]
-    time.sleep(10)
+    # a paused run keeps heart-beating (every second here): watch it for several beats
+    wait_until(lambda: st.run(run_id)["heartbeat_at"] >= beat0 + dt.timedelta(seconds=5), 60,
+               "5 s of heartbeats while paused", every=0.3)
     assert last_step(st, run_id) == held, "steps were taken while paused"
-    assert st.run(run_id)["heartbeat_at"] > beat0, "a paused run keeps heart-beating"
     assert refresh_statuses(st, stale_s=5) == []
     applied(st, run_id, control.resume(st, run_id))
     assert status(st, run_id) == "running"
-    wait_until(lambda: last_step(st, run_id) >= held + 2, "steps after resume")
+    wait_until(lambda: last_step(st, run_id) >= held + 2, TIMEOUT_S, "steps after resume", every=0.3)
 
 
 def test_stop_then_resume(live, live_store_dir):
     st, run_id = live
     row = applied(st, run_id, control.stop(st, run_id))
-    wait_until(lambda: status(st, run_id) == "stopped", "the stopped status")
+    wait_until(lambda: status(st, run_id) == "stopped", TIMEOUT_S, "the stopped status", every=0.3)
     stopped_at = last_step(st, run_id)
     assert stopped_at == row["applied_step"] - 1
     # settings queued while stopped apply once restarted; then stop again to finish quickly
     control.set_budget(st, run_id, 20)
     control.restart_run(st, run_id)
-    wait_until(lambda: last_step(st, run_id) >= stopped_at + 2, "steps after the restart")
+    wait_until(lambda: last_step(st, run_id) >= stopped_at + 2, TIMEOUT_S, "steps after the restart", every=0.3)
     steps = st.run_steps(run_id)["step"].to_list()
     assert steps == list(range(1, max(steps) + 1)), "a step was lost or counted twice"
     applied(st, run_id, control.stop(st, run_id))
-    wait_until(lambda: status(st, run_id) == "stopped", "the second stop")
+    wait_until(lambda: status(st, run_id) == "stopped", TIMEOUT_S, "the second stop", every=0.3)
 
 
-def test_kill9_crashed_then_resume_completes_once(live_store_dir):
+def test_kill9_crashed_then_resume_completes_once(live_store_dir, tiny_config):
     from workbench.store import open_store
 
     # long enough that it cannot finish between "three steps seen" and the kill (tiny steps take ~0.1 s)
-    run_id = control.launch(None, store=live_store_dir, overrides=tiny_overrides(steps=40), name="crash")
+    run_id = control.launch(tiny_config(name="crash", steps=40, **LIVE).to_dict(), store=live_store_dir)
     with open_store(live_store_dir) as st:
-        wait_until(lambda: last_step(st, run_id) >= 3, "three steps")
+        wait_until(lambda: last_step(st, run_id) >= 3, TIMEOUT_S, "three steps", every=0.3)
         os.killpg(st.run(run_id)["pid"], signal.SIGKILL)
         assert status(st, run_id) == "running"
-        wait_until(lambda: refresh_statuses(st, stale_s=3) == [run_id], "crash detection", timeout_s=60)
+        wait_until(lambda: refresh_statuses(st, stale_s=3) == [run_id], 60, "crash detection", every=0.3)
         assert status(st, run_id) == "crashed"
         assert "gone" in st.run(run_id)["error"]
         control.restart_run(st, run_id)
-        wait_until(lambda: status(st, run_id) in ("finished", "failed"), "the resumed run to finish")
+        wait_until(lambda: status(st, run_id) in ("finished", "failed"), TIMEOUT_S, "the resumed run to finish",
+                   every=0.3)
         assert status(st, run_id) == "finished", log_of(live_store_dir, run_id)
         steps = st.run_steps(run_id)["step"].to_list()
         assert sorted(steps) == list(range(1, 41))

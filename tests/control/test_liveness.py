@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from waiting import wait_until
 from workbench.control.liveness import heartbeat_age_s, is_crashed, pid_alive
 
 NOW = dt.datetime(2026, 11, 30, 12, 0, 0, tzinfo=dt.timezone.utc)
@@ -22,7 +23,7 @@ def _run(pid, *, beat_age_s, status="running", host=None):
 
 @pytest.fixture
 def child():
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # a live process to look at
     yield proc
     if proc.poll() is None:
         proc.kill()
@@ -34,9 +35,16 @@ def test_live_process_is_alive(child):
     assert pid_alive(child.pid, since=time.time())
 
 
+def _state(pid: int) -> str:
+    """The process's state letter from /proc (R, S, Z, ...)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
 def test_killed_unreaped_child_is_not_alive(child):
     os.kill(child.pid, signal.SIGKILL)
-    time.sleep(0.3)  # not reaped yet: a zombie, which still "exists"
+    # not reaped yet: a zombie, which still "exists"
+    wait_until(lambda: _state(child.pid) == "Z", 10, "the killed child to become a zombie", every=0.02)
     assert not pid_alive(child.pid)
 
 

@@ -79,8 +79,8 @@ def test_store_without_a_local_directory_polls_every_boundary(engine):
 def test_a_paused_run_has_committed_its_last_step(store_dir, tiny_config):
     """Background commits hold a step until the next update; a pause must not hold it back."""
     import threading
-    import time
 
+    from waiting import wait_until
     from workbench import control
     from workbench.engine import run
 
@@ -96,13 +96,14 @@ def test_a_paused_run_has_committed_its_last_step(store_dir, tiny_config):
 
     def watcher():
         with open_store(str(store_dir)) as st:
-            deadline = time.monotonic() + 120
-            while st.run(rid)["status"] != "paused" and time.monotonic() < deadline:
-                time.sleep(0.1)
-            time.sleep(1.0)  # the writer thread had time to commit whatever was released
-            seen["status"] = st.run(rid)["status"]
-            seen["last"] = int(st.run_steps(rid)["step"].max())
-            control.resume(st, rid, who="test")
+            try:
+                wait_until(lambda: st.run(rid)["status"] == "paused", 120, "the run to pause")
+                # the step before the pause reaches the store while the run stays paused
+                wait_until(lambda: (st.run_steps(rid)["step"].max() or 0) >= 2, 60, "step 2 committed while paused")
+                seen["status"] = st.run(rid)["status"]
+                seen["last"] = int(st.run_steps(rid)["step"].max())
+            finally:
+                control.resume(st, rid, who="test")
 
     t = threading.Thread(target=watcher)
     t.start()

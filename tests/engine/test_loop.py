@@ -140,7 +140,6 @@ def _rollouts(store_dir, rid):
     return df.select(["step", "stage", "prompt_id", "idx", "token_ids", "reward", "advantage", "logprob_sum"]).to_dicts()
 
 
-@pytest.mark.slow
 def test_resume_equals_uninterrupted(store_dir, tiny_config):
     cfg = tiny_config(steps=4, eval__every=0)
     a = run(cfg, store=str(store_dir))

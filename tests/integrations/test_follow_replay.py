@@ -16,6 +16,7 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
+from waiting import wait_until
 from workbench.cli import app
 from workbench.errors import ControlError
 from workbench.integrations import import_path
@@ -38,16 +39,13 @@ def _steps(store_dir: Path) -> list[int] | None:
 
 
 def _wait_for(store_dir: Path, proc: subprocess.Popen, want: list[int], timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if store_dir.exists() and _steps(store_dir) == want:
-            return
+    def imported() -> bool:
         assert proc.poll() is None, proc.communicate()
-        time.sleep(0.3)
-    raise AssertionError(f"the follower did not import steps {want} within {timeout_s} s (has {_steps(store_dir)})")
+        return store_dir.exists() and _steps(store_dir) == want
+
+    wait_until(imported, timeout_s, f"the follower to import steps {want}", every=0.3)
 
 
-@pytest.mark.slow
 def test_follow_imports_a_step_file_written_after_start(tmp_path):
     dump = tmp_path / "rollouts"
     dump.mkdir()
@@ -64,13 +62,8 @@ def test_follow_imports_a_step_file_written_after_start(tmp_path):
         with open(dump / "2.jsonl", "w") as f:
             f.write(text[: len(text) // 2])
             f.flush()
-            time.sleep(1.0)  # several polls see a stable but unfinished file
-            seen = None
-            for _ in range(100):
-                if (seen := _steps(store_dir)) is not None:
-                    break
-                time.sleep(0.1)
-            assert seen == [1]
+            time.sleep(1.0)  # a window of several polls that see a stable unfinished file (the thing under test)
+            assert wait_until(lambda: _steps(store_dir), 10, "a read of the store") == [1]
             f.write(text[len(text) // 2:])
         _wait_for(store_dir, proc, [1, 2])
     finally:

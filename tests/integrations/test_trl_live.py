@@ -153,7 +153,6 @@ def test_every_completion_once_and_rewards_match_trl(organism, tmp_path):
         assert srow["entropy_mean"] == pytest.approx(logged[step]["entropy"], rel=1e-3)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("over, rollout_steps, off_policy", [
     # one generation of 16 prompts x 4 serves two optimizer steps of two micro-batches each: half its
     # completions enter the update after the policy moved (TRL computes old log-probs for them)
@@ -197,7 +196,6 @@ class _UserTrainer(GRPOTrainer):
         return super()._calculate_rewards(*args, **kwargs)
 
 
-@pytest.mark.slow
 def test_logger_changes_nothing_in_training(organism, tmp_path):
     """Same seed, with and without the logger: TRL logs the same rewards, losses and entropies."""
     ours = make_trainer(organism, tmp_path / "a", steps=2)

@@ -85,7 +85,6 @@ def test_pass_at_k():
     assert pass_at_k(16, 1, 8) == pytest.approx(0.5)
 
 
-@pytest.mark.slow
 def test_build_is_cached_loadable_and_deterministic(built, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -107,7 +106,6 @@ def weights_digest_of_untrained(tmp_path):
     return weights_digest(ensure_organism(tmp_path / "untrained", small_recipe(steps=1, warmup_steps=1, lr=1e-12)))
 
 
-@pytest.mark.slow
 def test_warm_start_spreads(built):
     _, path = built
     report = evaluate_organism(path, RECIPE, samples=16)
@@ -127,7 +125,6 @@ def _cli(args):
     return CliRunner().invoke(app, args)
 
 
-@pytest.mark.slow
 def test_cli_build_uses_the_cache(built, tmp_path):
     store, path = built
     recipe_file = tmp_path / "recipe.json"

@@ -142,7 +142,6 @@ def chart_outputs(nb) -> list[dict]:
     return [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if PLOTLY_MIME in o.get("data", {})]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_notebook_runs_on_a_synthetic_store_and_keeps_its_charts_in_html(synthetic_store, name):
     """Every cell runs; every chart carries an HTML form beside JupyterLab's (nbconvert cannot draw
@@ -181,7 +180,6 @@ def add_imported_run(path: Path, source: str = "verl") -> str:
     return run_id
 
 
-@pytest.mark.slow
 def test_notebooks_with_an_imported_run_and_its_what_if_replay(tmp_path):
     """Every notebook runs with an imported run among the chosen ones (it has no token entropies, no
     allocations), and the allocators notebook replays its logged outcomes under each of our
@@ -204,7 +202,6 @@ def test_notebooks_with_an_imported_run_and_its_what_if_replay(tmp_path):
 CHROMIUM = "/usr/bin/chromium"
 
 
-@pytest.mark.slow
 @pytest.mark.browser
 @pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed")
 def test_exported_notebook_draws_its_charts_in_a_browser_with_no_network(synthetic_store, tmp_path):
@@ -253,7 +250,7 @@ ORGANISM_RUN = [
 
 
 @pytest.fixture(scope="module")
-def organism_store(tmp_path_factory):
+def organism_runs(tmp_path_factory):
     """Two short real organism runs (uniform and dynamic sampling) made by `workbench run`."""
     path = tmp_path_factory.mktemp("organism") / "store"
     for allocator in ("uniform", "dynamic_sampling"):
@@ -267,16 +264,16 @@ def organism_store(tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.timeout(2400)  # two organism runs (one builds the organism) plus three notebooks
-def test_notebooks_run_on_an_organism_run(organism_store):
+def test_notebooks_run_on_an_organism_run(organism_runs):
     from workbench.store import open_store
 
-    with open_store(organism_store, read_only=True) as store:
+    with open_store(organism_runs, read_only=True) as store:
         runs = store.list_runs()
         assert runs.height == 2 and set(runs["status"]) == {"finished"}
         assert store.evals(runs["run_id"][0]).height > 0
     for name in NAMES:
         params = {"replay_seeds": 1} if name == "allocators.ipynb" else {}
-        nb = execute(name, organism_store, [], **params)  # [] -> the latest runs
+        nb = execute(name, organism_runs, [], **params)  # [] -> the latest runs
         if name == "allocators.ipynb":
             text = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
             assert "reproduces the logged grants: True" in text, text[-2000:]
@@ -284,12 +281,12 @@ def test_notebooks_run_on_an_organism_run(organism_store):
 
 @pytest.mark.slow
 @pytest.mark.timeout(2400)
-def test_replay_reproduces_an_organism_runs_grants(organism_store):
+def test_replay_reproduces_an_organism_runs_grants(organism_runs):
     """On a real run: its own allocator, replayed with its logged config and seed, makes the logged decisions."""
     from workbench.analysis.replay import load_run, replay_run
     from workbench.store import open_store
 
-    with open_store(organism_store, read_only=True) as store:
+    with open_store(organism_runs, read_only=True) as store:
         for run_id in store.list_runs()["run_id"]:
             f = load_run(store, run_id)
             r = replay_run(store, run_id, frames=f)

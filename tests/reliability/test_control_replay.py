@@ -53,8 +53,7 @@ def test_a_checkpoint_without_the_list_replays_what_came_after_its_step():
     assert live.plan_replay(rows, checkpoint_step=2) == [2]
 
 
-@pytest.mark.slow
-def test_a_crash_after_a_command_regenerates_the_same_steps(store_dir):
+def test_a_crash_after_a_command_regenerates_the_same_steps(store_dir, tiny_config):
     """Reference: stop at 2, queue budget + temperature, run to the end. Crashed: the same, but the
     run dies after step 4 (applied at 3, no checkpoint after it): resume must apply them at 3 again."""
     from workbench.control import api
@@ -62,7 +61,6 @@ def test_a_crash_after_a_command_regenerates_the_same_steps(store_dir):
     from workbench.engine.checkpoint import checkpoint_dir, latest_checkpoint
     from workbench.experiments.chaos import compare_runs
     from workbench.store import open_store
-    from tests.reliability.tiny import tiny_config
 
     cfg = tiny_config(steps=5)
     ids = []

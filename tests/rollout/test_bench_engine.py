@@ -9,7 +9,6 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from tests.engine.conftest import _tiny_config, organism_store  # noqa: F401 - fixture
 
 
 @pytest.fixture
@@ -23,13 +22,13 @@ def test_missing_peer_is_detected(no_trl):
     assert missing_peer() == "trl"
 
 
-def test_bench_engine_json_without_trl(no_trl, organism_store, tmp_path, monkeypatch):  # noqa: F811
+def test_bench_engine_json_without_trl(no_trl, organism_store, tiny_config, tmp_path, monkeypatch):
     from workbench.cli import app
     from workbench.config_docs import to_toml
     from workbench.experiments import engine_bench
 
     config = tmp_path / "tiny.toml"
-    config.write_text(to_toml(_tiny_config()))
+    config.write_text(to_toml(tiny_config()))
     monkeypatch.setattr(engine_bench, "DEFAULT_CONFIG", config)
     monkeypatch.setenv("WORKBENCH_STORE", str(organism_store))
     res = CliRunner().invoke(app, ["bench", "engine", "--json", "--steps", "1"])

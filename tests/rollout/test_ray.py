@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 import pytest
 import torch
@@ -14,7 +13,8 @@ import torch
 from workbench.rollout.base import SamplingParams
 from workbench.rollout.hf import HFBackend
 from f32 import assert_f32_close
-from tests.engine.conftest import _tiny_config, organism_store, store_dir  # noqa: F401 - fixtures
+from waiting import wait_until
+from workbench.control.liveness import pid_alive
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
@@ -89,7 +89,7 @@ def test_killed_worker_is_restarted_and_its_share_regenerated(ray_runtime, model
         # kill -9 from outside while idle: Ray restarts it; it reloads the latest weights first
         pid = backend.worker_pids()["ray-1"]
         os.kill(pid, signal.SIGKILL)
-        time.sleep(0.5)
+        wait_until(lambda: not pid_alive(pid), 30, "the killed worker's process to end")
         got = backend.generate(rows, SAMPLE, seeds=seeds)
         assert torch.equal(got.tokens, want.tokens)
         events = backend.take_events()
@@ -104,7 +104,7 @@ def _rollouts(store, run_id):
                      "WHERE run_id = ? ORDER BY step, stage, prompt_id, idx", [run_id])
 
 
-def test_engine_run_with_two_workers_equals_in_process(ray_runtime, store_dir):  # noqa: F811
+def test_engine_run_with_two_workers_equals_in_process(ray_runtime, store_dir, tiny_config):
     from workbench.engine import run
     from workbench.store import open_store
 
@@ -119,8 +119,8 @@ def test_engine_run_with_two_workers_equals_in_process(ray_runtime, store_dir): 
 
     base = dict(steps=3, eval__every=0, checkpoint__every=0)
     with open_store(store_dir) as st:
-        a = run(_tiny_config(**base), store=st, store_dir=store_dir)
-        b = run(_tiny_config(**base, rollout__backend="ray", rollout__workers=2, rollout__start_timeout_s=300),
+        a = run(tiny_config(**base), store=st, store_dir=store_dir)
+        b = run(tiny_config(**base, rollout__backend="ray", rollout__workers=2, rollout__start_timeout_s=300),
                 store=st, store_dir=store_dir, on_step=kill_a_worker)
         ra, rb = _rollouts(st, a), _rollouts(st, b)
         assert ra.height == rb.height == 3 * 32
@@ -159,13 +159,13 @@ def _as_dict(m) -> dict:
     return m if isinstance(m, dict) else {d["key"]: d["value"] for d in m}
 
 
-def test_two_workers_generate_ahead_of_the_trainer(ray_runtime, store_dir):  # noqa: F811
+def test_two_workers_generate_ahead_of_the_trainer(ray_runtime, store_dir, tiny_config):  # noqa: F811
     """The pipeline with Ray workers: they keep generating while the trainer updates, from the weights
     the generator thread ships them; every step is trained once, within eta, and the workers close."""
     from workbench.engine import run
     from workbench.store import open_store
 
-    cfg = _tiny_config(steps=4, eval__every=0, checkpoint__every=0, rollout__backend="ray", rollout__workers=2,
+    cfg = tiny_config(steps=4, eval__every=0, checkpoint__every=0, rollout__backend="ray", rollout__workers=2,
                        rollout__start_timeout_s=300, pipeline__max_staleness=1)
     seen = []
     with open_store(store_dir) as st:
@@ -175,7 +175,5 @@ def test_two_workers_generate_ahead_of_the_trainer(ray_runtime, store_dir):  # n
     assert r.height == 4 * 32 and set(r["worker"]) == {"ray-0", "ray-1"}
     assert r["staleness"].max() <= 1
     assert all(m["rollout/workers"] == 2 for m in seen if "rollout/workers" in m) and "rollout/workers" in seen[-1]
-    deadline = time.monotonic() + 60  # the run's actors were closed with it (the runtime is the module's)
-    while _actor_pids() and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not _actor_pids()
+    # the run's actors were closed with it (the runtime is the module's)
+    wait_until(lambda: not _actor_pids(), 60, "the run's actors to close", every=0.5)

@@ -9,8 +9,6 @@ import torch
 
 from workbench.rollout.base import SamplingParams
 from workbench.rollout.hf import HFBackend
-from tests.engine.conftest import _tiny_config, organism_store  # noqa: F401 - fixture
-from tests.store.test_postgres import postgres  # noqa: F401 - fixture: a real PostgreSQL server
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
@@ -68,7 +66,7 @@ def _train_on_this_node(catalog: str, data_path: str, store_dir: str, config: di
     return run_id, ray.get_runtime_context().get_node_id()
 
 
-def test_runs_on_two_nodes_write_one_store(cluster, postgres, organism_store, tmp_path):  # noqa: F811
+def test_runs_on_two_nodes_write_one_store(cluster, postgres, organism_store, tiny_config, tmp_path):
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from workbench.store import open_store
@@ -83,7 +81,7 @@ def test_runs_on_two_nodes_write_one_store(cluster, postgres, organism_store, tm
         local = tmp_path / f"node-{k}"  # each node's own directory: the model and its checkpoints
         local.mkdir()
         (local / "models").symlink_to(organism_store / "models")
-        cfg = _tiny_config(steps=2, seed=k, name=f"node-{k}", eval__every=0, checkpoint__every=0).to_dict()
+        cfg = tiny_config(steps=2, seed=k, name=f"node-{k}", eval__every=0, checkpoint__every=0).to_dict()
         refs.append(_train_on_this_node.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
                     .remote(postgres, data_path, str(local), cfg))
     results = ray.get(refs, timeout=900)

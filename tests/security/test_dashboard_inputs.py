@@ -5,7 +5,6 @@ or run, and no page raises."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,10 +13,6 @@ pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-for p in (ROOT, ROOT / "tests" / "app"):
-    if str(p) not in sys.path:
-        sys.path.insert(0, str(p))
-
 import synth  # noqa: E402
 from workbench.control.launch import check_config_path, check_overrides  # noqa: E402
 from workbench.errors import ControlError  # noqa: E402

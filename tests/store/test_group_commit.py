@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from waiting import wait_until
 from workbench.engine.steplog import StepWriter
 from workbench.store.synthetic import SyntheticRun
 from tests.store.conftest import SMALL, polled_counts
@@ -29,7 +30,7 @@ class SlowStore:
         self.started.set()
         if self.gate is not None:
             assert self.gate.wait(60)
-        time.sleep(self.delay_s)
+        time.sleep(self.delay_s)  # a slow commit: the thing under test
         steps = [r.step for r in records]
         if self.fail_at is not None and self.fail_at in steps:
             raise RuntimeError(f"commit of step {self.fail_at} failed")
@@ -92,9 +93,7 @@ def test_held_step_is_committed_after_the_interval(store):
     writer = StepWriter(store, run_id, background=True, commit_interval_s=0.3)
     try:
         _write(writer, syn.step(0))  # held: the loop does not release it
-        deadline = time.monotonic() + 30
-        while store.run_steps(run_id).height == 0 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: store.run_steps(run_id).height, 30, "the held step's commit", every=0.05)
         assert store.run_steps(run_id)["step"].to_list() == [0]
         assert writer.lags[0] >= 0.3
         _write(writer, syn.step(1))

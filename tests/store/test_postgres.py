@@ -14,17 +14,6 @@ from workbench.store import open_store
 from workbench.store.synthetic import SyntheticRun
 from tests.store.conftest import SMALL
 
-@pytest.fixture(scope="module")
-def postgres():
-    """A real PostgreSQL server (Debian's `postgresql`, installed by `dev/setup.sh --dev`) for the module."""
-    from workbench.store.pglocal import local_postgres, server_bin
-
-    if server_bin() is None:
-        pytest.skip("PostgreSQL server binaries (initdb, pg_ctl) are not installed")
-    with local_postgres(fsync=False) as url:
-        yield url
-
-
 def test_postgres_catalog_round_trip(postgres, tmp_path):
     data_path = str(tmp_path / "data")
     with open_store(catalog=postgres, data_path=data_path) as store:

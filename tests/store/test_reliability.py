@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from waiting import wait_until
 from workbench.store import open_store
 from tests.store.procs import SHAPE, WHOLE_STEPS_SQL
 
@@ -83,11 +84,12 @@ def test_kill_9_mid_transaction(tmp_path):
     assert w["steps"] == 2
     ready = tmp_path / "ready"
     hang = _start("hang", path, run_id, ready)
-    deadline = time.monotonic() + 120
-    while not ready.exists():
+
+    def inside() -> bool:
         assert hang.poll() is None, hang.communicate()[1][-2000:]
-        assert time.monotonic() < deadline, "the hanging writer never got inside its transaction"
-        time.sleep(0.1)
+        return ready.exists()
+
+    wait_until(inside, 120, "the hanging writer to get inside its transaction")
     os.kill(hang.pid, signal.SIGKILL)
     hang.wait(30)
     with open_store(path) as store:

@@ -3,14 +3,18 @@ unchanged and a failed upkeep never fails the step that triggered it."""
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import os
 import threading
 import time
 
 import pytest
 
+from waiting import wait_until
 from workbench.errors import StoreError
 from workbench.store import maintenance, open_store
+from workbench.store.connection import GATE_FILE
 from workbench.store.maintenance import info
 from workbench.store.synthetic import SyntheticRun
 from tests.store.conftest import SMALL
@@ -98,10 +102,22 @@ def test_reads_wait_while_maintenance_runs(tmp_path):
         with writer._lake.maintaining("test"):
             assert writer.run_steps(run_id).height == 1  # same thread: not blocked by its own lock
             thread = _read_in_thread(reader, run_id, done)
-            time.sleep(0.5)
+            time.sleep(0.5)  # a window in which the read must not get through (the thing under test)
             assert done == []  # still waiting for the maintenance to end
         thread.join(10)
         assert done == [1]
+
+
+def _gate_held(store) -> bool:
+    """Whether someone holds the store's read gate exclusively (maintenance waiting or running)."""
+    fd = os.open(store.location.root / GATE_FILE, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing also drops a lock taken here
 
 
 def test_maintenance_is_not_starved_by_readers(tmp_path):
@@ -126,10 +142,10 @@ def test_maintenance_is_not_starved_by_readers(tmp_path):
         assert in_read.wait(10)
         maint = threading.Thread(target=maintain, daemon=True)
         maint.start()
-        time.sleep(0.3)  # maintenance now holds the gate and waits for the first read
+        wait_until(lambda: _gate_held(store), 10, "maintenance to hold the gate (waiting for the first read)")
         later: list = []
         second = _read_in_thread(reader, run_id, later)
-        time.sleep(0.3)
+        time.sleep(0.3)  # a window in which the new read must not get through (the thing under test)
         assert order == [] and later == []  # the new read queues behind the waiting maintenance
         release.set()
         for t in (first, maint, second):

@@ -119,7 +119,7 @@ USER_MODULE = textwrap.dedent(
         raise RuntimeError("boom on " + response)
 
     def sleeps(response, reference):
-        time.sleep(5)
+        time.sleep(5)  # the thing under test: a verifier that outlasts its time limit
         return True
 
     def returns_text(response, reference):
@@ -181,7 +181,7 @@ def test_call_with_timeout_passes_results_and_errors():
     with pytest.raises(ZeroDivisionError):
         call_with_timeout(lambda: 1 / 0, 1.0)
     with pytest.raises(VerifierTimeout):
-        call_with_timeout(lambda: time.sleep(2), 0.1)
+        call_with_timeout(lambda: time.sleep(2), 0.1)  # a call that outlasts its time limit
 
 
 @pytest.mark.parametrize("spec", ["fuzzy", "no_such_module_xyz:fn", "json:no_such_function"])

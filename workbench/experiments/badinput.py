@@ -187,26 +187,19 @@ class LiveRun:
     def start(self, timeout_s: float = 240.0) -> None:
         from workbench.control import api
         from workbench.control.launch import launch
-        from workbench.models.organism import ensure_organism, small_recipe
+        from workbench.experiments.tiny import small_organism_models, tiny_run
         from workbench.store import open_store
 
-        recipe = small_recipe()
-        organisms = Path(tempfile.gettempdir()) / "workbench-test-organisms"
-        ensure_organism(organisms, recipe)  # built once per machine (seconds), shared with the tests
+        models = small_organism_models()  # built once per machine (seconds), shared with the tests
         self.store.mkdir(parents=True, exist_ok=True)
         if not (self.store / "models").exists():
-            (self.store / "models").symlink_to(organisms / "models")
-        rec = recipe.to_dict()
-        config = {
-            "name": "badinput-live", "steps": 100_000,
-            "model": {"organism": rec, "device": "cpu", "threads": 1},
-            "task": dict(rec["task"], kind="arithmetic"),
-            "allocator": {"budget": 16, "prompts_per_step": 4, "params": {"n": 4}},
-            "eval": {"every": 0, "samples": 2, "max_prompts": 4, "at_start": False},
-            "checkpoint": {"every": 0},
-            "logging": {"heartbeat_s": 0.5},
-        }
-        self.run_id = launch(config, store=str(self.store))
+            (self.store / "models").symlink_to(models)
+        config = tiny_run({
+            "name": "badinput-live", "steps": 100_000, "allocator.budget": 16, "allocator.prompts_per_step": 4,
+            "eval.every": 0, "eval.samples": 2, "eval.max_prompts": 4, "eval.at_start": False,
+            "checkpoint.every": 0,
+        })
+        self.run_id = launch(config.to_dict(), store=str(self.store))
         with open_store(self.store, create=False) as st:
             deadline = time.monotonic() + timeout_s
             while time.monotonic() < deadline:

@@ -49,19 +49,11 @@ RUNS = 3
 
 
 def soak_overrides() -> dict[str, Any]:
-    """A run that goes on until stopped, with short steps (so commits come often)."""
-    from workbench.models.organism import small_recipe
-
-    recipe = small_recipe().to_dict()
+    """What the soak changes in the tiny run (`experiments.tiny`): it goes on until stopped, with
+    short steps (so commits come often)."""
     return {
         "name": "soak",
         "steps": 1_000_000,
-        "model.organism": recipe,
-        "model.threads": 1,
-        "task": {"kind": "arithmetic", **recipe["task"]},
-        "allocator.prompts_per_step": 8,
-        "allocator.budget": 32,
-        "allocator.params": {"n": 4},
         "eval.every": 20,
         "eval.at_start": False,
         "eval.samples": 4,
@@ -293,10 +285,10 @@ def _soak(spec: dict[str, str], root: Path, minutes: float, seed: int, control_e
           catalog: str) -> dict[str, Any]:
     from workbench.config_docs import to_toml
     from workbench.control import api
-    from workbench.control.launch import resolve_config
     from workbench.engine.setup import model_path
+    from workbench.experiments.tiny import tiny_run
 
-    cfg = resolve_config(None, soak_overrides())
+    cfg = tiny_run(soak_overrides())
     model_path(cfg, root)  # build the organism first (not part of the soak)
     (root / "soak").mkdir(exist_ok=True)
     config = root / "soak" / "config.toml"

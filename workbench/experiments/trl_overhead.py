@@ -30,11 +30,12 @@ def measure_overhead(*, steps: int = 4, prompts: int = 32, generations: int = 8,
     from trl import GRPOConfig, GRPOTrainer
 
     from workbench.models import load_model
+    from workbench.experiments.tiny import SMALL_ORGANISMS
     from workbench.models.organism import OrganismRecipe, ensure_organism, small_recipe
     from workbench.tasks import ArithmeticTask, verify
 
     rec = small_recipe() if recipe == "small" else OrganismRecipe()
-    cache = Path(store) if store else Path(tempfile.gettempdir()) / "workbench-test-organisms"
+    cache = Path(store) if store else SMALL_ORGANISMS
     path = ensure_organism(cache, rec)
     data = Dataset.from_list([{"prompt": p.text, "answer": p.answer} for p in ArithmeticTask(rec.task).train_prompts()])
 

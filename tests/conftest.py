@@ -1,0 +1,105 @@
+"""Fixtures shared by every test folder: the small model organism (built once per machine in one
+place, `workbench.experiments.tiny.SMALL_ORGANISMS`), fresh stores that link it in, the tiny run
+config, and a real PostgreSQL server. Folder conftests hold only what their own folder uses.
+
+Under pytest-xdist (`-n 2`, as dev/test.sh runs the suite) the tests of one file run on one worker, in
+order (module fixtures are built once, and a file may steer one run through its tests), and the files
+of each group in SHARED_WORKER share one worker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import settings
+
+# No per-example time limit: Hypothesis's default (200 ms) fails a correct test on a busy machine.
+settings.register_profile("workbench", deadline=None)
+settings.load_profile("workbench")
+
+
+@pytest.fixture(scope="session")
+def organism_models() -> Path:
+    """A `models/` folder holding the small test organism (built on first use, then reused)."""
+    from workbench.experiments.tiny import small_organism_models
+
+    return small_organism_models()
+
+
+@pytest.fixture(scope="session")
+def organism_store(organism_models) -> Path:
+    """The folder holding `organism_models` as its `models/` (the engine finds the organism there by
+    its recipe hash). Never write runs into it: use `store_dir` or `new_store`."""
+    return organism_models.parent
+
+
+@pytest.fixture(scope="session")
+def new_store(organism_models):
+    """new_store(path): a fresh store directory at `path` that finds the session's organism (linked
+    in, not rebuilt). For stores shared by a module's tests (module- or session-scoped fixtures)."""
+
+    def make(path: Path) -> Path:
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "models").symlink_to(organism_models)
+        return path
+
+    return make
+
+
+@pytest.fixture
+def store_dir(new_store, tmp_path) -> Path:
+    """A fresh store per test that reuses the session's organism."""
+    return new_store(tmp_path / "store")
+
+
+@pytest.fixture(scope="session")
+def tiny_config():
+    """tiny_config(steps=4, eval__every=0): the tiny run (`workbench.experiments.tiny.tiny_run`: the
+    small organism, 8 prompts x 4 rollouts, 3 steps) as a RunConfig, `__` separating tables; a
+    section given as a dict (allocator={...}) replaces that section. `.to_dict()` for launch()."""
+    from workbench.experiments.tiny import tiny_run
+
+    def make(**over):
+        return tiny_run({key.replace("__", "."): value for key, value in over.items()})
+
+    return make
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    """A real PostgreSQL server (Debian's `postgresql`, installed by `dev/setup.sh --dev`) for the
+    module, on a unix socket in a temporary folder of its own; skips when its binaries are missing."""
+    from workbench.store.pglocal import local_postgres, server_bin
+
+    if server_bin() is None:
+        pytest.skip("PostgreSQL server binaries (initdb, pg_ctl) are not installed")
+    with local_postgres(fsync=False) as url:
+        yield url
+
+
+SHARED_WORKER = {
+    # one local Ray runtime at a time: a second one on the same machine may join the first
+    "tests/rollout/test_ray.py": "ray",
+    "tests/rollout/test_ray_cluster.py": "ray",
+    # one Chromium (and the app or JupyterLab it drives) at a time: each is heavy on two cores. (The
+    # notebooks' file stays apart: its one browser test sits beside two long organism runs.)
+    "tests/app/test_browser.py": "browser",
+    "tests/app/test_browser_imported.py": "browser",
+    "tests/app/test_notebook_jupyterlab.py": "browser",
+}
+"""Test files that must not run beside each other: a file named here runs on the worker of its group.
+(pytest-xdist's own `xdist_group` mark does nothing under pytest 9: the scheduler reads the group
+from node ids that pytest 9 no longer lets a plugin change.)"""
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's per-scope scheduler, a scope being a test file or its SHARED_WORKER group."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileOrGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return SHARED_WORKER.get(path, path)
+
+    return FileOrGroup(config, log)

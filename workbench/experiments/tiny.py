@@ -1,0 +1,46 @@
+"""The tiny run: the small model organism (built in seconds), 8 prompts x 4 rollouts a step, one torch
+thread, a step of a few seconds on a CPU. The benchmarks' live runs (`bench badinput`, `bench soak`)
+and the test suite start from it and change only what they need; the small organism is built once
+per machine in one shared place.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+SMALL_ORGANISMS = Path(tempfile.gettempdir()) / "workbench-test-organisms"
+"""Where the small organism is built once per machine and reused: its folder is named by the
+recipe's hash, so a copy built from another recipe is never picked up."""
+
+
+def small_organism_models(root: str | Path = SMALL_ORGANISMS) -> Path:
+    """The `models/` folder under `root` holding the small organism, built there when missing (a
+    store finds it when this folder is linked in as the store's own `models/`)."""
+    from workbench.models.organism import ensure_organism, small_recipe
+
+    ensure_organism(root, small_recipe())
+    return Path(root) / "models"
+
+
+def tiny_run(overrides: dict[str, Any] | None = None) -> Any:
+    """The tiny run's validated RunConfig. `overrides` uses dotted keys as `resolve_config` does
+    (`{"eval.every": 0, "steps": 4}`; a whole section given as a dict replaces that section).
+    ConfigError names a bad field."""
+    from workbench.control.launch import resolve_config
+    from workbench.models.organism import small_recipe
+
+    rec = small_recipe().to_dict()
+    base = {
+        "name": "tiny",
+        "steps": 3,
+        "model": {"organism": rec, "device": "cpu", "threads": 1},
+        "task": dict(rec["task"], kind="arithmetic"),
+        "allocator": {"budget": 32, "prompts_per_step": 8, "params": {"n": 4}},
+        "optim": {"lr": 1e-3, "warmup_steps": 0},
+        "eval": {"every": 2, "samples": 4, "max_prompts": 12},
+        "checkpoint": {"every": 2},
+        "logging": {"heartbeat_s": 0.5},
+    }
+    return resolve_config(base, overrides or {})
