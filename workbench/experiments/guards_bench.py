@@ -27,7 +27,7 @@ from typing import Any
 
 from workbench.config import RunConfig
 from workbench.experiments.intervals import bootstrap_mean
-from workbench.guards.engine import metrics_map
+from workbench.guards.watch import metrics_map
 
 GUARDS = [
     {"preset": "entropy_blowup", "action": "rollback", "settings": {"temperature": 1.0}},

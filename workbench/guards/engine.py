@@ -20,28 +20,12 @@ from typing import Any
 
 from workbench.guards.config import SETTINGS, Guard, guard_set
 from workbench.guards.rules import rollout_predicates
-from workbench.guards.watch import Firing, Watch, jsonable, rollout_rows
+from workbench.guards.watch import Firing, Watch, alert_message, alert_row, metrics_map, rollout_rows
 
 log = logging.getLogger(__name__)
 
 MAX_ROLLBACKS = 3
 """Rollbacks one guard may make in a run; after that its firing stops the run (it keeps coming back)."""
-
-
-def alert_message(f: Firing) -> str:
-    """One line saying what fired, where, on which values."""
-    g = f.guard
-    span = f"step {f.step}" if f.first_step == f.step else f"steps {f.first_step}-{f.step}"
-    vals = f.values.get(str(f.step), {})
-    shown = ", ".join(f"{k} = {v:.4g}" if isinstance(v, float) else f"{k} = {v}" for k, v in vals.items())
-    return f"guard {g.name!r} fired at {span}: {g.rule}" + (f" ({shown})" if shown else "")
-
-
-def alert_row(f: Firing, *, status: str = "open", outcome: str | None = None) -> dict[str, Any]:
-    g = f.guard
-    return dict(guard=g.name, rule=g.rule, window_steps=g.window, action=g.action, first_step=f.first_step,
-                step=f.step, evidence=jsonable(f.values), message=alert_message(f), hint=g.hint or None,
-                status=status, outcome=outcome)
 
 
 class RunGuards:
@@ -91,13 +75,6 @@ def guard_step(s: Any, store: Any, run_id: str, step: int, metrics: dict[str, An
         except Exception:  # noqa: BLE001 - a guard must never kill the run it watches
             log.exception("guard %s failed to act at step %d", f.guard.name, step)
     return outcome
-
-
-def metrics_map(m: Any) -> dict[str, Any]:
-    """A steps row's `metrics` as a dict (the store returns a MAP as a dict or as key/value pairs)."""
-    if isinstance(m, dict):
-        return m
-    return {kv["key"]: kv["value"] for kv in m or []}
 
 
 def _act(s: Any, store: Any, run_id: str, rg: RunGuards, f: Firing) -> str | None:

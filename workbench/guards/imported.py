@@ -9,8 +9,7 @@ import dataclasses
 from typing import Any
 
 from workbench.guards.config import guard_set
-from workbench.guards.engine import alert_row, metrics_map
-from workbench.guards.watch import Watch, rollout_rows
+from workbench.guards.watch import Watch, alert_row, metrics_map, rollout_rows
 
 OUTCOME = "alert only: the run is imported from another engine, which we cannot steer"
 

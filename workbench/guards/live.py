@@ -118,7 +118,7 @@ def guards_in_force(store: Any, run_id: str) -> dict[str, Guard]:
 
 def recorded_metrics(store: Any, run_id: str) -> set[str]:
     """Metric names a run has recorded in its latest steps."""
-    from workbench.guards.engine import metrics_map
+    from workbench.guards.watch import metrics_map
 
     steps = store.run_steps(run_id)
     names: set[str] = set()

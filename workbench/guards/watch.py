@@ -180,3 +180,28 @@ def jsonable(values: Any) -> Any:
     if isinstance(values, float) and not math.isfinite(values):
         return str(values)
     return values
+
+
+# -- what the store keeps of a firing (the engine and the import watcher both write it) ----------
+
+def alert_message(f: Firing) -> str:
+    """One line saying what fired, where, on which values."""
+    g = f.guard
+    span = f"step {f.step}" if f.first_step == f.step else f"steps {f.first_step}-{f.step}"
+    vals = f.values.get(str(f.step), {})
+    shown = ", ".join(f"{k} = {v:.4g}" if isinstance(v, float) else f"{k} = {v}" for k, v in vals.items())
+    return f"guard {g.name!r} fired at {span}: {g.rule}" + (f" ({shown})" if shown else "")
+
+
+def alert_row(f: Firing, *, status: str = "open", outcome: str | None = None) -> dict[str, Any]:
+    g = f.guard
+    return dict(guard=g.name, rule=g.rule, window_steps=g.window, action=g.action, first_step=f.first_step,
+                step=f.step, evidence=jsonable(f.values), message=alert_message(f), hint=g.hint or None,
+                status=status, outcome=outcome)
+
+
+def metrics_map(m: Any) -> dict[str, Any]:
+    """A steps row's `metrics` as a dict (the store returns a MAP as a dict or as key/value pairs)."""
+    if isinstance(m, dict):
+        return m
+    return {kv["key"]: kv["value"] for kv in m or []}
