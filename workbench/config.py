@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from workbench.docstrings import field_docs
 from workbench.errors import ConfigError
+from workbench.vllm_limits import temperature_problem, uses_vllm
 
 
 @dataclass(frozen=True)
@@ -312,6 +313,8 @@ def validate(cfg: RunConfig) -> None:
            r.gpu_memory_utilization)
     _check(r.backend == "ray" or r.workers == 1, "rollout.workers",
            'more than 1 needs rollout.backend = "ray"', r.workers)
+    if uses_vllm(r) and temperature_problem(s.temperature):
+        raise ConfigError(f"sampling.temperature: {temperature_problem(s.temperature)}")
     _check(cfg.store.commit_max_rows >= 1, "store.commit_max_rows", "an integer >= 1", cfg.store.commit_max_rows)
     _check(cfg.store.commit_interval_s > 0, "store.commit_interval_s", "a number > 0 (seconds)",
            cfg.store.commit_interval_s)

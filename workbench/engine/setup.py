@@ -20,6 +20,7 @@ from workbench.engine.control import LiveSettings
 from workbench.engine.sampler import PromptSampler
 from workbench.tasks import get_task
 from workbench.tasks.base import Prompt
+from workbench.vllm_limits import control_limits
 
 
 @dataclass
@@ -156,6 +157,7 @@ def build_setup(cfg: RunConfig, *, store_dir: str | Path, run_id: str, store: An
     live = LiveSettings(budget_kind=cfg.allocator.budget_kind, budget=cfg.allocator.budget,
                         allocator=make_allocator(cfg.allocator.name, dict(cfg.allocator.params), seed=cfg.seed),
                         temperature=cfg.sampling.temperature, eval_every=cfg.eval.every, seed=cfg.seed)
+    live.control_limits = control_limits(cfg.rollout)  # vLLM runs: only temperatures vLLM samples at
     prompt_rows = [dict(prompt_id=p.id, split=p.split, level=p.level, text=p.text, answer=p.answer,
                         metadata=p.metadata) for p in train + evals]
     return Setup(
