@@ -49,7 +49,7 @@ class GenerationBatch:
     """[N] name of the worker that generated each sequence ("ray-0", ...); None: this process ("local")."""
     has_entropy: bool = True
     """False when the generator returned no entropy (vLLM): `entropy` holds zeros until the trainer's
-    forward pass fills it (`workbench.rollout.vllm_backend.trainer_entropy`)."""
+    forward pass fills it (`workbench.rollout.vllm_backend.trainer_scores`)."""
 
     def finish_reasons(self) -> list[str]:
         return ["stop" if f else "length" for f in self.finished.tolist()]
