@@ -100,10 +100,10 @@ def _common(steps: int, device: str, rehearse: bool) -> list[str]:
 def _steps(rehearse: bool) -> int:
     from workbench.experiments.engine_bench import WARMUP_STEPS
 
-    return (1 if rehearse else 6) + WARMUP_STEPS + 1
+    return 2 if rehearse else 6 + WARMUP_STEPS + 1  # rehearsal: the path only (both steps are timed)
 
 
-def _figures(cfg, store: Path, *, with_bare: bool) -> dict[str, Any]:
+def _figures(cfg, store: Path, *, with_bare: bool, repeats: int = 3) -> dict[str, Any]:
     """One short engine run: steps/s, rollouts/s, tokens/s, step time by phase, peak GPU memory; with
     `with_bare`, one stage of the same grants through our rollout phase and through bare `generate`."""
     import torch
@@ -127,7 +127,7 @@ def _figures(cfg, store: Path, *, with_bare: bool) -> dict[str, Any]:
                                                                      "rollout/vllm_ratio_outside_frac")
                 if any(k in m for m in marks)})
     if with_bare:
-        bare = rollout_vs_bare(cfg, store, repeats=3)
+        bare = rollout_vs_bare(cfg, store, repeats=repeats)
         out.update(rollout_phase_tokens_per_s=bare["ours_tokens_per_s"],
                    bare_generate_tokens_per_s=bare["bare_tokens_per_s"], rollout_vs_bare_ratio=bare["ratio"])
     if cuda:
@@ -158,7 +158,7 @@ def qwen05b(device: str, backend: str, store: Path, rehearse: bool) -> dict[str,
     if device == "cpu":
         over.append('model.dtype="float32"')
     cfg = load_config(ROOT / "configs" / "gsm8k_local_model.toml", over)
-    return _figures(cfg, store, with_bare=backend == "hf")
+    return _figures(cfg, store, with_bare=backend == "hf", repeats=1 if rehearse else 3)
 
 
 def gpu_tests() -> dict[str, Any]:
