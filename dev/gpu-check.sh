@@ -1,59 +1,97 @@
 #!/usr/bin/env bash
-# The engine on one CUDA GPU, checked in one go (no network needed). Usage, from the repository root:
+# The engine on one CUDA GPU, checked in one go from the source tree (no install of the project, no
+# network). It always prints one JSON report on stdout; progress goes to stderr. Usage, from the
+# repository root (docs/engine.md, "The engine on a GPU"):
 #
-#   dev/gpu-check.sh [WHEELS_DIR]      # default WHEELS_DIR: dev/wheels
-#
-# Needs: one CUDA GPU, Python with PyTorch (CUDA) and transformers already installed. The project's
-# other needs are installed from the wheels in WHEELS_DIR (gathered beforehand on a machine with a
-# network: see docs/engine.md, "The engine on a GPU"). Then it runs the GPU tests (`-m gpu`) and short
-# engine runs on CUDA (the organism, and a random Qwen2-like ~0.5B model; vLLM too when importable),
-# and prints one JSON document on stdout. It stops after 8 minutes at most; progress goes to stderr.
-set -euo pipefail
+#   dev/gpu-check.sh --fetch [PYVER]        on a machine with a network: download the carried wheels for
+#                                           Python PYVER (default 3.12) into dev/wheels/cpXY/{a,b}
+#   dev/gpu-check.sh --organism             build the default organism into dev/wheels/models (carried
+#                                           with part b: its build would cost the GPU machine minutes)
+#   dev/gpu-check.sh --install WHEELS_DIR   install a folder of carried wheels (--no-deps) into
+#                                           dev/.gpu-site/cpXY, where later calls find them
+#   dev/gpu-check.sh [WHEELS_DIR ...]       install these too, then run every section (GPU_CHECK_LIMIT_S,
+#                                           default 540 s, bounds the whole)
+#   dev/gpu-check.sh --rehearse             here, without a GPU: a fresh venv with only the GPU machine's
+#                                           packages (torch CPU, transformers, accelerate, pyarrow) plus the
+#                                           carried wheels runs the whole check; the report must be complete
+set -uo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
-WHEELS="${1:-dev/wheels}"
-LIMIT_S="${GPU_CHECK_LIMIT_S:-480}"
-start=$(date +%s)
-left() { echo $(( LIMIT_S - ($(date +%s) - start) )); }
 say() { echo "gpu-check: $*" >&2; }
+pytag() { "$1" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")'; }
+wheels_list() { "$PY" - "$1" <<'EOF'
+import ast, re, sys
+src = open("workbench/experiments/gpu_check.py").read()
+carried = ast.literal_eval(re.search(r"^CARRIED = (\{.*?\n\})", src, re.S | re.M).group(1))
+print(" ".join(carried[sys.argv[1]]))
+EOF
+}
 
-# 1. Fail fast and clearly when there is no CUDA GPU (or no PyTorch).
-if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 3)" 2>/dev/null; then
-  say "needs a CUDA GPU visible to PyTorch ($PY -c 'import torch; torch.cuda.is_available()' is not True); nothing was run"
-  exit 2
-fi
+fetch() {  # fetch PYVER: the carried wheels for that Python into dev/wheels/cpXY/{a,b}
+  local ver="${1:-3.12}" tag="cp${1:-3.12}"; tag="${tag/./}"
+  for part in a b; do
+    mkdir -p "dev/wheels/$tag/$part"
+    # shellcheck disable=SC2046
+    for req in $(wheels_list "$part"); do
+      "$PY" -m pip download --quiet --no-deps --only-binary=:all: --python-version "$ver" --implementation cp \
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+        -d "dev/wheels/$tag/$part" "$req" || { say "could not download $req"; return 1; }
+    done
+  done
+  du -sb "dev/wheels/$tag"/* >&2
+}
 
-# 2. The project's other needs, offline, from the carried wheels (torch and transformers stay as they are).
-if [ -d "$WHEELS" ]; then
-  say "installing the project from $WHEELS (no index)"
-  "$PY" -m pip install --quiet --no-index --find-links "$WHEELS" -e ".[dev]" >&2 \
-    || "$PY" -m pip install --quiet --no-index --find-links "$WHEELS" -e . >&2
-else
-  say "no wheels folder $WHEELS: using what is installed"
-fi
-"$PY" -c "import workbench" || { say "the workbench package cannot be imported; gather the wheels first (docs/engine.md)"; exit 2; }
+install() {  # install DIR: its wheels, --no-deps, into dev/.gpu-site/cpXY (pip, else unzip)
+  local site; site="dev/.gpu-site/$(pytag "$PY")"
+  mkdir -p "$site"
+  [ -d "$1" ] || { say "no wheels folder $1"; return 1; }
+  "$PY" -m pip install --quiet --no-deps --no-index --no-compile --upgrade --target "$site" "$1"/*.whl >&2 2>/dev/null \
+    || "$PY" -c 'import sys, zipfile; [zipfile.ZipFile(w).extractall(sys.argv[1]) for w in sys.argv[2:]]' "$site" "$1"/*.whl \
+    || { say "could not install the wheels of $1"; return 1; }
+  say "installed $(ls "$1"/*.whl | wc -l) wheels from $1 into $site"
+}
 
-# 3. The GPU tests.
-report="$(mktemp -d)"
-say "running the GPU tests (-m gpu)"
-set +e
-timeout "$(( $(left) / 3 ))" "$PY" -m pytest -m gpu -q -p no:cacheprovider -o addopts="" tests > "$report/gpu-tests.txt" 2>&1
-tests_rc=$?
-set -e
-tail -n 3 "$report/gpu-tests.txt" >&2
+fallback_json() {  # the report when the check itself could not run
+  printf '{"check": "gpu-check", "failed": %s}\n' "$("$PY" -c 'import json, sys; print(json.dumps(sys.argv[1]))' "$1" 2>/dev/null || echo '"unknown"')"
+}
 
-# 4. Short engine runs on CUDA, measured; JSON on stdout.
-say "short engine runs on CUDA ($(left) s left)"
-set +e
-timeout "$(left)" "$PY" - "$tests_rc" "$report/gpu-tests.txt" <<'PYEOF'
-import json, sys
-from workbench.experiments.engine_bench import gpu_check
-out = gpu_check()
-lines = open(sys.argv[2]).read().strip().splitlines()
-out["gpu_tests"] = {"exit_code": int(sys.argv[1]), "summary": lines[-1] if lines else ""}
-print(json.dumps(out, indent=2, default=str))
-PYEOF
-rc=$?
-set -e
-[ "$rc" -eq 124 ] && say "stopped at the ${LIMIT_S} s limit"
-exit "$rc"
+rehearse() {
+  local base="${PYTHON:-python3}" venv stamp want
+  want="torch==2.13.0 transformers==5.24.0 accelerate==1.15.0 pyarrow==26.0.1"
+  venv="${GPU_REHEARSAL_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/workbench/gpu-rehearsal-$(pytag "$base")}"
+  stamp="$venv/.requirements"
+  if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    say "building the rehearsal venv $venv ($want)"
+    rm -rf "$venv" && "$base" -m venv "$venv" && "$venv/bin/python" -m pip install --quiet $want >&2 \
+      && echo "$want" > "$stamp" || { say "could not build $venv"; return 1; }
+  fi
+  PY="$venv/bin/python"
+  local tag; tag="$(pytag "$PY")"
+  local ver="${tag#cp}"; ver="${ver:0:1}.${ver:1}"
+  [ -d "dev/wheels/$tag/b" ] || fetch "$ver" || return 1
+  rm -rf "dev/.gpu-site/$tag"
+  local out="${GPU_REHEARSAL_REPORT:-dev/.gpu-site/rehearsal-report.json}"
+  PYTHON="$PY" bash dev/gpu-check.sh --install "dev/wheels/$tag/a" || return 1
+  PYTHON="$PY" GPU_CHECK_REHEARSE=1 bash dev/gpu-check.sh "dev/wheels/$tag/b" > "$out"
+  cat "$out"
+  PYTHONPATH="$PWD" "$PY" -m workbench.experiments.gpu_check --validate "$out" --no-cuda
+}
+
+case "${1:-}" in
+  --fetch) fetch "${2:-3.12}"; exit $? ;;
+  --organism) PYTHONPATH="$PWD" "$PY" -c 'from workbench.models.organism import ensure_organism as e; print(e("dev/wheels"))'
+              exit $? ;;
+  --install) install "$2"; exit $? ;;
+  --rehearse) rehearse; exit $? ;;
+esac
+
+"$PY" -c 'import sys' 2>/dev/null || { say "no Python at $PY"; fallback_json "no Python at $PY"; exit 0; }
+for dir in "$@"; do install "$dir" || say "going on without the wheels of $dir"; done
+site="$PWD/dev/.gpu-site/$(pytag "$PY")"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}:$site"
+limit="${GPU_CHECK_LIMIT_S:-540}"
+flags=(); [ -n "${GPU_CHECK_REHEARSE:-}" ] && flags+=(--rehearse)
+# the check bounds each section itself; this outer limit only guards against a hang of the check
+timeout --kill-after=10 "$(( limit + 60 ))" "$PY" -m workbench.experiments.gpu_check --limit-s "$limit" "${flags[@]}" \
+  || fallback_json "the check stopped (exit $?) before printing its report"
+exit 0

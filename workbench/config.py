@@ -23,6 +23,7 @@ from workbench.errors import ConfigError
 from workbench.guards.config import GuardConfig, guard_set
 from workbench.pipeline_config import PipelineConfig
 from workbench.tasks.reward_config import RewardsConfig
+from workbench.vllm_limits import temperature_problem, uses_vllm
 
 
 @dataclass(frozen=True)
@@ -319,6 +320,8 @@ class RunConfig:
         check(self.steps >= 0, "steps", "an integer >= 0", self.steps)
         self.rewards.check_lengths(self.sampling.max_new_tokens)
         self.pipeline.check_rollout(self.rollout)
+        if uses_vllm(self.rollout) and temperature_problem(self.sampling.temperature):
+            raise ConfigError(f"sampling.temperature: {temperature_problem(self.sampling.temperature)}")
         _check_registries(self)
         guard_set(self.guards, check_metrics=True)
 

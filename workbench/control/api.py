@@ -13,6 +13,7 @@ from typing import Any
 
 from workbench.control.commands import validate
 from workbench.errors import ControlError, StoreError
+from workbench.vllm_limits import temperature_problem, uses_vllm
 
 ENDED = ("finished", "failed")
 """Runs that will never run again: no command can reach them."""
@@ -91,8 +92,12 @@ def issue(store: Any, run_id: str, command: str, args: dict[str, Any] | None = N
     current: tuple[str | None, dict[str, Any]] = (None, {})
     if command == "set_allocator_params":
         current = allocator_in_force(store, run_id)
+    rollout = _as_dict(_as_dict(run.get("config")).get("rollout"))
     try:
         clean = validate(command, args, allocator=current[0], allocator_params=current[1])
+        problem = temperature_problem(clean["temperature"]) if command == "set_temperature" else None
+        if problem and uses_vllm(rollout):  # the run samples with vLLM: only what vLLM does
+            raise ControlError(f"{command}: temperature: {problem}")
     except ControlError as exc:
         raise ControlError(f"run {run_id}: {exc}") from None
     return int(store.add_control(run_id, command, clean, who=who))

@@ -29,6 +29,7 @@ from typing import Any
 
 from workbench.control.protocol import COMMANDS
 from workbench.errors import ConfigError, ControlError
+from workbench.vllm_limits import TEMPERATURE_RANGE, uses_vllm
 
 STAGE_COMMANDS = frozenset({"set_temperature"})
 """In-step settings: applied at the next stage boundary (or step boundary, whichever comes first)."""
@@ -211,3 +212,11 @@ def parse_params(items: list[str]) -> dict[str, Any]:
         except tomllib.TOMLDecodeError:
             out[key] = text.strip()
     return out
+
+
+def control_limits(rollout: Any) -> Limits | None:
+    """The live-control limits of a run with this `[rollout]` section (`Limits`): with vLLM, temperatures above 2 and below 0.01 are refused; None: the defaults."""
+    if not uses_vllm(rollout):
+        return None
+    lo, hi = TEMPERATURE_RANGE
+    return Limits(min_temperature=math.nextafter(lo, 0.0), max_temperature=hi)  # (just below 0.01, 2]

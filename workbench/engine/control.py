@@ -44,6 +44,9 @@ class LiveSettings:
         self.stop_requested = False
         self.applied_controls: list[int] = []
         """Ids of the control commands applied so far in the run's history (saved in checkpoints)."""
+        self.control_limits: Any = None
+        """`workbench.control.commands.Limits` for this run's commands (None: the defaults; vLLM runs
+        narrow the temperature, see `workbench.control.commands.control_limits`)."""
         self.replay: dict[int, list[dict[str, Any]]] = {}
         """Commands to apply again at their step while a resumed run regenerates it (see `plan_replay`)."""
         self.guards: dict[str, Any] | None = None

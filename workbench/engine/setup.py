@@ -18,6 +18,7 @@ from workbench.allocators import make_allocator
 from workbench.allocators.base import PromptStats
 from workbench.config import RunConfig, task_config
 from workbench.engine.checkpoint import checkpoint_dir
+from workbench.control.commands import control_limits
 from workbench.engine.control import LiveSettings
 from workbench.engine.sampler import PromptSampler
 from workbench.tasks import get_task
@@ -182,6 +183,7 @@ def build_setup(cfg: RunConfig, *, store_dir: str | Path, run_id: str, store: An
                         allocator=make_allocator(cfg.allocator.name, dict(cfg.allocator.params), seed=cfg.seed),
                         temperature=cfg.sampling.temperature, eval_every=cfg.eval.every, seed=cfg.seed,
                         staleness=cfg.pipeline.max_staleness, staleness_bound=cfg.pipeline.bound)
+    live.control_limits = control_limits(cfg.rollout)  # vLLM runs: only temperatures vLLM samples at
     prompt_rows = [dict(prompt_id=p.id, split=p.split, level=p.level, text=p.text, answer=p.answer,
                         metadata=p.metadata) for p in train + evals]
     return Setup(

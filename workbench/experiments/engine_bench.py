@@ -1,5 +1,5 @@
 """Engine benchmarks: `workbench bench engine` (speed, logging overhead, rollout overhead, TRL peer)
-and `workbench bench learn` (does the default experiment learn?).
+and `workbench bench learn` (does the default experiment learn?). The GPU check lives in `gpu_check.py`.
 
 Every figure is measured side by side in one process, as medians over steps (the first steps, which
 warm caches up, and the last, which evaluates, are left out). Runs go to a temporary store; the
@@ -60,7 +60,7 @@ def temp_store(organism_cache: Path, cfg) -> Iterator[Path]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _timed_run(cfg, store: Path) -> list[dict[str, Any]]:
+def timed_run(cfg, store: Path) -> list[dict[str, Any]]:
     """Run `cfg`; per step: wall time since the previous step ended, and the step's metrics."""
     from workbench.engine import run
 
@@ -77,7 +77,7 @@ def _timed_run(cfg, store: Path) -> list[dict[str, Any]]:
     return marks[WARMUP_STEPS:-1] if len(marks) > WARMUP_STEPS + 1 else marks
 
 
-def _median(xs: list[float]) -> float:
+def median(xs: list[float]) -> float:
     return float(statistics.median(xs)) if xs else float("nan")
 
 
@@ -109,7 +109,7 @@ def rollout_vs_bare(cfg, store: Path, repeats: int = 7) -> dict[str, float]:
             bare.append(t2 - t1)
             ours_tok.append(int(r.lengths.sum()))
             bare_tok.append(int((b.tokens != s.pad_id).sum()))
-    return {"ours_s": _median(ours), "bare_s": _median(bare), "ratio": _median(ours) / _median(bare),
+    return {"ours_s": median(ours), "bare_s": median(bare), "ratio": median(ours) / median(bare),
             "ours_tokens_per_s": sum(ours_tok) / sum(ours), "bare_tokens_per_s": sum(bare_tok) / sum(bare)}
 
 
@@ -160,7 +160,7 @@ def trl_rollouts_per_s(cfg, store: Path, steps: int) -> dict[str, float]:
     finally:
         torch.use_deterministic_algorithms(deterministic)
     walls = [b - a for a, b in zip([t0] + marks[:-1], marks)][WARMUP_STEPS:]
-    step_s = _median(walls)
+    step_s = median(walls)
     return {"steps_per_s": 1 / step_s, "rollouts_per_s": cfg.allocator.prompts_per_step * n / step_s}
 
 
@@ -185,20 +185,20 @@ def bench_engine(*, steps: int = 12, with_trl: bool = True, rounds: int = 2, ove
     with temp_store(cache_dir, on_cfg) as store, _ray_runtime(bool(ray_cfgs)):
         on, off, ray_marks = [], [], {n: [] for n in ray_cfgs}
         for _ in range(rounds):  # interleaved, so drifting machine load hits every side alike
-            on += _timed_run(on_cfg, store)
-            off += _timed_run(off_cfg, store)
+            on += timed_run(on_cfg, store)
+            off += timed_run(off_cfg, store)
             for n, cfg in ray_cfgs.items():
-                ray_marks[n] += _timed_run(cfg, store)
+                ray_marks[n] += timed_run(cfg, store)
         bare = rollout_vs_bare(on_cfg, store)
         trl = trl_rollouts_per_s(on_cfg, store, steps) if with_trl and absent is None else None
-    step_on, step_off = _median([m["wall_s"] for m in on]), _median([m["wall_s"] for m in off])
+    step_on, step_off = median([m["wall_s"] for m in on]), median([m["wall_s"] for m in off])
     wall = sum(m["wall_s"] for m in on)
-    rollouts = _median([m["rollout/count"] for m in on])
+    rollouts = median([m["rollout/count"] for m in on])
     share = {k: sum(m.get(f"timing_s/{k}", 0.0) for m in on) / wall for k in ("generate", "verify", "train", "log")}
     out: dict[str, Any] = {
         "steps_per_s": 1 / step_on,
         "rollouts_per_s": rollouts / step_on,
-        "gen_tokens_per_s": _median([m["perf/gen_tokens_per_s"] for m in on]),
+        "gen_tokens_per_s": median([m["perf/gen_tokens_per_s"] for m in on]),
         "timing_share": share,
         "logging_overhead_pct": 100 * (step_on - step_off) / step_off,
         "rollout_vs_bare_ratio": bare["ratio"],
@@ -216,7 +216,7 @@ def bench_engine(*, steps: int = 12, with_trl: bool = True, rounds: int = 2, ove
         out["inprocess_rollouts_per_s"] = out["rollouts_per_s"]
         out["ray"] = {}
         for n, marks in ray_marks.items():
-            step_s = _median([m["wall_s"] for m in marks])
+            step_s = median([m["wall_s"] for m in marks])
             out["ray"][str(n)] = _ray_figures(marks, step_s)
             out[f"ray{n}_vs_inprocess"] = out["ray"][str(n)]["rollouts_per_s"] / out["rollouts_per_s"]
     return out
@@ -227,12 +227,12 @@ def _ray_figures(marks: list[dict[str, Any]], step_s: float) -> dict[str, Any]:
     workers = sorted({k.split("/")[2] for m in marks for k in m if k.startswith("perf/worker/")
                       and k.endswith("/rollouts_per_s")})
     return {
-        "rollouts_per_s": _median([m["rollout/count"] for m in marks]) / step_s,
+        "rollouts_per_s": median([m["rollout/count"] for m in marks]) / step_s,
         "step_s": step_s,
-        "generate_s": _median([m.get("timing_s/generate", 0.0) for m in marks]),
-        "train_s": _median([m.get("timing_s/train", 0.0) for m in marks]),
-        "weight_sync_s": _median([m.get("timing_s/weight_sync", 0.0) for m in marks]),
-        "worker_rollouts_per_s": {w: _median([m[f"perf/worker/{w}/rollouts_per_s"] for m in marks
+        "generate_s": median([m.get("timing_s/generate", 0.0) for m in marks]),
+        "train_s": median([m.get("timing_s/train", 0.0) for m in marks]),
+        "weight_sync_s": median([m.get("timing_s/weight_sync", 0.0) for m in marks]),
+        "worker_rollouts_per_s": {w: median([m[f"perf/worker/{w}/rollouts_per_s"] for m in marks
                                               if f"perf/worker/{w}/rollouts_per_s" in m]) for w in workers},
         "steps_timed": len(marks),
     }
@@ -306,115 +306,3 @@ def bench_learn(*, seeds: int = 3, store: str | os.PathLike | None = None, overr
         "run_ids": run_ids if store is not None else [],
     }
 
-
-# -- the engine on a GPU (dev/gpu-check.sh) ----------------------------------------------------------
-
-QWEN2_LIKE = dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                  num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=4096,
-                  tie_word_embeddings=True, rope_theta=1_000_000.0)
-"""The shape of Qwen2.5-0.5B (~494M parameters), randomly initialised: no weights to download."""
-
-
-def qwen2_like_config():
-    from transformers import Qwen2Config
-
-    from workbench.models.tokenizer import BOS_ID, EOS_ID, PAD_ID
-
-    return Qwen2Config(**QWEN2_LIKE, bos_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID)
-
-
-def count_parameters_meta(config) -> int:
-    """Parameters of a causal LM built from `config` on the meta device (no memory for weights)."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
-    return sum(p.numel() for p in model.parameters())
-
-
-def _wide_char_tokenizer(vocab_size: int):
-    """The organism's character tokenizer with filler tokens up to `vocab_size`, so that whatever a
-    random model generates decodes (fillers read `<t123>`; they are never produced by encoding)."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
-    from transformers import PreTrainedTokenizerFast
-
-    from workbench.models.tokenizer import BOS_ID, DEFAULT_ALPHABET, SPECIALS
-
-    vocab = {t: i for i, t in enumerate(list(SPECIALS) + list(DEFAULT_ALPHABET))}
-    vocab.update({f"<t{i}>": i for i in range(len(vocab), vocab_size)})
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    core.decoder = decoders.Fuse()
-    core.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", BOS_ID)])
-    return PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>",
-                                   unk_token="<unk>", padding_side="left", clean_up_tokenization_spaces=False)
-
-
-def _save_random_qwen2(root: Path) -> Path:
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    target = root / "qwen2-like-random"
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(qwen2_like_config(), dtype=torch.bfloat16)
-    model.save_pretrained(target)
-    _wide_char_tokenizer(QWEN2_LIKE["vocab_size"]).save_pretrained(target)
-    return target
-
-
-def _gpu_figures(cfg, store: Path, with_bare: bool = True) -> dict[str, Any]:
-    """One short engine run on CUDA: step time by phase, generated tokens/s of the rollout phase (in
-    the run, and of one stage of the default grants next to bare `generate` of the same grants),
-    peak GPU memory."""
-    import torch
-
-    torch.cuda.reset_peak_memory_stats()
-    marks = _timed_run(cfg, store)
-    bare = rollout_vs_bare(cfg, store, repeats=3) if with_bare else {}
-    phases = sorted({k for m in marks for k in m if k.startswith("timing_s/")})
-    return {
-        "run_gen_tokens_per_s": _median([m["perf/gen_tokens_per_s"] for m in marks]),
-        "rollout_phase_tokens_per_s": bare.get("ours_tokens_per_s"),
-        "bare_generate_tokens_per_s": bare.get("bare_tokens_per_s"),
-        "rollout_vs_bare_ratio": bare.get("ratio"),
-        "step_s_by_phase": {k.removeprefix("timing_s/"): _median([m.get(k, 0.0) for m in marks]) for k in phases},
-        "rollouts_per_step": _median([m["rollout/count"] for m in marks]),
-        "peak_gpu_memory_gib": torch.cuda.max_memory_allocated() / 2**30,
-        "steps_timed": len(marks),
-    }
-
-
-def gpu_check(*, steps: int = 4, cache: str | os.PathLike | None = None) -> dict[str, Any]:
-    """`dev/gpu-check.sh`'s measurements: short engine runs on CUDA with the HF backend on (a) the
-    organism and (b) a random Qwen2-like ~0.5B model, and the same with vLLM when it is importable."""
-    import importlib.util
-
-    import torch
-
-    from workbench.store import default_store_path
-    from workbench.errors import WorkbenchError
-
-    if not torch.cuda.is_available():
-        raise WorkbenchError("gpu check: needs a CUDA GPU and torch.cuda.is_available() is False")
-    common = ["model.device=\"cuda\"", "eval.at_start=false", "eval.every=0", "checkpoint.every=0",
-              f"steps={steps + WARMUP_STEPS + 1}"]
-    big = ["model.dtype=\"bfloat16\"", "allocator.prompts_per_step=16", "allocator.budget=128",
-           "sampling.max_new_tokens=64", "algorithm.kl_coef=0.001", "algorithm.micro_batch_size=32"]
-    out: dict[str, Any] = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}
-    cache_dir = Path(cache) if cache else default_store_path()
-    vllm = importlib.util.find_spec("vllm") is not None
-    with temp_store(cache_dir, base_config(common)) as store:
-        qwen = _save_random_qwen2(store)
-        cases = {"organism": common, "qwen2_like_0.5b": common + big + [f"model.path=\"{qwen}\""]}
-        for name, over in cases.items():
-            out[name] = {"hf": _gpu_figures(base_config(over), store)}
-            if vllm:
-                try:
-                    out[name]["vllm"] = _gpu_figures(base_config(over + ["rollout.backend=\"vllm\""]), store,
-                                                       with_bare=False)
-                except Exception as exc:  # noqa: BLE001 - record it and go on: the script reports everything
-                    out[name]["vllm"] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
-    out["vllm"] = "measured" if vllm else "not installed (pip install the 'gpu' extra to measure it)"
-    out["qwen2_like_parameters"] = count_parameters_meta(qwen2_like_config())
-    return out

@@ -49,7 +49,7 @@ class GenerationBatch:
     """[N] name of the worker that generated each sequence ("ray-0", ...); None: this process ("local")."""
     has_entropy: bool = True
     """False when the generator returned no entropy (vLLM): `entropy` holds zeros until the trainer's
-    forward pass fills it (`workbench.rollout.vllm_backend.trainer_entropy`)."""
+    forward pass fills it (`workbench.rollout.vllm_backend.trainer_scores`)."""
     cut: torch.Tensor | None = None
     """[N] bool: generation was interrupted (new weights arrived) before the row finished or reached
     `max_new_tokens`; None: nothing was interrupted (see `HFBackend.generate`'s `interrupt`)."""

@@ -56,6 +56,8 @@ class RayOptions:
     model_path: str | None = None
     """The model directory as the workers' nodes see it (vLLM workers load from it)."""
     gpu_memory_utilization: float = 0.3
+    seed: int = 0
+    """The run's seed (vLLM workers seed their engine with it)."""
 
     @classmethod
     def from_config(cls, cfg: Any, *, model_path: str | None = None) -> "RayOptions":
@@ -64,7 +66,14 @@ class RayOptions:
                    num_cpus=r.num_cpus, worker_cpus=r.worker_cpus, worker_gpus=r.worker_gpus,
                    max_restarts=r.max_restarts, start_timeout_s=r.start_timeout_s,
                    deterministic=cfg.model.deterministic, model_path=model_path,
-                   gpu_memory_utilization=r.gpu_memory_utilization)
+                   gpu_memory_utilization=r.gpu_memory_utilization, seed=cfg.seed)
+
+    def vllm_options(self, dtype: str) -> dict[str, Any] | None:
+        """`VLLMBackend.from_path` options of a vLLM worker: the trainer's dtype (vLLM's "auto" would
+        load the float32 organism as bfloat16) and the run's seed; None for HF workers."""
+        if self.worker_backend != "vllm":
+            return None
+        return dict(gpu_memory_utilization=self.gpu_memory_utilization, sleep=False, dtype=dtype, seed=self.seed)
 
 
 # -- pure parts: the split and the reassembly -------------------------------------------------------
@@ -250,6 +259,7 @@ class RayBackend(BackendDefaults):
         self._box: list | None = None
         self._synced = 0
         self._metrics: dict[str, float] = {}
+        self._gap: Any = None  # vLLM workers: a LogprobGap (their log-probs against the trainer's)
         self._events: list[dict[str, Any]] = []
         self._faults: dict[int, str] = {}
         try:
@@ -286,7 +296,7 @@ class RayBackend(BackendDefaults):
                                                   max_task_retries=0)
         self._init_state = ray.put(pack_state(model))
         dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
-        vllm = dict(gpu_memory_utilization=o.gpu_memory_utilization, sleep=False) if o.worker_backend == "vllm" else None
+        vllm = o.vllm_options(dtype)
         self.names = [f"ray-{i}" for i in range(o.workers)]
         self.workers = [actor.remote(name, o.worker_backend, type(model), model.config, dtype, self._init_state,
                                      list(self.local.eos_token_ids), self.pad_token_id, int(cpus), o.worker_gpus,
@@ -346,9 +356,10 @@ class RayBackend(BackendDefaults):
             self._note(i, len(rows), out)
         batch = merge_batches(parts, len(prompts), self.pad_token_id, time.perf_counter() - start)
         if not all(b.has_entropy for _, b, _ in parts):  # vLLM workers: entropy from the trainer's model
-            from workbench.rollout.vllm_backend import trainer_entropy
+            from workbench.rollout.vllm_backend import LogprobGap
 
-            batch.entropy = trainer_entropy(self.local.model, prompts, batch, sampling, self.pad_token_id)
+            self._gap = self._gap or LogprobGap()
+            self._gap.score(self.local.model, prompts, batch, sampling, self.pad_token_id)
         return batch
 
     def _submit(self, i: int, rows: list[int], prompts, sampling, seeds):
@@ -422,6 +433,8 @@ class RayBackend(BackendDefaults):
                 out[f"perf/worker/{name}/rollouts"] = rows
         if m.get("_load"):
             out["timing_s/weight_reload"] = m["_load"]
+        if self._gap is not None:
+            out.update(self._gap.take())
         return out
 
     def take_events(self) -> list[dict[str, Any]]:
