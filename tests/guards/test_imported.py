@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 from workbench.integrations import get_format
 from workbench.integrations.common import Importer
 from workbench.integrations.follow import follow
 from workbench.store import open_store
+from waiting import wait_until
 
 
 def _write_step(folder, step: int, degenerate: bool) -> None:
@@ -40,9 +40,7 @@ def test_followed_verl_run_raises_degenerate_text_alert_only(tmp_path):
         try:
             for step in (4, 5, 6):  # the trainer elsewhere goes on, and its outputs degenerate
                 _write_step(dump, step, degenerate=True)
-            deadline = time.monotonic() + 60
-            while st.alerts(run_id).height == 0 and time.monotonic() < deadline:
-                time.sleep(0.2)
+            wait_until(lambda: st.alerts(run_id).height > 0, 60, "the followed run's first alert", every=0.2)
         finally:
             stop.set()
             t.join(timeout=30)

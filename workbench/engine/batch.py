@@ -250,8 +250,10 @@ def _fold_in(s: Setup, state: StepState, r: Rollouts, results: dict[str, GroupRe
     update the running mean length; return the on-policy tokens generated."""
     onp, ok = ~r.off_policy, r.correct_mask()
     pids = [s.train[int(i)].id for i in r.prompt]
-    for pid in results:
-        k = np.asarray([p == pid for p in pids], dtype=bool) & onp
+    group_of = {pid: g for g, pid in enumerate(results)}
+    gidx = np.asarray([group_of[p] for p in pids], dtype=np.int64)  # one pass, not one per group
+    for g, pid in enumerate(results):
+        k = (gidx == g) & onp
         state.stats[pid].update(r.rewards[k].tolist(), step, int(r.lengths[torch.as_tensor(k)].sum()),
                                 s.cfg.allocator.stats_decay, correct=ok[k].tolist())
     _remember_correct(state.reuse, r, pids)
