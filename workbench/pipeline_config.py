@@ -42,11 +42,16 @@ class PipelineConfig:
     tokens' ratios, i.e. exp of the summed log-ratio)."""
     is_cap: float = 2.0
     """Upper bound of the importance weight pi_prox / pi_behav (truncated importance sampling)."""
+    generator: Literal["process", "thread"] = "process"
+    """Where the in-process generator runs (Ray workers, `rollout.backend = "ray"`, are processes of
+    their own and ignore this). "process": a child process with its own interpreter, torch threads
+    and copy of the weights (`workbench.rollout.process_backend`), so generation and training overlap.
+    "thread": a thread of the trainer's process with its own copy of the weights; both sides then
+    share one interpreter lock, and on the organism they barely overlap (docs/async.md)."""
     threads_per_side: int = 0
-    """torch intra-op threads each side (generator thread, trainer) computes with. torch has one
-    thread-pool size per process, so both sides share this number, and it replaces `model.threads`
-    while the generator thread runs; 0: half the machine's cores (at least 1), so that on 2 cores each
-    side has one core of its own."""
+    """torch intra-op threads each side (generator, trainer) computes with; 0: half the machine's
+    cores (at least 1), so that on 2 cores each side has one core of its own. With a generator thread,
+    torch has one thread-pool size per process, so this replaces `model.threads` while it runs."""
 
     def __post_init__(self) -> None:
         if self.max_staleness < 0:
@@ -69,6 +74,8 @@ class PipelineConfig:
                               "(token or sequence)")
         if not self.is_cap >= 1:
             raise ConfigError(f"pipeline.is_cap: {self.is_cap!r} is not allowed (a number >= 1)")
+        if self.generator not in ("process", "thread"):
+            raise ConfigError(f"pipeline.generator: {self.generator!r} is not allowed (process or thread)")
         if self.threads_per_side < 0:
             raise ConfigError(f"pipeline.threads_per_side: {self.threads_per_side!r} is not allowed "
                               "(an integer >= 0; 0: half the cores)")

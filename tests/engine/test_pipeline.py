@@ -233,3 +233,35 @@ def test_stop_and_resume_keep_the_queued_batches(store_dir, tiny_config):
     assert table.height == 5 * 32 and table["staleness"].max() <= 2
     assert table.group_by(["step", "prompt_id", "idx"]).len()["len"].max() == 1
     assert (allocs["stats_version"] <= allocs["step"] - 1).all()
+
+
+def test_a_killed_generator_process_stops_the_run_and_resume_finishes_it(store_dir, tiny_config):
+    """kill -9 of the generator process mid-run: the trainer's next take raises one line naming the
+    process (the run does not hang), the run is marked failed, and `resume` finishes it with every
+    step trained once and the bound kept."""
+    import multiprocessing
+    import os
+    import signal
+
+    from workbench.engine import resume, run
+    from workbench.errors import WorkbenchError
+    from workbench.store import open_store
+
+    def kill_generator(step, metrics):
+        if step == 2:
+            (child,) = [p for p in multiprocessing.active_children() if p.name == "rollout-generator"]
+            os.kill(child.pid, signal.SIGKILL)
+
+    cfg = tiny_config(steps=5, eval__every=0, eval__at_start=False, checkpoint__every=1, pipeline__max_staleness=1)
+    with pytest.raises(WorkbenchError, match=r"rollout generator process \(pid \d+\) died"):
+        run(cfg, store=str(store_dir), on_step=kill_generator)
+    with open_store(str(store_dir)) as st:
+        (rid,) = st.list_runs()["run_id"].to_list()
+        assert st.run(rid)["status"] == "failed"
+    resume(str(store_dir), rid)
+    with open_store(str(store_dir)) as st:
+        assert st.run(rid)["status"] == "finished"
+        assert st.run_steps(rid)["step"].to_list() == [1, 2, 3, 4, 5]
+    _, _, table = _record(store_dir, rid)
+    assert table.height == 5 * 32 and table["staleness"].max() <= 1
+    assert table.group_by(["step", "prompt_id", "idx"]).len()["len"].max() == 1

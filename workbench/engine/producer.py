@@ -3,15 +3,19 @@
 `make_producer` picks it from `[pipeline]`: with no staleness allowed (`pipeline.max_staleness` and
 its bound 0, the default) batches are made on demand in the trainer's thread, exactly the loop
 before the pipeline existed; otherwise a generator thread with its own copy of the weights and its own
-in-process backend makes them ahead (`workbench.engine.pipeline.Pipeline`).
+backend makes them ahead (`workbench.engine.pipeline.Pipeline`): a generator process
+(`pipeline.generator = "process"`, the default), the thread's own in-process backend ("thread"),
+or the run's Ray workers.
 """
 
 from __future__ import annotations
 
 import copy
-import os
 import dataclasses
+import os
 from typing import Callable, Union
+
+import torch
 
 from workbench.engine.batch import Batch, collect
 from workbench.engine.pipeline import Pipeline, Synchronous
@@ -29,16 +33,28 @@ def make_producer(s: Setup, state: StepState, start: int, queued: list, *,
     if not pc.enabled:
         return Synchronous(lambda step, version: collect(
             s, state, step, version, on_stage=lambda stage: on_stage(step, stage)))
-    from workbench.rollout.hf import HFBackend
-
+    threads = pc.threads_per_side or max(1, (os.cpu_count() or 2) // 2)
+    # the trainer's share (torch's OpenMP thread count is kept per calling thread: the generator
+    # thread sets its own, this call sets the trainer's)
+    torch.set_num_threads(threads)
     # the generator's own weights; their requires_grad flags are kept: turning them off changes the
     # CPU kernels' rounding (measured), and eta = 0 must give the synchronous run's log-probs exactly
     model = copy.deepcopy(s.model)
-    workers = getattr(s.backend, "ship", None)  # Ray workers: they generate, from the weights shipped
-    if workers is not None:
+    ship = getattr(s.backend, "ship", None)  # Ray workers: they generate, from the weights shipped
+    if ship is not None:
         backend, s.backend = s.backend, s.backend.local  # the trainer keeps the in-process one (evaluation)
         closing.append(backend.close)
+    elif pc.generator == "process":
+        from workbench.rollout.process_backend import ProcessBackend
+
+        backend = ProcessBackend(model, device=s.device, eos_token_ids=s.backend.eos_token_ids,
+                                 pad_token_id=s.pad_id, threads=threads)
+        backend.policy_version = s.backend.policy_version
+        closing.append(backend.close)
+        ship = backend.ship
     else:
+        from workbench.rollout.hf import HFBackend
+
         backend = HFBackend(model, s.tokenizer, s.device)
         backend.policy_version = s.backend.policy_version
     gen = dataclasses.replace(s, model=model, backend=backend)
@@ -47,8 +63,8 @@ def make_producer(s: Setup, state: StepState, start: int, queued: list, *,
     def load(weights: dict) -> None:
         model.load_state_dict(weights)
         shipped[0] += 1
-        if workers is not None:
-            workers(model, shipped[0])
+        if ship is not None:
+            ship(model, shipped[0])
         else:
             backend.policy_version = shipped[0]
 
@@ -59,7 +75,7 @@ def make_producer(s: Setup, state: StepState, start: int, queued: list, *,
         return batch
 
     pipeline = Pipeline(produce, first=start, last=s.cfg.steps, eta=s.live.staleness, version=start - 1,
-                        load=load, threads=pc.threads_per_side or max(1, (os.cpu_count() or 2) // 2), queued=queued,
+                        load=load, threads=threads, queued=queued,
                         start=False, on_close=closing)
     pipeline.start()
     return pipeline
