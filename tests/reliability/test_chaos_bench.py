@@ -30,3 +30,17 @@ def test_five_kills_lose_nothing_and_write_nothing_twice(organism_models, tmp_pa
     # (an edit to the package during the test would show here: see out["code_changed"])
     assert out["final_equal"] is True, f"code changed during the test: {out['code_changed']}"
     assert len(out["kills_by_point"]) >= 4  # spread over the points, not five of one kind
+
+
+@pytest.mark.slow
+def test_kills_of_an_async_run_train_every_step_once_within_its_bound(organism_models, tmp_path):
+    """The asynchronous mode (eta = 1, a generator process ahead of the trainer): 3 SIGKILLs, each
+    resumed; every step and every rollout stored once, the bound kept after every resume."""
+    from workbench.experiments.chaos import bench_chaos
+
+    out = bench_chaos(3, seed=3, steps=9, store_dir=tmp_path / "store", models=organism_models, eta=1)
+    assert out["kills"] == 3 and out["resumed"] == 3, out["kill_log"]
+    assert out["steps_lost"] == 0 and out["steps_duplicated"] == 0
+    assert out["rollouts_lost"] == 0 and out["rollouts_extra"] == 0 and out["rollouts_twice"] == 0
+    assert out["staleness_max"] <= 1 and out["allocations_on_newer_stats"] == 0
+    assert out["ok"] is True, out

@@ -24,6 +24,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
                                               "(the default experiment's, built once in minutes).")] = "small",
         store: Annotated[Optional[Path], typer.Option("--store", help="Store directory to run in (kept "
                                                       "afterwards). Default: a temporary one, removed after.")] = None,
+        eta: Annotated[int, typer.Option("--eta", help="The asynchronous mode: runs with pipeline.max_staleness "
+                                         "= ETA, checked for steps and rollouts trained once and the bound kept.")] = 0,
         as_json: JsonOpt = False,
     ) -> None:
         """Crash anywhere: kill a run at random moments (generation, update, store commit, checkpoint,
@@ -33,9 +35,15 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
 
         if organism not in ("small", "default"):
             raise WorkbenchError(f"bench chaos: --organism must be small or default, got {organism!r}")
-        out = run_bench(kills, seed=seed, steps=steps, organism=organism, store_dir=store)
+        out = run_bench(kills, seed=seed, steps=steps, organism=organism, store_dir=store, eta=eta)
         if as_json:
             print_json(out)
+            return
+        if eta:
+            typer.echo(f"eta {eta}: kills {out['kills']} (by point {out['kills_by_point']}), resumed {out['resumed']}, "
+                       f"steps lost {out['steps_lost']}, duplicated {out['steps_duplicated']}, rollouts lost "
+                       f"{out['rollouts_lost']}, twice {out['rollouts_twice']}, staleness max {out['staleness_max']}, "
+                       f"ok {out['ok']}")
             return
         typer.echo(f"kills {out['kills']} (by point {out['kills_by_point']}), resumed {out['resumed']}, "
                    f"steps lost {out['steps_lost']}, duplicated {out['steps_duplicated']}, rows mismatched "

@@ -24,6 +24,15 @@ What runs (all engine work in real subprocesses, each a fresh Python process lik
    checkpoints' weights.
 
 Target: every kill resumed, 0 steps lost, 0 steps duplicated, 0 rows mismatched, `final_equal` true.
+
+The asynchronous mode (`eta` > 0: `pipeline.max_staleness = eta`, a generator process running ahead):
+which policy version made a batch depends on how the two sides' timings fall, so two runs of one seed
+need not store the same rollouts, and the row-by-row comparison does not apply. What must hold instead
+(`async_checks`): every step trained exactly once, every step's rollouts stored exactly once (the
+reference's count per step, no (step, stage, prompt, index) twice: the batches the generator had made
+ahead travel in the checkpoint and none is trained twice after a resume), no consumed rollout more
+than eta versions stale and no allocation on statistics newer than its step allows (the bound holds
+after every resume), the controls applied at the same steps, and the run finished.
 """
 
 from __future__ import annotations
@@ -105,8 +114,8 @@ def schedule(kills: int, seed: int) -> list[tuple[str, float]]:
 
 def reachable(store: Path, run_id: str, cfg: Any, end: int, segment: int) -> dict[str, int]:
     """How many times a process resumed now will surely reach each point before step `end`: it
-    restarts after the last checkpoint C, so it generates, updates and commits for each of the steps
-    C+1..end (commits counted at half: group commit may put two steps in one), writes the checkpoints
+    restarts after the last checkpoint C, so it generates (less the eta + 1 batches an
+    asynchronous run's checkpoint may hold), updates and commits for each of the steps C+1..end (commits counted at half: group commit may put two steps in one), writes the checkpoints
     and evaluations due in them, and applies the pending commands and those applied after C."""
     from workbench.engine.checkpoint import checkpoint_dir, latest_checkpoint
     from workbench.store import open_store
@@ -119,8 +128,10 @@ def reachable(store: Path, run_id: str, cfg: Any, end: int, segment: int) -> dic
         rows = st.controls(run_id).to_dicts()
     controls = sum(1 for r in rows if r["status"] == "pending"
                    or (r["status"] == "applied" and (r["applied_step"] or 0) > last))
+    # an asynchronous run's checkpoint may hold up to eta + 1 batches its generator made ahead
+    ahead = cfg.pipeline.max_staleness + 1 if cfg.pipeline.max_staleness else 0
     return {
-        "generate": len(steps),
+        "generate": max(0, len(steps) - ahead),
         "update": len(steps),
         "commit": max(1, len(steps) // 2),
         "checkpoint": sum(1 for s in steps if s % cfg.checkpoint.every == 0 or s == end),
@@ -370,15 +381,48 @@ def compare_runs(store_dir: Path, run: str, ref: str) -> dict[str, Any]:
 
 # -- the bench -------------------------------------------------------------------------------------
 
+def async_checks(store_dir: Path, run: str, ref: str, eta: int) -> dict[str, Any]:
+    """What an asynchronous run must keep through kills (see the module docstring)."""
+    from workbench.store import open_store
+
+    with open_store(store_dir, read_only=True) as st:
+        lost = _lost_steps(st, run, ref)
+        steps_dup = compare_table(st, "steps", run, ref)["duplicated_steps"]
+        rows = st.sql("""
+            WITH a AS (SELECT step, count(*) AS n FROM rollouts WHERE run_id = $run GROUP BY step),
+                 b AS (SELECT step, count(*) AS n FROM rollouts WHERE run_id = $ref GROUP BY step)
+            SELECT coalesce(sum(greatest(b.n - coalesce(a.n, 0), 0)), 0) AS lost,
+                   coalesce(sum(greatest(coalesce(a.n, 0) - coalesce(b.n, 0), 0)), 0) AS extra
+            FROM a FULL JOIN b ON a.step = b.step""", {"run": run, "ref": ref}).to_dicts()[0]
+        twice = st.sql("SELECT count(*) AS n FROM (SELECT 1 FROM rollouts WHERE run_id = $run "
+                       "GROUP BY step, stage, prompt_id, idx HAVING count(*) > 1)", {"run": run}).to_dicts()[0]["n"]
+        bound = st.sql("SELECT max(staleness) AS stale FROM rollouts WHERE run_id = $run", {"run": run}).to_dicts()[0]
+        stats = st.sql("SELECT count(*) AS n FROM allocations WHERE run_id = $run AND stats_version > step - 1",
+                       {"run": run}).to_dicts()[0]["n"]
+        controls_equal = _controls(st, run) == _controls(st, ref)
+        status = st.run(run)["status"]
+    stale = int(bound["stale"] or 0)
+    return {
+        "steps_lost": len(lost), "steps_duplicated": len(steps_dup),
+        "rollouts_lost": int(rows["lost"]), "rollouts_extra": int(rows["extra"]), "rollouts_twice": int(twice),
+        "staleness_max": stale, "allocations_on_newer_stats": int(stats), "controls_equal": controls_equal,
+        "status": status,
+        "ok": (not lost and not steps_dup and not rows["lost"] and not rows["extra"] and not twice
+               and stale <= eta and not stats and controls_equal and status == "finished"),
+    }
+
+
 def bench_chaos(kills: int = 20, *, seed: int = 0, steps: int = 24, organism: str = "small",
                 store_dir: Path | str | None = None, models: Path | str | None = None,
-                timeout_s: float = 600.0) -> dict[str, Any]:
+                timeout_s: float = 600.0, eta: int = 0) -> dict[str, Any]:
     """Run the reference and the chaos run in one store (a temporary one unless `store_dir`), compare.
 
     `models`: a directory holding built organisms (`<dir>/organism-<hash>/`) to link into the store
-    instead of building one (tests share one build)."""
+    instead of building one (tests share one build). `eta` > 0: the asynchronous mode (module docstring)."""
     import shutil
 
+    if eta < 0:
+        raise WorkbenchError(f"bench chaos: --eta must be >= 0, got {eta}")
     if kills < 0:
         raise WorkbenchError(f"bench chaos: --kills must be >= 0, got {kills}")
     if steps < 3:
@@ -389,7 +433,7 @@ def bench_chaos(kills: int = 20, *, seed: int = 0, steps: int = 24, organism: st
         store_dir = tmp / "store"
     store = Path(store_dir).absolute()
     try:
-        return _bench(store, kills, seed, steps, organism, models, timeout_s)
+        return _bench(store, kills, seed, steps, organism, models, timeout_s, eta)
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -409,7 +453,7 @@ def code_digest() -> str:
 
 
 def _bench(store: Path, kills: int, seed: int, steps: int, organism: str, models: Path | str | None,
-           timeout_s: float) -> dict[str, Any]:
+           timeout_s: float, eta: int = 0) -> dict[str, Any]:
     from workbench.control.launch import resolve_config
     from workbench.engine.setup import model_path
     from workbench.store import open_store
@@ -417,7 +461,10 @@ def _bench(store: Path, kills: int, seed: int, steps: int, organism: str, models
     store.mkdir(parents=True, exist_ok=True)
     if models is not None and not (store / "models").exists():
         (store / "models").symlink_to(Path(models).absolute())
-    cfg = resolve_config(None, chaos_overrides(steps, organism))
+    over = chaos_overrides(steps, organism)
+    if eta:
+        over["pipeline.max_staleness"] = eta
+    cfg = resolve_config(None, over)
     open_store(store).close()
     t0 = time.monotonic()
     model_path(cfg, store)  # build the organism once, before anything is timed or killed
@@ -426,11 +473,19 @@ def _bench(store: Path, kills: int, seed: int, steps: int, organism: str, models
     ref = drive(store, cfg, "chaos-reference", [], timeout_s=timeout_s)
     chaos = drive(store, cfg, "chaos-killed", schedule(kills, seed), timeout_s=timeout_s,
                   lifetime_s=min(ref["process_s"]))
-    cmp = compare_runs(store, chaos["run_id"], ref["run_id"])
     code_changed = code_digest() != digest
     by_kind: dict[str, int] = {}
     for k in chaos["kills"]:
         by_kind[k["kind"]] = by_kind.get(k["kind"], 0) + 1
+    if eta:
+        return {"eta": eta, "kills": len(chaos["kills"]), "resumed": chaos["resumed"],
+                **async_checks(store, chaos["run_id"], ref["run_id"], eta), "code_changed": code_changed,
+                "kills_by_point": by_kind, "kills_planned": kills, "kills_not_reached": len(chaos["not_fired"]),
+                "steps": steps, "segments": segments(steps), "processes": chaos["processes"],
+                "kill_log": chaos["kills"], "reference_s": ref["wall_s"], "chaos_s": chaos["wall_s"],
+                "organism_build_s": round(build_s, 1), "seed": seed,
+                "run_ids": {"reference": ref["run_id"], "chaos": chaos["run_id"]}}
+    cmp = compare_runs(store, chaos["run_id"], ref["run_id"])
     return {
         "kills": len(chaos["kills"]),
         "resumed": chaos["resumed"],
