@@ -73,13 +73,18 @@ def live_run(new_store, tiny_config, tmp_path_factory):
 
 
 def _ends(pid: int, timeout: float) -> bool:
-    """Whether process `pid` is gone within `timeout` seconds."""
+    """Whether process `pid` is gone within `timeout` seconds. `launch` started it from this process,
+    so once it exits it stays a zombie (and `kill(pid, 0)` still succeeds) until it is reaped here."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return True
+        except ChildProcessError:  # not a child of this process (or reaped already)
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return True
         time.sleep(0.5)
     return False
 
