@@ -213,12 +213,18 @@ class StoreConfig:
     commit_max_rows: int = 16384
     """Group commit: the most rollouts one store transaction holds. Steps that reach the writer while it
     commits wait and go together in its next transaction, up to this many rollouts (whole steps; a
-    larger step goes alone). A step reaching an idle writer is committed at once."""
+    larger step goes alone). A step reaching an idle writer is committed at once, unless
+    `commit_spacing_s` asks it to wait."""
     commit_interval_s: float = 1.0
     """Group commit: the longest a finished step is held back before it is handed to the store's
     writer (the engine holds each step until the next policy update starts, so the commit's Python
     work does not slow generation). Pause, stop, the end of the run, each evaluation and each
     checkpoint flush at once."""
+    commit_spacing_s: float = 0.5
+    """Group commit: the least time between the end of one commit and the start of the next. Steps
+    that finish faster than this share a transaction, so the commit's work (catalog rows, Parquet files)
+    is paid once per several steps; a step becomes visible at most this long plus one commit after it
+    is handed over. 0: commit each step as soon as the writer is idle. Flushes do not wait."""
     writer_nice: int = 0
     """Scheduling niceness of the store's writer thread (0-19, Linux; ignored elsewhere). Above 0 the
     commit's CPU work yields to the training threads when both want a core."""
@@ -227,6 +233,8 @@ class StoreConfig:
         check(self.commit_max_rows >= 1, "store.commit_max_rows", "an integer >= 1", self.commit_max_rows)
         check(self.commit_interval_s > 0, "store.commit_interval_s", "a number > 0 (seconds)",
               self.commit_interval_s)
+        check(self.commit_spacing_s >= 0, "store.commit_spacing_s", "a number >= 0 (seconds)",
+              self.commit_spacing_s)
         check(0 <= self.writer_nice <= 19, "store.writer_nice", "an integer from 0 to 19", self.writer_nice)
 
 

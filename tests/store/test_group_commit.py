@@ -87,6 +87,29 @@ def test_groups_are_capped_at_commit_max_rows(store):
     assert store.count_rollouts(run_id) == 6 * SMALL.rollouts_per_step
 
 
+def test_steps_within_the_commit_spacing_share_a_transaction(store):
+    """commit_spacing_s: after a commit, steps arriving within the spacing wait for it to pass and go
+    together; a flush does not wait."""
+    run_id = store.create_run("spacing", {}, seed=1)
+    syn = SyntheticRun(run_id, SMALL, seed=1)
+    slow = SlowStore(store)
+    writer = StepWriter(slow, run_id, background=True, hold=False, commit_spacing_s=1.0)
+    try:
+        _write(writer, syn.step(0))  # the idle writer, no commit before: at once
+        wait_until(lambda: len(slow.batches) == 1, 30, "the first commit", every=0.02)
+        for step in (1, 2, 3):
+            _write(writer, syn.step(step))  # within the spacing: wait, then one transaction
+        wait_until(lambda: len(slow.batches) == 2, 30, "the spaced commit", every=0.02)
+        assert slow.batches == [[0], [1, 2, 3]]
+        t0 = time.monotonic()
+        _write(writer, syn.step(4))
+        writer.flush()  # a flush commits at once, spacing or not
+        assert time.monotonic() - t0 < 0.9 and slow.batches[-1] == [4]
+    finally:
+        writer.close()
+    assert writer.lags[1] >= 0.5  # step 1 came right after the first commit and waited out most of the 1 s
+
+
 def test_held_step_is_committed_after_the_interval(store):
     run_id = store.create_run("hold", {}, seed=1)
     syn = SyntheticRun(run_id, SMALL, seed=1)
@@ -195,3 +218,12 @@ def test_writer_nice_is_checked(tmp_path):
 
     with pytest.raises(ConfigError, match="store.writer_nice"):
         RunConfig.from_dict({"store": {"writer_nice": 25}})
+
+
+def test_the_store_bench_spaces_commits_as_the_engine_does():
+    import inspect
+
+    from workbench.config import StoreConfig
+    from workbench.store.bench import bench_store
+
+    assert inspect.signature(bench_store).parameters["commit_spacing_s"].default == StoreConfig().commit_spacing_s

@@ -91,6 +91,7 @@ def train(cfg: RunConfig, *, store: Any, store_dir: str, run_id: str, resume: bo
                     writer=StepWriter(store, run_id, background=cfg.logging.background_writes,
                                       commit_max_rows=cfg.store.commit_max_rows,
                                       commit_interval_s=cfg.store.commit_interval_s,
+                                      commit_spacing_s=cfg.store.commit_spacing_s,
                                       nice=cfg.store.writer_nice))
     state = StepState(tokens_per_rollout=float(cfg.sampling.max_new_tokens))
     try:

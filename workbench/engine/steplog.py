@@ -205,12 +205,14 @@ class StepWriter:
     """
 
     def __init__(self, store, run_id: str, *, background: bool = False, commit_max_rows: int = 16384,
-                 commit_interval_s: float = 1.0, hold: bool = True, nice: int = 0) -> None:
+                 commit_interval_s: float = 1.0, commit_spacing_s: float = 0.0, hold: bool = True,
+                 nice: int = 0) -> None:
         from workbench.store.group import GroupWriter
 
         self.store, self.run_id, self.hold = store, run_id, hold
         self._group = GroupWriter(store, commit_max_rows=commit_max_rows, commit_interval_s=commit_interval_s,
-                                  name=f"writer-{run_id}", nice=nice) if background else None
+                                  commit_spacing_s=commit_spacing_s, name=f"writer-{run_id}",
+                                  nice=nice) if background else None
         self._stats = self._group
         self._lags: list[float] = []
 

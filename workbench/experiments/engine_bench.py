@@ -183,10 +183,12 @@ def bench_engine(*, steps: int = 12, with_trl: bool = True, rounds: int = 2, ove
     absent = missing_peer() if with_trl else None
     cache_dir = Path(cache) if cache else default_store_path()
     with temp_store(cache_dir, on_cfg) as store, _ray_runtime(bool(ray_cfgs)):
-        on, off, ray_marks = [], [], {n: [] for n in ray_cfgs}
+        on, off, ray_marks, per_round = [], [], {n: [] for n in ray_cfgs}, []
         for _ in range(rounds):  # interleaved, so drifting machine load hits every side alike
-            on += timed_run(on_cfg, store)
-            off += timed_run(off_cfg, store)
+            a, b = timed_run(on_cfg, store), timed_run(off_cfg, store)
+            on, off = on + a, off + b
+            a_s, b_s = median([m["wall_s"] for m in a]), median([m["wall_s"] for m in b])
+            per_round.append(100 * (a_s - b_s) / b_s)
             for n, cfg in ray_cfgs.items():
                 ray_marks[n] += timed_run(cfg, store)
         bare = rollout_vs_bare(on_cfg, store)
@@ -201,6 +203,8 @@ def bench_engine(*, steps: int = 12, with_trl: bool = True, rounds: int = 2, ove
         "gen_tokens_per_s": median([m["perf/gen_tokens_per_s"] for m in on]),
         "timing_share": share,
         "logging_overhead_pct": 100 * (step_on - step_off) / step_off,
+        "logging_overhead_pct_per_round": per_round,
+        "logging_overhead_pct_median_of_rounds": median(per_round),
         "rollout_vs_bare_ratio": bare["ratio"],
         "trl_rollouts_per_s": trl["rollouts_per_s"] if trl else None,
         "ratio_vs_trl": (rollouts / step_on) / trl["rollouts_per_s"] if trl else None,

@@ -91,7 +91,7 @@ def bench_store(rollouts: int, *, path: str | os.PathLike[str] | None = None, re
                 seed: int = 0, keep: bool = False, progress: Callable[[int, int], None] | None = None,
                 compact: bool = False, threads: int | None = None, upkeep_every: int | None = None,
                 catalog: str = "sqlite", commit_max_rows: int = 16384, engine_steps: int = 40,
-                engine_period_s: float = 0.5) -> dict[str, Any]:
+                engine_period_s: float = 0.5, commit_spacing_s: float = 0.5) -> dict[str, Any]:
     """Build a store of `rollouts` synthetic rollouts (512 per step) and time the writer and readers.
 
     `path`: where to build it (default: a temp dir, removed afterwards unless `keep`); a path holding
@@ -103,7 +103,8 @@ def bench_store(rollouts: int, *, path: str | os.PathLike[str] | None = None, re
     store's connections (as `open_store`; the engine uses 1). `upkeep_every`: steps between the
     writer's file merges (default 100, also for PostgreSQL; 0 turns them off). `commit_max_rows`: the
     group writer's cap. `engine_steps`: the last steps, written in the engine's pattern, one every
-    `engine_period_s`."""
+    `engine_period_s`, through a writer spacing its commits by `commit_spacing_s` (the engine's default,
+    `store.commit_spacing_s`)."""
     if catalog not in CATALOGS:
         raise StoreError(f"bench store: catalog {catalog!r} must be one of {CATALOGS}")
     shape = Shape()
@@ -130,7 +131,8 @@ def bench_store(rollouts: int, *, path: str | os.PathLike[str] | None = None, re
                 syn.step(step)
             tallies = {"baseline": _Tally(), "group": _Tally(), "engine": _Tally()}
             flat = GroupWriter(store, commit_max_rows=commit_max_rows, name="bench-flat")
-            paced = GroupWriter(store, commit_max_rows=commit_max_rows, name="bench-engine")
+            paced = GroupWriter(store, commit_max_rows=commit_max_rows, commit_spacing_s=commit_spacing_s,
+                                name="bench-engine")
             step = start
             t_all = time.perf_counter()
             try:

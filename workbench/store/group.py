@@ -1,9 +1,12 @@
 """Group commit: a writer thread that commits whole steps, several per transaction when they come
 faster than the store commits them (`Store.write_steps`), as databases group their commits.
 
-- A step that reaches the writer while it is idle is committed at once; steps that arrive while a
-  commit runs wait and go together in the next transaction, up to `commit_max_rows` rollouts (whole
-  steps; a single larger step goes alone). Readers see whole steps only.
+- A step that reaches the writer while it is idle is committed at once, unless the last commit ended
+  less than `commit_spacing_s` ago: then it waits out the rest of that spacing, so that steps arriving
+  faster than that share a transaction (fewer catalog writes and files per step, the visibility lag
+  at most the spacing plus a commit). Steps that arrive while a commit runs wait and go together in
+  the next transaction, up to `commit_max_rows` rollouts (whole steps; a single larger step goes
+  alone). Readers see whole steps only.
 - `submit(record, hold=True)` keeps the step back until `release()` (the engine releases it when its
   next policy update starts, so the commit's Python work does not compete with generation for the
   GIL); the writer hands a held step over by itself after `commit_interval_s`, and so do the next
@@ -48,10 +51,13 @@ class GroupWriter:
     """Commits submitted steps on a background thread, in groups (see the module docstring)."""
 
     def __init__(self, store: Any, *, commit_max_rows: int = 16384, commit_interval_s: float = 1.0,
-                 name: str = "store-writer", nice: int = 0) -> None:
+                 commit_spacing_s: float = 0.0, name: str = "store-writer", nice: int = 0) -> None:
         self.store = store
         self.commit_max_rows = max(1, int(commit_max_rows))
         self.commit_interval_s = float(commit_interval_s)
+        self.commit_spacing_s = max(0.0, float(commit_spacing_s))
+        self._last_end = float("-inf")
+        self._flushing = 0
         self.nice = int(nice)
         self.lags: list[float] = []
         """Seconds from each step's `submit` to the end of the commit that made it visible."""
@@ -89,13 +95,14 @@ class GroupWriter:
                     if self._held is not None and (
                             self._closing or time.monotonic() - self._held[0] >= self.commit_interval_s):
                         self._hand_over()
-                    if self._pending:
+                    spaced = self._last_end + self.commit_spacing_s
+                    if self._pending and (self._closing or self._flushing or time.monotonic() >= spaced):
                         break
                     if self._closing:
                         return
-                    timeout = None if self._held is None else \
-                        max(0.0, self._held[0] + self.commit_interval_s - time.monotonic())
-                    self._cond.wait(timeout)
+                    deadlines = ([self._held[0] + self.commit_interval_s] if self._held is not None else []) + \
+                        ([spaced] if self._pending else [])
+                    self._cond.wait(max(0.0, min(deadlines) - time.monotonic()) if deadlines else None)
                 batch = self._take()
                 self._busy = True
                 self._cond.notify_all()  # producers blocked on a full queue
@@ -103,7 +110,7 @@ class GroupWriter:
                 if self._error is None:
                     t = time.perf_counter()
                     self.store.write_steps([record for _, record, _ in batch])
-                    done = time.monotonic()
+                    done = self._last_end = time.monotonic()
                     self.commits.append((len(batch), sum(n for _, _, n in batch), time.perf_counter() - t))
                     self.lags.extend(done - handed for handed, _, _ in batch)
             except BaseException as exc:  # noqa: BLE001 - raised to the producer at its next call
@@ -158,8 +165,13 @@ class GroupWriter:
         if self._thread is not None:
             with self._cond:
                 self._hand_over()
-                while (self._pending or self._busy) and self._thread.is_alive():
-                    self._cond.wait()
+                self._flushing += 1  # no spacing while someone waits for the commit
+                self._cond.notify_all()
+                try:
+                    while (self._pending or self._busy) and self._thread.is_alive():
+                        self._cond.wait()
+                finally:
+                    self._flushing -= 1
         self._raise()
 
     def close(self) -> None:
