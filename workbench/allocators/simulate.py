@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
@@ -66,6 +67,10 @@ class SimConfig:
     Normal(`logit_mean`, `logit_sd`) logits."""
     logit_clip: float = 12.0
     """Bound of the logits made from `initial_pass` (a rate of 0 is logit -logit_clip)."""
+    staleness: int = 0
+    """The asynchronous pipeline's eta: the rollouts of step j are sampled from the policy as it was
+    `staleness` steps earlier and allocated on the statistics of the steps up to j - 1 - staleness
+    (0: the synchronous loop)."""
 
     def __post_init__(self) -> None:
         o = "simulate"
@@ -75,6 +80,7 @@ class SimConfig:
         check_float(o, "budget_factor", self.budget_factor, 0.0, 100.0)
         check_choice(o, "budget_kind", self.budget_kind, ("rollouts", "tokens"))
         check_int(o, "tokens_per_rollout", self.tokens_per_rollout, 1)
+        check_int(o, "staleness", self.staleness, 0, 64)
         check_int(o, "steps", self.steps, 1)
         check_float(o, "logit_sd", self.logit_sd, 0.0, 20.0)
         check_float(o, "logit_mean", self.logit_mean, -20.0, 20.0)
@@ -106,6 +112,8 @@ class StepOutcome:
     rollouts: int
     stages: int
     info: dict[str, Any] = field(default_factory=dict)
+    on_policy: dict[str, list[float]] = field(default_factory=dict)
+    """Each prompt's rewards sampled this step (what the statistics are updated with)."""
 
 
 class Sampler:
@@ -155,8 +163,11 @@ def drive_step(
     has_correct_before: Callable[[str], bool] | None = None,
     max_stages: int = 64,
     check: bool = False,
+    update_stats: bool = True,
 ) -> StepOutcome:
-    """Run one step of the protocol as the engine does; `sample(prompt_id, n)` returns n rewards."""
+    """Run one step of the protocol as the engine does; `sample(prompt_id, n)` returns n rewards.
+    `update_stats` False: the caller folds the step's on-policy rewards (`StepOutcome.on_policy`) into
+    `stats` itself (later, for stale statistics)."""
     rng = np.random.default_rng([seed, step])
     cands = draw(alloc.candidates_wanted(prompts_per_step)) if prompts_per_step > 0 else []
     ctx = StepContext(step, 0, budget, cands, stats, rng, draw, prompts_per_step)
@@ -195,10 +206,16 @@ def drive_step(
         results[pid].rewards.append(1.0)
         results[pid].stages.append(-1)
     used_in_update = {pid: bool(alloc.use_in_update(g)) for pid, g in results.items()}
+    if update_stats:
+        fold(stats, on_policy, step)
+    n = sum(len(r) for r in on_policy.values())
+    return StepOutcome(log, results, reused, used_in_update, n, stage, dict(ctx.info), on_policy)
+
+
+def fold(stats: dict[str, PromptStats], on_policy: dict[str, list[float]], step: int) -> None:
+    """Fold one step's on-policy rewards into the per-prompt statistics."""
     for pid, rewards in on_policy.items():
         stats.setdefault(pid, PromptStats(pid)).update(rewards, step)
-    n = sum(len(r) for r in on_policy.values())
-    return StepOutcome(log, results, reused, used_in_update, n, stage, dict(ctx.info))
 
 
 def simulate_one(name: str, params: dict[str, Any] | None, cfg: SimConfig, seed: int) -> dict[str, Any]:
@@ -220,12 +237,17 @@ def simulate_one(name: str, params: dict[str, Any] | None, cfg: SimConfig, seed:
     out_rng = np.random.default_rng([seed, 3])
     drift_rng = np.random.default_rng([seed, 4])
     g = 0.0
+    # staleness: the policies the generator may still sample from (oldest first) and the steps whose
+    # rewards the allocator's statistics do not hold yet
+    behind: deque[tuple[np.ndarray, float]] = deque(maxlen=cfg.staleness + 1)
+    unseen: deque[tuple[int, dict[str, list[float]]]] = deque()
 
     def true_pass() -> np.ndarray:
         return 1.0 / (1.0 + np.exp(-(logits + g)))
 
     def sample(pid: str, n: int) -> list[float]:
-        p = 1.0 / (1.0 + math.exp(-(logits[index[pid]] + g)))
+        old_logits, old_g = behind[0]
+        p = 1.0 / (1.0 + math.exp(-(old_logits[index[pid]] + old_g)))
         return (out_rng.random(n) < p).astype(float).tolist()
 
     pass0 = float(true_pass().mean())
@@ -235,12 +257,18 @@ def simulate_one(name: str, params: dict[str, Any] | None, cfg: SimConfig, seed:
     t0 = time.perf_counter()
     for step in range(cfg.steps):
         sampler.new_step()
+        behind.append((logits.copy() if cfg.staleness else logits, g))
         budget = Budget(cfg.budget_kind, cfg.budget_amount, 0, float(cfg.tokens_per_rollout))
         o = drive_step(
             alloc, step=step, stats=stats, budget=budget, draw=sampler.draw,
             prompts_per_step=cfg.prompts_per_step, sample=sample, seed=seed,
-            has_correct_before=lambda pid: stats[pid].correct > 0, max_stages=cfg.max_stages,
+            has_correct_before=lambda pid: pid in stats and stats[pid].correct > 0, max_stages=cfg.max_stages,
+            update_stats=False,
         )
+        unseen.append((step, o.on_policy))
+        while len(unseen) > cfg.staleness:
+            fold(stats, unseen[0][1], unseen[0][0])
+            unseen.popleft()
         informative = 0
         for pid, grp in o.results.items():
             tot["groups"] += 1
