@@ -89,7 +89,7 @@ def test_groups_are_capped_at_commit_max_rows(store):
 
 def test_steps_within_the_commit_spacing_share_a_transaction(store):
     """commit_spacing_s: after a commit, steps arriving within the spacing wait for it to pass and go
-    together; a flush does not wait."""
+    together; a flush does not wait for it."""
     run_id = store.create_run("spacing", {}, seed=1)
     syn = SyntheticRun(run_id, SMALL, seed=1)
     slow = SlowStore(store)
@@ -101,13 +101,19 @@ def test_steps_within_the_commit_spacing_share_a_transaction(store):
             _write(writer, syn.step(step))  # within the spacing: wait, then one transaction
         wait_until(lambda: len(slow.batches) == 2, 30, "the spaced commit", every=0.02)
         assert slow.batches == [[0], [1, 2, 3]]
-        t0 = time.monotonic()
-        _write(writer, syn.step(4))
-        writer.flush()  # a flush commits at once, spacing or not
-        assert time.monotonic() - t0 < 0.9 and slow.batches[-1] == [4]
+        assert writer.lags[1] >= 0.5  # step 1 came right after the first commit and waited out most of 1 s
     finally:
         writer.close()
-    assert writer.lags[1] >= 0.5  # step 1 came right after the first commit and waited out most of the 1 s
+    patient = StepWriter(slow, run_id, background=True, hold=False, commit_spacing_s=600.0)
+    try:
+        _write(patient, syn.step(4))
+        wait_until(lambda: len(slow.batches) == 3, 30, "the first commit", every=0.02)
+        _write(patient, syn.step(5))  # would wait 10 minutes for the spacing...
+        t0 = time.monotonic()
+        patient.flush()  # ...but a flush commits it now
+        assert time.monotonic() - t0 < 120 and slow.batches[-1] == [5]
+    finally:
+        patient.close()
 
 
 def test_held_step_is_committed_after_the_interval(store):

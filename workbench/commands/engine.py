@@ -205,6 +205,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         backend: Annotated[str, typer.Option("--backend", help="'ray' also times Ray rollout workers "
                                              "side by side with the in-process run.")] = "hf",
         workers: Annotated[str, typer.Option("--workers", help="Ray worker counts to time, e.g. 1,2.")] = "1,2",
+        rounds: Annotated[int, typer.Option("--rounds", help="Alternations of the logging-on and logging-off "
+                                            "runs (each --steps timed steps).")] = 2,
         set_: SetOpt = None,
     ) -> None:
         """Engine speed: steps/s, rollouts/s, phase shares, logging overhead, rollout vs bare, ratio vs TRL
@@ -224,7 +226,10 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             from workbench.rollout import require
 
             require("ray")
-        out = run_bench(steps=steps, with_trl=trl, overrides=list(set_ or []), backend=backend, workers=counts)
+        if rounds < 1:
+            raise ConfigError(f"--rounds: {rounds} is not allowed (an integer >= 1)")
+        out = run_bench(steps=steps, with_trl=trl, overrides=list(set_ or []), backend=backend, workers=counts,
+                        rounds=rounds)
         if out.get("trl_missing"):
             typer.echo(f"bench engine: TRL's GRPOTrainer (the peer) was not measured: {out['trl_missing']}", err=True)
         if json_:
@@ -243,13 +248,16 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         small: Annotated[bool, typer.Option("--small", help="On the small test organism (a quick look).")] = False,
         ray_workers: Annotated[int, typer.Option("--ray-workers", help="Also run with this many Ray workers "
                                                  "(synchronous and at each eta); 0: not.")] = 0,
+        thread: Annotated[bool, typer.Option("--thread", help="Also run each eta with the generator as a "
+                                             "thread of the trainer's process (pipeline.generator=thread).")] = False,
+        partial: Annotated[bool, typer.Option(help="Also run each eta with partial rollouts on.")] = True,
         store: StoreOpt = None,
         set_: SetOpt = None,
     ) -> None:
         """The asynchronous pipeline vs the synchronous loop: rollouts/s, speedup, idle shares, the bound
         max(t_gen, t_train) and efficiency, held-out pass@1 (docs/async.md)."""
         from workbench.errors import ConfigError
-        from workbench.experiments.async_bench import PROFILES, bench_async as run_bench
+        from workbench.experiments.async_bench import PROFILES, bench_async as run_bench, markdown
 
         try:
             eta_list = [int(e) for e in etas.split(",") if e.strip()]
@@ -270,14 +278,45 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         if small and names != ["default"]:
             raise ConfigError("--profiles: only 'default' with --small (the small organism knows no other profile)")
         out = run_bench(steps=steps, seeds=seeds, etas=eta_list, profiles=names, overrides=list(set_ or []),
-                        small=small, cache=store or "store", ray_workers=ray_workers)
+                        small=small, cache=store or "store", ray_workers=ray_workers, thread=thread,
+                        partial=partial)
         if json_:
             print_json(out)
         else:
-            for profile, rows in out["profiles"].items():
-                for name, fig in rows.items():
-                    typer.echo(f"{profile} {name}: {fig['rollouts_per_s']:.1f} rollouts/s, "
-                               f"speedup {fig['speedup_vs_sync']:.2f}, efficiency {fig['efficiency']:.2f}")
+            typer.echo(markdown(out))
+
+    @bench.command("async-allocators")
+    def bench_async_allocators(
+        json_: JsonOpt = False,
+        profile: Annotated[str, typer.Option("--profile", help="Workload profile whose measured warm start "
+                                             "the simulator starts from.")] = "skewed",
+        allocators: Annotated[str, typer.Option("--allocators", help="Comma-separated names (uniform is "
+                                                "always run: the reference).")] = "uniform,value_tracker,selective,dynamic_sampling",
+        etas: Annotated[str, typer.Option("--etas", help="Staleness values, e.g. 0,1,2.")] = "0,1,2",
+        seeds: Annotated[int, typer.Option("--seeds", help="Simulated runs per allocator and eta.")] = 20,
+        steps: Annotated[Optional[int], typer.Option("--steps", help="Steps per run (default: the profile's).")] = None,
+    ) -> None:
+        """Does adaptive allocation still pay when its statistics and the sampling policy are eta
+        versions stale? The allocation simulator's answer on a profile's warm start (docs/bench/async.md)."""
+        from workbench.errors import ConfigError
+        from workbench.experiments.stale_allocators import bench_stale_allocators
+
+        try:
+            eta_list = tuple(int(e) for e in etas.split(",") if e.strip())
+        except ValueError:
+            raise ConfigError(f"--etas: {etas!r} is not a comma-separated list of integers") from None
+        if not eta_list or min(eta_list) < 0:
+            raise ConfigError(f"--etas: {etas!r} needs staleness values >= 0")
+        names = tuple(a.strip() for a in allocators.split(",") if a.strip())
+        out = bench_stale_allocators(profile=profile, allocators=names, etas=eta_list, seeds=seeds, steps=steps)
+        if json_:
+            print_json(out)
+            return
+        for eta, rows in out["by_eta"].items():
+            for name, row in rows.items():
+                saving = "" if name == "uniform" else (
+                    f", saving {row['saving']:.2f} [{row['saving_ci90'][0]:.2f}, {row['saving_ci90'][1]:.2f}]")
+                typer.echo(f"eta {eta} {name}: final pass {row['final_pass']:.3f}{saving}")
 
     @bench.command("learn")
     def bench_learn(
