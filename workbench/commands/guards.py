@@ -47,7 +47,7 @@ def add(ctx: typer.Context, name: str = typer.Argument(..., help="The guard's na
         preset: str = typer.Option("", "--preset", help="Start from a preset (its rule, window, action)."),
         window: Optional[int] = typer.Option(None, "--window", help="Steps in a row the rule must hold (>= 1)."),
         action: str = typer.Option("", "--action", help="alert, pause, rollback or stop."),
-        setting: Optional[list[str]] = typer.Option(None, "--setting", help="Rollback: name=value (temperature, budget)."),
+        setting: Optional[list[str]] = typer.Option(None, "--setting", help="Rollback: name=value (temperature, budget, lr)."),
         store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     """Add a guard to a live run."""
     spec: dict[str, Any] = {"name": name}
