@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -214,6 +215,8 @@ def run_bench(store_path: str | Path | None = None, *, steps: int | None = None,
         "max_detection_delay_steps": max(delays) if delays else None,
         "false_alarms": sum(len(c["alerts"]) for runs_ in clean.values() for c in runs_),
         "false_alarms_by_profile": {p: sum(len(c["alerts"]) for c in runs_) for p, runs_ in clean.items()},
+        "false_alarms_by_guard": dict(Counter(a["guard"] for runs_ in clean.values() for c in runs_
+                                              for a in c["alerts"])),
         "recovered": sum(bool(f["recovered"]) for f in rollbacks), "rollbacks": len(rollbacks),
         "steps": steps, "clean_seeds": seeds, "profiles": list(profiles), "organism": organism,
         "clean_final_pass1_interval": interval,
