@@ -42,3 +42,15 @@ def test_every_run_config_validates():
         assert next(g for g in cfg.guards if g.preset == "entropy_blowup").settings == {"temperature": 1.0,
                                                                                         "lr": cfg.optim.lr}
     assert gb._config(16, 0, "default", task=gb._task("default", gb.VERIFIER)).task["verifier"] == gb.VERIFIER
+
+
+def test_an_unknown_fault_or_profile_is_one_line_and_runs_nothing(tmp_path):
+    import pytest
+
+    from workbench.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^bench guards: --fault: 'lr_x1000' is not allowed \(one of temperature, "):
+        gb.run_bench(tmp_path, steps=4, faults=("lr_x1000",))
+    with pytest.raises(ConfigError, match=r"^bench guards: --profile: 'short' is not allowed"):
+        gb.run_bench(tmp_path, steps=4, profiles=("short",))
+    assert not any(tmp_path.iterdir())

@@ -130,12 +130,16 @@ def _one(store: Any, store_dir: str, cfg: RunConfig, commands: dict[int, list[tu
         holder["error"] = f"{type(exc).__name__}: {exc}"
     finally:
         store.create_run = original
+    return run_record(store, run_id, seconds=round(time.perf_counter() - t0, 1), error=holder.get("error"))
+
+
+def run_record(store: Any, run_id: str, *, seconds: float | None = None, error: str | None = None) -> dict[str, Any]:
+    """What the bench keeps of one run: its final held-out pass@1, status, attempts and alerts."""
     alerts = store.alerts(run_id).sort("step").to_dicts()
     evals = store.run_steps(run_id).tail(1)["metrics"].to_list()
     final = metrics_map(evals[0] if evals else None).get("eval/pass1")
-    return {"run_id": run_id, "seconds": round(time.perf_counter() - t0, 1), "final_pass1": final,
-            "attempts": store.attempts(run_id).height, "status": store.run(run_id)["status"],
-            "error": holder.get("error"),
+    return {"run_id": run_id, "seconds": seconds, "final_pass1": final,
+            "attempts": store.attempts(run_id).height, "status": store.run(run_id)["status"], "error": error,
             "alerts": [{k: a[k] for k in ("guard", "first_step", "step", "action", "status", "outcome")}
                        for a in alerts]}
 
@@ -169,7 +173,8 @@ def _fault(name: str, out: dict[str, Any], fault_step: int, clean_interval: list
     return rec
 
 
-def _fault_runs(store: Any, store_path: str, steps: int, organism: str) -> dict[str, tuple[int, dict[str, Any]]]:
+def _fault_runs(store: Any, store_path: str, steps: int, organism: str,
+                faults: tuple[str, ...] = FAULTS) -> dict[str, tuple[int, dict[str, Any]]]:
     """Each fault's run: (its fault step, the run's record)."""
     f = max(3, steps // 2)
     lr = _config(steps, 0, organism).optim.lr
@@ -181,13 +186,20 @@ def _fault_runs(store: Any, store_path: str, steps: int, organism: str) -> dict[
         "non_finite_loss": (f, {"algorithm": KL_TWO_EPOCHS}, {f - 1: [("set_lr", {"lr": NONFINITE_LR})]}),
     }
     return {name: (fs, _one(store, store_path, _config(steps, 0, organism, label=name, **over), cmds))
-            for name, (fs, over, cmds) in plans.items()}
+            for name, (fs, over, cmds) in plans.items() if name in faults}
 
 
 def run_bench(store_path: str | Path | None = None, *, steps: int | None = None, seeds: int = 3,
-              organism: str = "default", profiles: tuple[str, ...] = PROFILES) -> dict[str, Any]:
+              organism: str = "default", profiles: tuple[str, ...] = PROFILES,
+              faults: tuple[str, ...] = FAULTS) -> dict[str, Any]:
     """Run the clean seeds of each profile and the faults; the summary and the details (see the module
-    docstring)."""
+    docstring). ConfigError on an unknown profile or fault."""
+    from workbench.errors import ConfigError
+
+    for name, given, known in (("profile", profiles, PROFILES), ("fault", faults, FAULTS)):
+        if set(given) - set(known):
+            raise ConfigError(f"bench guards: --{name}: {sorted(set(given) - set(known))[0]!r} is not allowed "
+                              f"(one of {', '.join(known)})")
     steps = steps or 240
     tmp = None
     if store_path is None:
@@ -200,10 +212,17 @@ def run_bench(store_path: str | Path | None = None, *, steps: int | None = None,
             clean = {p: [_one(store, str(store_path), _config(steps, seed, organism, label=f"clean-{p}",
                                                               task=_task(organism, profile=p), **PROFILE_OVER[p]))
                          for seed in range(seeds)] for p in profiles}
-            runs = _fault_runs(store, str(store_path), steps, organism)
+            runs = _fault_runs(store, str(store_path), steps, organism, faults)
     finally:
         if tmp is not None:
             tmp.cleanup()
+    return summarise(clean, runs, steps=steps, seeds=seeds, organism=organism)
+
+
+def summarise(clean: dict[str, list[dict[str, Any]]], runs: dict[str, tuple[int, dict[str, Any]]], *,
+              steps: int, seeds: int, organism: str) -> dict[str, Any]:
+    """The bench's figures from the clean runs by profile and the fault runs (fault step, run record)."""
+    profiles = list(clean)
     finals = [c["final_pass1"] for c in clean.get("default", []) if c["final_pass1"] is not None]
     interval = bootstrap_mean(finals) if len(finals) >= 2 else ([finals[0], finals[0]] if finals else None)
     faults = [_fault(name, out, fs, interval) for name, (fs, out) in runs.items()]
@@ -218,7 +237,7 @@ def run_bench(store_path: str | Path | None = None, *, steps: int | None = None,
         "false_alarms_by_guard": dict(Counter(a["guard"] for runs_ in clean.values() for c in runs_
                                               for a in c["alerts"])),
         "recovered": sum(bool(f["recovered"]) for f in rollbacks), "rollbacks": len(rollbacks),
-        "steps": steps, "clean_seeds": seeds, "profiles": list(profiles), "organism": organism,
+        "steps": steps, "clean_seeds": seeds, "profiles": profiles, "organism": organism,
         "clean_final_pass1_interval": interval,
         "details": {"faults": faults, "clean": clean},
     }
