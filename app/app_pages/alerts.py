@@ -55,16 +55,19 @@ if run_id:
         name = st.text_input("name", key=f"{PAGE}_guard_name", placeholder="loss_spike")
         rule = st.text_input("rule (one line)", key=f"{PAGE}_guard_rule",
                              placeholder="train/loss > 5 * mean(train/loss, 10)")
-        g1, g2, g3 = st.columns(3)
+        g1, g2, g3, g4 = st.columns(4)
         window = g1.number_input("window (steps in a row)", min_value=1, value=1, step=1, key=f"{PAGE}_guard_window")
         action = g2.selectbox("action", ["alert", "pause", "rollback", "stop"], key=f"{PAGE}_guard_action")
         temperature = g3.number_input("rollback: temperature after", value=None, min_value=0.01,
                                       key=f"{PAGE}_guard_temperature")
+        lr = g4.number_input("rollback: learning rate after", value=None, min_value=0.0, format="%.2e",
+                             key=f"{PAGE}_guard_lr")
         submitted = st.form_submit_button("Check and add", icon=":material/add_alert:")
     if submitted:
         from workbench.guards.live import issue_guard
 
         spec = {"name": name.strip(), "rule": rule.strip(), "window": int(window), "action": action}
-        if temperature is not None:
-            spec["settings"] = {"temperature": float(temperature)}
+        settings = {k: float(v) for k, v in (("temperature", temperature), ("lr", lr)) if v is not None}
+        if settings:
+            spec["settings"] = settings
         components.send(PAGE, issue_guard, run_id, {"op": "add", "guard": spec})

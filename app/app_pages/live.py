@@ -1,5 +1,5 @@
 """Run (live): one run's curves (reward and its terms, pass@k, entropy, zero-signal groups, throughput,
-time), refreshed while it goes, with the budget and allocator in force marked on them; and the control panel (budget, allocator and its parameters, lifecycle) with the
+time), refreshed while it goes, with the budget and allocator in force marked on them; and the control panel (budget, learning rate, allocator and its parameters, lifecycle) with the
 history of commands and their outcomes. The fragments only read; the engine applies the commands."""
 
 import polars as pl
@@ -121,6 +121,11 @@ with budget_col:
         amount = st.slider(f"budget per step ({kind})", 1, top, current_budget, key=f"{PAGE}_budget")
         if st.form_submit_button("Set budget", icon=":material/tune:"):
             components.send(PAGE, api.set_budget, run_id, int(amount), kind)
+    with st.form(f"{PAGE}_lr_form"):  # the engine refuses a bad value with one line (shown by send)
+        lr = st.number_input("learning rate (optim.lr; the schedule still scales it)", value=float(last.get("lr") or 1e-4),
+                             min_value=0.0, format="%.2e", step=1e-5, key=f"{PAGE}_lr")
+        if st.form_submit_button("Set learning rate", icon=":material/speed:"):
+            components.send(PAGE, api.set_lr, run_id, float(lr))
 
 with alloc_col:
     try:

@@ -186,6 +186,9 @@ def test_control_panel_writes_the_commands(app, lake):
     at.slider(key="live_budget").set_value(24)
     next(b for b in at.button if b.label == "Set budget").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
+    at.number_input(key="live_lr").set_value(3e-5)
+    next(b for b in at.button if b.label == "Set learning rate").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
     other = next(a for a in at.selectbox(key="live_allocator").options if a != at.selectbox(key="live_allocator").value)
     at.selectbox(key="live_allocator").set_value(other).run()
     next(b for b in at.button if b.label == f"Switch to {other}").click().run()
@@ -195,6 +198,7 @@ def test_control_panel_writes_the_commands(app, lake):
         ctl = store.controls(ids[0]).to_dicts()
     got = [(c["command"], json.loads(c["args"]) if isinstance(c["args"], str) else c["args"]) for c in ctl]
     assert ("set_budget", {"kind": "rollouts", "amount": 24}) in got
+    assert ("set_lr", {"lr": 3e-5}) in got
     assert any(cmd == "set_allocator" and args["name"] == other for cmd, args in got)
     assert ("pause", {}) in got
     assert all(c["who"] == "dashboard" and c["status"] == "pending" for c in ctl)

@@ -31,6 +31,9 @@ class RecordingEngine:
     def set_temperature(self, temperature):
         self.calls.append(("set_temperature", (temperature,)))
 
+    def set_lr(self, lr):
+        self.calls.append(("set_lr", (lr,)))
+
     def set_eval_interval(self, every):
         self.calls.append(("set_eval_interval", (every,)))
 

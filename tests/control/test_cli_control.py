@@ -27,6 +27,7 @@ def test_ctl_commands_queue_rows(store, run_id):
          {"name": "multistage", "params": {"n": 4, "n_max": 16}}),
         (["params", "n_max=20"], "set_allocator_params", {"params": {"n_max": 20}}),
         (["temperature", "0.7"], "set_temperature", {"temperature": 0.7}),
+        (["lr", "5e-5"], "set_lr", {"lr": 5e-5}),
         (["eval-interval", "0"], "set_eval_interval", {"every": 0}),
         (["checkpoint"], "checkpoint", {}),
         (["pause"], "pause", {}),
@@ -46,6 +47,10 @@ def test_ctl_invalid_value_is_a_domain_error(store, run_id):
     result = runner.invoke(app, ["ctl", run_id, "temperature", "0", "--store", _store_dir(store)])
     assert isinstance(result.exception, ControlError)
     assert "set_temperature: temperature" in str(result.exception)
+    assert store.pending_controls(run_id) == []
+    result = runner.invoke(app, ["ctl", run_id, "lr", "--store", _store_dir(store), "--", "-1e-4"])
+    assert isinstance(result.exception, ControlError)
+    assert str(result.exception) == f"run {run_id}: set_lr: lr: must be in (0, 1000], got -0.0001"
     assert store.pending_controls(run_id) == []
 
 

@@ -72,6 +72,19 @@ def test_temperature_ok():
     assert validate("set_temperature", {"temperature": 10.0}) == {"temperature": 10.0}
 
 
+@pytest.mark.parametrize("bad", [0, -1e-4, 0.0, 1001.0, math.nan, math.inf, "fast", None, True])
+def test_lr_rejections(bad):
+    with pytest.raises(ControlError, match="^set_lr: lr: "):
+        validate("set_lr", {"lr": bad})
+
+
+def test_lr_ok():
+    assert validate("set_lr", {"lr": 1}) == {"lr": 1.0}
+    assert validate("set_lr", {"lr": 5e-5}) == {"lr": 5e-5}
+    with pytest.raises(ControlError, match="^set_lr: rate: unknown argument"):
+        validate("set_lr", {"lr": 1e-4, "rate": 2})
+
+
 def test_eval_interval():
     assert validate("set_eval_interval", {"every": 0}) == {"every": 0}
     assert validate("set_eval_interval", {"every": 25}) == {"every": 25}

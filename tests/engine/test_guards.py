@@ -5,6 +5,10 @@ once."""
 
 from __future__ import annotations
 
+import math
+
+import pytest
+
 from workbench.engine import run
 from workbench.guards.metrics import ENGINE_METRICS
 from workbench.store import open_store
@@ -62,3 +66,70 @@ def test_stop_action_goes_through_live_control(store_dir, tiny_config):
         assert st.controls(run_id)[["who", "command", "status", "applied_step"]].rows() == [
             ("guard:always", "stop", "applied", 3)]
         assert st.run(run_id)["status"] == "stopped" and st.run_steps(run_id)["step"].to_list() == [1, 2]
+
+
+# -- the learning rate: a live command, and the non-finite loss a far too high one causes ------------
+
+KL_TWO_EPOCHS = dict(algorithm__kl_coef=0.05, algorithm__updates_per_step=2)
+"""A KL penalty to the reference and two optimiser steps per batch: after a first step at a learning rate
+far too high, the second one's k3 term exp(ref - logp) overflows (a real route to an infinite loss)."""
+
+
+def test_lr_command_applied_at_the_step_boundary_and_recorded(store_dir, tiny_config):
+    from workbench import control
+    from workbench.errors import ControlError
+
+    cfg = tiny_config(steps=3, eval__every=0, eval__at_start=False, checkpoint__every=0)
+    with open_store(store_dir) as st:
+        def on_step(step, metrics):
+            if step == 1:
+                rid = st.list_runs()["run_id"][0]
+                with pytest.raises(ControlError, match=r"set_lr: lr: must be in \(0, 1000\], got 0"):
+                    control.set_lr(st, rid, 0.0)
+                assert len(st.controls(rid)) == 0  # refused: nothing stored
+                control.set_lr(st, rid, 2e-4, who="test")
+
+        run_id = run(cfg, store=st, on_step=on_step, store_dir=store_dir)
+        assert st.controls(run_id)[["who", "command", "status", "applied_step"]].rows() == [
+            ("test", "set_lr", "applied", 2)]
+        assert st.run_steps(run_id)["lr"].to_list() == pytest.approx([1e-3, 2e-4, 2e-4])
+
+
+def test_nan_guard_rolls_back_a_real_nonfinite_loss_with_a_lower_lr(store_dir, tiny_config):
+    cfg = tiny_config(steps=5, eval__every=3, eval__at_start=False, **KL_TWO_EPOCHS,
+                      guards=[{"preset": "nan", "settings": {"lr": 5e-4}}])  # checkpoints at 2, 4, 5
+    with open_store(store_dir) as st:
+        def on_step(step, metrics):
+            if step == 2:  # once: a person's command, applied at step 3 (not replayed after the rollback)
+                st.add_control(st.list_runs()["run_id"][0], "set_lr", {"lr": 10.0}, who="test")
+
+        run_id = run(cfg, store=st, on_step=on_step, store_dir=store_dir)
+        (alert,) = st.alerts(run_id).to_dicts()
+        assert (alert["guard"], alert["first_step"], alert["step"], alert["status"]) == ("nan", 3, 3, "acted")
+        assert "rolled back to step 2, then lr = 0.0005" in alert["outcome"]
+        old = st.run_steps(f"{run_id}.attempt1").to_dicts()
+        assert [r["step"] for r in old] == [3] and not math.isfinite(old[0]["loss"])
+        live = st.run_steps(run_id)
+        assert live["step"].to_list() == [1, 2, 3, 4, 5] and all(math.isfinite(x) for x in live["loss"])
+        assert live["lr"].to_list() == pytest.approx([1e-3, 1e-3, 5e-4, 5e-4, 5e-4])
+        assert st.run(run_id)["status"] == "finished"
+        # the step 3 evaluation was not sampled from the non-finite weights: the live run's is the only one
+        assert sorted(set(st.evals(run_id)["step"].to_list())) == [3, 5]
+
+
+def test_nan_guard_stop_writes_no_checkpoint_of_nonfinite_weights(store_dir, tiny_config):
+    from workbench.engine.checkpoint import checkpoint_dir, list_checkpoints
+
+    cfg = tiny_config(steps=5, eval__every=0, eval__at_start=False, checkpoint__every=1, **KL_TWO_EPOCHS,
+                      guards=[{"preset": "nan", "action": "stop"}])
+    with open_store(store_dir) as st:
+        def on_step(step, metrics):
+            if step == 1:
+                st.add_control(st.list_runs()["run_id"][0], "set_lr", {"lr": 10.0}, who="test")
+
+        run_id = run(cfg, store=st, on_step=on_step, store_dir=store_dir)
+        (alert,) = st.alerts(run_id).to_dicts()
+        assert (alert["first_step"], alert["status"]) == (2, "acted") and "stop queued" in alert["outcome"]
+        assert st.run(run_id)["status"] == "stopped" and st.run_steps(run_id)["step"].to_list() == [1, 2]
+        assert [p.name for p in list_checkpoints(checkpoint_dir(store_dir, run_id))] == ["step-000001.pt"]
+        assert any("no checkpoint at step 2" in m for m in st.events(run_id)["message"].to_list())

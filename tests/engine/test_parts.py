@@ -86,3 +86,32 @@ def test_store_dir_of_a_store_is_its_directory(tmp_path):
     with open_store(catalog=f"sqlite:{tmp_path / 'c.sqlite'}", data_path=str(tmp_path / "d")) as st:
         with pytest.raises(StoreError, match="pass store_dir="):
             store_dir_of(st)
+
+
+def test_set_lr_changes_the_optimiser_and_the_schedule_from_its_step():
+    import pytest
+
+    from workbench.allocators import make_allocator
+    from workbench.config import RunConfig
+    from workbench.engine.control import LiveSettings
+    from workbench.engine.setup import lr_lambda
+    from workbench.errors import ConfigError
+
+    cfg = RunConfig.from_dict({"steps": 10, "optim": {"lr": 1e-3, "warmup_steps": 4, "schedule": "linear",
+                                                      "min_lr_ratio": 0.0}})
+    param = torch.nn.Parameter(torch.zeros(2))
+    opt = torch.optim.AdamW([param], lr=1e-3)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg, 10))
+    live = LiveSettings(budget_kind="rollouts", budget=8, allocator=make_allocator("uniform", {}, seed=0),
+                        temperature=1.0, eval_every=0, seed=0)
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ConfigError, match="^optim.lr: "):
+            live.set_lr(bad)  # nothing bound yet, and nothing changed
+    live.bind_optimizer(opt, sched)
+    opt.step(), sched.step(), opt.step(), sched.step()  # two steps into the warm-up: 3/4 of the peak next
+    live.set_lr(2e-3)
+    assert opt.param_groups[0]["lr"] == pytest.approx(2e-3 * 3 / 4)
+    opt.step(), sched.step()
+    assert opt.param_groups[0]["lr"] == pytest.approx(2e-3)  # the schedule goes on from the new peak
+    state = sched.state_dict()
+    assert state["base_lrs"] == [2e-3]  # and a checkpoint keeps it

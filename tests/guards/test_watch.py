@@ -61,7 +61,8 @@ def test_guard_set_defaults_replace_and_disable():
     ({"preset": "nope"}, "guards.preset: 'nope' is not allowed"),
     ({"preset": "nan", "window": -1}, "guards.window: -1"),
     ({"preset": "nan", "action": "explode"}, "guards.action: 'explode'"),
-    ({"preset": "nan", "settings": {"lr": 0.1}}, "guards.settings.lr: unknown setting"),
+    ({"preset": "nan", "settings": {"top_p": 0.1}}, "guards.settings.top_p: unknown setting"),
+    ({"preset": "nan", "settings": {"lr": 0}}, "guards.settings.lr: 0"),
     ({"preset": "nan", "settings": {"temperature": 0}}, "guards.settings.temperature: 0"),
     ({"preset": "truncation", "settings": {"temperature": 1}}, "only a rollback changes settings"),
     ({"preset": "nan", "colour": "red"}, "guards[0].colour: unknown field"),
@@ -77,3 +78,24 @@ def test_every_preset_parses_and_reads_known_metrics():
 
     for name in PRESETS:
         GuardConfig(preset=name).resolve().check_metrics(set(KNOWN_METRICS))
+
+
+REWARD_HACKED = [0.656, 0.695, 0.734, 0.852, 0.781, 0.781]
+"""`rollout/reward_mean` of the bench's reward-hacking run on the small organism (a reward paying answers of
+at most 2 characters), steps 1-6; its held-out pass@1 (the true verifier) at steps 2, 4, 6 below."""
+CLEAN = [0.094, 0.031, 0.031, 0.063, 0.047, 0.078]
+"""A clean run of the same organism (exact match for both)."""
+
+
+@pytest.mark.parametrize("rewards, pass1, fires", [
+    (REWARD_HACKED, {2: 0.057, 4: 0.043, 6: 0.044}, [("reward_hacking", 2, 3)]),
+    (CLEAN, {2: 0.057, 4: 0.043, 6: 0.044}, []),
+    ([0.40, 0.42, 0.45, 0.47, 0.50, 0.52], {2: 0.41, 4: 0.46, 6: 0.52}, []),  # learning: both rise
+])
+def test_reward_hacking_fires_on_reward_far_above_the_held_out_score(rewards, pass1, fires):
+    w = Watch({"reward_hacking": GuardConfig(preset="reward_hacking").resolve()})
+    out = []
+    for step, r in enumerate(rewards, start=1):
+        m = {"rollout/reward_mean": r, "rollout/length_mean": 3.0, **({"eval/pass1": pass1[step]} if step in pass1 else {})}
+        out += [(f.guard.name, f.first_step, f.step) for f in w.step(step, m)]
+    assert out == fires

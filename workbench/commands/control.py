@@ -126,6 +126,18 @@ def temperature(
     _send(ctx, store, as_json, wait, "set_temperature", temperature=value)
 
 
+@ctl.command()
+def lr(
+    ctx: typer.Context,
+    value: float = typer.Argument(..., help="Learning rate (> 0; the run's schedule still scales it)."),
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+    wait: WaitOpt = 0,
+) -> None:
+    """Set the learning rate (optim.lr) from the next step on."""
+    _send(ctx, store, as_json, wait, "set_lr", lr=value)
+
+
 @ctl.command("eval-interval")
 def eval_interval(
     ctx: typer.Context,

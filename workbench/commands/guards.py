@@ -47,7 +47,7 @@ def add(ctx: typer.Context, name: str = typer.Argument(..., help="The guard's na
         preset: str = typer.Option("", "--preset", help="Start from a preset (its rule, window, action)."),
         window: Optional[int] = typer.Option(None, "--window", help="Steps in a row the rule must hold (>= 1)."),
         action: str = typer.Option("", "--action", help="alert, pause, rollback or stop."),
-        setting: Optional[list[str]] = typer.Option(None, "--setting", help="Rollback: name=value (temperature, budget)."),
+        setting: Optional[list[str]] = typer.Option(None, "--setting", help="Rollback: name=value (temperature, budget, lr)."),
         store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     """Add a guard to a live run."""
     spec: dict[str, Any] = {"name": name}
@@ -133,13 +133,18 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         steps: int = typer.Option(0, "--steps", help="Steps per run (0: the full-size default)."),
         seeds: int = typer.Option(3, "--seeds", help="Clean seeds for the false-alarm count."),
         organism: str = typer.Option("default", "--organism", help="default, or small (a fast test organism)."),
+        profile: Optional[list[str]] = typer.Option(None, "--profile", help="Clean runs of these workload "
+                                                    "profiles only (repeatable; default: every one)."),
+        fault: Optional[list[str]] = typer.Option(None, "--fault", help="These faults only (repeatable; "
+                                                  "default: every one)."),
         store: StoreOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Scripted faults on the organism, each injected the real way; detection, delay, false alarms."""
-        from workbench.experiments.guards_bench import run_bench
+        from workbench.experiments.guards_bench import FAULTS, PROFILES, run_bench
 
-        result = run_bench(store, steps=steps or None, seeds=seeds, organism=organism)
+        result = run_bench(store, steps=steps or None, seeds=seeds, organism=organism,
+                           profiles=tuple(profile or PROFILES), faults=tuple(fault or FAULTS))
         if as_json:
             print_json(result)
         else:

@@ -145,6 +145,11 @@ def set_temperature(store: Any, run_id: str, temperature: float, *, who: str = "
     return issue(store, run_id, "set_temperature", {"temperature": temperature}, who=who)
 
 
+def set_lr(store: Any, run_id: str, lr: float, *, who: str = "api") -> int:
+    """The learning rate (`optim.lr`, scaled by the run's schedule) from the next step on."""
+    return issue(store, run_id, "set_lr", {"lr": lr}, who=who)
+
+
 def set_eval_interval(store: Any, run_id: str, every: int, *, who: str = "api") -> int:
     """Evaluate every `every` steps (0 turns evaluation off)."""
     return issue(store, run_id, "set_eval_interval", {"every": every}, who=who)

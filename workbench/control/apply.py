@@ -44,6 +44,8 @@ def _dispatch(engine: Controllable, command: str, args: dict[str, Any]) -> None:
         engine.set_allocator_params(args["params"])
     elif command == "set_temperature":
         engine.set_temperature(args["temperature"])
+    elif command == "set_lr":
+        engine.set_lr(args["lr"])
     elif command == "set_eval_interval":
         engine.set_eval_interval(args["every"])
     elif command == "set_staleness":

@@ -16,6 +16,7 @@ Canonical argument shapes:
 | set_allocator | `{"name": str, "params": {...}}` (params validated by that allocator's `Config`) |
 | set_allocator_params | `{"params": {...}}` (merged into the allocator in force, then validated) |
 | set_temperature | `{"temperature": float}` |
+| set_lr | `{"lr": float}` (the peak learning rate, `optim.lr`; the run's schedule still scales it) |
 | set_eval_interval | `{"every": int}` (0 turns evaluation off) |
 | set_staleness | `{"eta": int}` (0 .. the run's `pipeline.max_staleness_bound`, which the engine checks) |
 | guard | `{"op": "add", "guard": {...}}`, `{"op": "set", "name", "changes": {...}}`, `{"op": "remove", "name"}` |
@@ -52,6 +53,8 @@ class Limits:
     """Temperatures must be strictly above this."""
     max_temperature: float = 10.0
     """Largest sampling temperature."""
+    max_lr: float = 1_000.0
+    """Largest learning rate (far above any that trains; a value above it is a typing mistake)."""
     max_eval_interval: int = 1_000_000
     """Largest evaluation interval in steps."""
     max_staleness: int = 1_000
@@ -178,6 +181,9 @@ def validate(
         _no_extra(command, args, ("temperature",))
         t = _float(command, args, "temperature", limits.min_temperature, limits.max_temperature)
         return {"temperature": t}
+    if command == "set_lr":
+        _no_extra(command, args, ("lr",))
+        return {"lr": _float(command, args, "lr", 0.0, limits.max_lr)}
     if command == "set_staleness":
         _no_extra(command, args, ("eta",))
         return {"eta": _int(command, args, "eta", 0, limits.max_staleness)}

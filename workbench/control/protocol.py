@@ -20,6 +20,7 @@ COMMANDS = (
     "set_allocator",
     "set_allocator_params",
     "set_temperature",
+    "set_lr",
     "set_eval_interval",
     "set_staleness",
     "guard",
@@ -46,6 +47,10 @@ class Controllable(Protocol):
 
     def set_temperature(self, temperature: float) -> None:
         """Sampling temperature from the next stage on."""
+        ...
+
+    def set_lr(self, lr: float) -> None:
+        """The learning rate (`optim.lr`, what the run's schedule scales) from the next optimiser step on."""
         ...
 
     def set_eval_interval(self, every: int) -> None:

@@ -1,7 +1,8 @@
 """What live control may change in a running engine (`Controllable`), and the heartbeat thread.
 
 `LiveSettings` holds the settings a control command may change mid-run: budget, allocator and its
-parameters, sampling temperature, eval interval, and the checkpoint/stop requests. The loop reads
+parameters, sampling temperature, learning rate (on the optimiser and its schedule, which it is bound
+to), eval interval, and the checkpoint/stop requests. The loop reads
 them at each step (temperature at each stage). Every setter validates first and changes nothing
 when it raises `ConfigError`, so a bad command never harms the run.
 """
@@ -9,6 +10,7 @@ when it raises `ConfigError`, so a bad command never harms the run.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from typing import Any, Literal
 
@@ -20,7 +22,7 @@ from workbench.faults import fault_point
 log = logging.getLogger(__name__)
 
 
-REPLAYED = frozenset({"set_budget", "set_allocator", "set_allocator_params", "set_temperature",
+REPLAYED = frozenset({"set_budget", "set_allocator", "set_allocator_params", "set_temperature", "set_lr",
                       "set_eval_interval", "set_staleness", "checkpoint", "guard"})
 """Commands a resumed run applies again when they were applied after its last checkpoint."""
 
@@ -51,6 +53,14 @@ class LiveSettings:
         """Commands to apply again at their step while a resumed run regenerates it (see `plan_replay`)."""
         self.guards: dict[str, Any] | None = None
         """The guards in force by name (`workbench.guards`); None until the loop first reads them."""
+        self.optimizer: Any = None
+        self.scheduler: Any = None
+        """The trainer's optimiser and its `LambdaLR` schedule (`bind_optimizer`), what `set_lr` changes."""
+
+    def bind_optimizer(self, optimizer: Any, scheduler: Any) -> None:
+        """The optimiser (and its learning-rate schedule) `set_lr` changes; their state, the learning
+        rate included, goes into checkpoints with the optimiser's own."""
+        self.optimizer, self.scheduler = optimizer, scheduler
 
     # -- Controllable ------------------------------------------------------------------------------
 
@@ -75,6 +85,23 @@ class LiveSettings:
         if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
             raise ConfigError(f"temperature: {temperature!r} is not allowed (a number > 0)")
         self.temperature = float(temperature)
+        fault_point("control")
+
+    def set_lr(self, lr: float) -> None:
+        """The peak learning rate (`optim.lr`): the schedule's base from now on, and each parameter
+        group's rate for the next optimiser step (the base times the schedule's factor at its step)."""
+        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or not lr > 0:
+            raise ConfigError(f"optim.lr: {lr!r} is not allowed (a finite number > 0)")
+        if self.optimizer is None:
+            raise ConfigError("optim.lr: this engine has no optimiser to change")
+        groups = self.optimizer.param_groups
+        factors = [1.0] * len(groups)
+        if self.scheduler is not None:
+            self.scheduler.base_lrs = [float(lr)] * len(groups)
+            factors = [f(self.scheduler.last_epoch) for f in self.scheduler.lr_lambdas]
+        for group, factor in zip(groups, factors):
+            group["initial_lr"] = float(lr)
+            group["lr"] = float(lr) * factor
         fault_point("control")
 
     def set_eval_interval(self, every: int) -> None:

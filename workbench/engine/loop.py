@@ -66,7 +66,8 @@ from workbench.engine.producer import Producer, make_producer
 from workbench.engine.setup import Setup, StepState, apply_controls, build_setup
 from workbench.engine.steplog import StepWriter, rollouts_table
 from workbench.engine.timing import PhaseTimer
-from workbench.engine.update import policy_update
+from workbench.engine.update import policy_update, weights_finite
+from workbench.errors import WorkbenchError
 from workbench.faults import fault_point
 from workbench.guards.engine import guard_step
 from workbench.tasks.rewards import term_means
@@ -132,6 +133,13 @@ def _steps(s: Setup, state: StepState, producer: Producer, cfg: RunConfig, store
         if s.live.stop_requested:
             _checkpoint(s, state, producer, store, run_id, step - 1)
             return "stopped"
+        if s.nonfinite_step is not None:  # no guard rolled back, paused or stopped the run: it cannot go on
+            raise WorkbenchError(
+                f"step {step}: the weights are not finite since the update of step {s.nonfinite_step} "
+                f"(train/loss = {s.nonfinite_metrics.get('train/loss')}, train/grad_norm = "
+                f"{s.nonfinite_metrics.get('train/grad_norm')}); nothing can be sampled from them. `workbench "
+                "resume RUN` goes on from the last checkpoint; a `nan` guard with action rollback (the "
+                "default) would have done so at once")
         t_step = time.perf_counter()
 
         # 1. the step's batch: candidates, the allocator's stages, rollouts, rewards, statistics -----
@@ -140,12 +148,18 @@ def _steps(s: Setup, state: StepState, producer: Producer, cfg: RunConfig, store
 
         # 2. groups, advantages, the update; the new weights go to the generator ------------------------
         upd = learn(s, batch, timer)
-        producer.push(step, s.model if upd.updated else None)
+        if not upd.finite and s.nonfinite_step is None:  # the run's guards act on it after the record
+            s.nonfinite_step, s.nonfinite_metrics = step, dict(upd.metrics)
+            batch.events.append(dict(level="error", kind="nonfinite_weights", message=(
+                f"step {step}: the update left weights that are not finite (train/loss = "
+                f"{upd.metrics.get('train/loss')}, train/grad_norm = {upd.metrics.get('train/grad_norm')}); "
+                "no evaluation or checkpoint is made from them")))
+        producer.push(step, s.model if upd.updated and s.nonfinite_step is None else None)
 
-        # 3. evaluation ------------------------------------------------------------------------------
+        # 3. evaluation (never from weights that are not finite: sampling from them fails) -----------
         eval_rows: list[dict[str, Any]] = []
         eval_metrics: dict[str, float] = {}
-        if (s.live.eval_every and step % s.live.eval_every == 0) or step == cfg.steps:
+        if ((s.live.eval_every and step % s.live.eval_every == 0) or step == cfg.steps) and s.nonfinite_step is None:
             with timer("eval"):
                 eval_rows, eval_metrics = _evaluate(s, step)
 
@@ -185,6 +199,8 @@ class Update:
     is_weight: np.ndarray | None = None
     """[N] each row's mean importance weight (NaN: not in the update); None: no pipeline."""
     updated: bool = False
+    finite: bool = True
+    """Every weight is finite after the update (a non-finite loss or gradient makes them NaN)."""
 
 
 def learn(s: Setup, batch: Batch, timer: PhaseTimer) -> Update:
@@ -208,16 +224,20 @@ def learn(s: Setup, batch: Batch, timer: PhaseTimer) -> Update:
     pipelined = cfg.pipeline.enabled
     is_weight = np.full(r.n, np.nan) if pipelined else None
     updated = bool(used.any() and (signal[used].any() or cfg.algorithm.kl_coef > 0))
+    finite = True
     if updated:
         s.writer.release()  # the previous step's commit overlaps the update, not generation
         s.backend.offload()  # vLLM frees its GPU memory for the update
         with timer("train"):
             metrics.update(policy_update(s, r, adv, used, signal, batch.rng, row_weight=is_weight,
                                          stale=(staleness > 0) if pipelined else None))
-        with timer("weight_sync"):  # to the rollout workers (Ray) / engine (vLLM); ~0 in-process
-            s.backend.update_weights(s.model)
+        finite = weights_finite(s.model)
+        if finite:  # weights that are not finite never reach the rollout workers
+            with timer("weight_sync"):  # to the rollout workers (Ray) / engine (vLLM); ~0 in-process
+                s.backend.update_weights(s.model)
     return Update(adv=adv, used=used, group_used=group_used, group_signal=group_signal, gidx=gidx,
-                  metrics=metrics, staleness=staleness, is_weight=is_weight, updated=updated)
+                  metrics=metrics, staleness=staleness, is_weight=is_weight, updated=updated,
+                  finite=finite)
 
 
 # -- the record ----------------------------------------------------------------------------------------
@@ -324,6 +344,10 @@ def _checkpoint(s: Setup, state: StepState, producer: Producer, store: Any, run_
     meanwhile, and the batches it made but the trainer has not taken go in too (none is lost or
     trained twice after a resume)."""
     s.writer.flush()
+    if s.nonfinite_step is not None:  # a checkpoint of such weights could not be resumed from
+        store.add_event(run_id, "warning", "checkpoint", f"no checkpoint at step {step}: the weights are not finite "
+                        f"since step {s.nonfinite_step}; a resume goes on from the last checkpoint", step=step)
+        return
     with producer.paused() as queued:
         _save(s, state, queued, store, run_id, step)
 
@@ -365,6 +389,7 @@ def _restore(s: Setup, state: StepState, store: Any, run_id: str) -> tuple[int, 
     state.tokens_per_rollout = st["tokens_per_rollout"]
     s.backend.update_weights(s.model)
     s.backend.policy_version = st["policy_version"]
+    s.nonfinite_step, s.nonfinite_metrics = None, {}
     store.rollback_run(run_id, st["step"])
     replay = s.live.plan_replay(store.controls(run_id).to_dicts(), int(st["step"]))
     store.add_event(run_id, "info", "resume", f"resumed from the checkpoint of step {st['step']}",

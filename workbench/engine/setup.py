@@ -66,6 +66,11 @@ class Setup:
     """The store's control signal at the last step-boundary poll (see `apply_controls`)."""
     guards: Any = None
     """The run's guards as this process evaluates them (`workbench.guards.engine.RunGuards`)."""
+    nonfinite_step: int | None = None
+    """The step whose update left weights that are not finite (None: they are finite); cleared when a
+    checkpoint is restored."""
+    nonfinite_metrics: dict[str, Any] = field(default_factory=dict)
+    """That step's `train/` metrics (what the error names)."""
 
 
 @dataclass
@@ -183,6 +188,7 @@ def build_setup(cfg: RunConfig, *, store_dir: str | Path, run_id: str, store: An
                         allocator=make_allocator(cfg.allocator.name, dict(cfg.allocator.params), seed=cfg.seed),
                         temperature=cfg.sampling.temperature, eval_every=cfg.eval.every, seed=cfg.seed,
                         staleness=cfg.pipeline.max_staleness, staleness_bound=cfg.pipeline.bound)
+    live.bind_optimizer(optimizer, scheduler)  # `set_lr` changes the rate on both
     live.control_limits = control_limits(cfg.rollout)  # vLLM runs: only temperatures vLLM samples at
     prompt_rows = [dict(prompt_id=p.id, split=p.split, level=p.level, text=p.text, answer=p.answer,
                         metadata=p.metadata) for p in train + evals]

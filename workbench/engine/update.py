@@ -99,6 +99,13 @@ def policy_update(s: Setup, r: Rollouts, adv: np.ndarray, used: np.ndarray, sign
     return out
 
 
+def weights_finite(model: torch.nn.Module) -> bool:
+    """Every parameter finite (one reduction per tensor; a non-finite loss or gradient makes an
+    optimiser step write NaN into all of them)."""
+    with torch.no_grad():
+        return all(bool(torch.isfinite(p).all()) for p in model.parameters())
+
+
 def _micro_batches(rows: list[int], temps: np.ndarray, size: int) -> list[list[int]]:
     """Split rows into micro-batches of at most `size` (0: one), never mixing temperatures."""
     out: list[list[int]] = []

@@ -31,8 +31,15 @@ from workbench.guards.rules import metric_names, parse_rule
 ACTIONS = ("alert", "pause", "rollback", "stop")
 """What a guard does when its rule holds for its window."""
 
-SETTINGS = {"temperature": "set_temperature", "budget": "set_budget"}
+SETTINGS = {"temperature": "set_temperature", "budget": "set_budget", "lr": "set_lr"}
 """Settings a rollback may change, and the control command that changes each (recorded like any other)."""
+
+
+def setting_command(key: str, value: Any, budget_kind: str = "rollouts") -> tuple[str, dict[str, Any]]:
+    """The control command (name, args) that changes one rollback setting to `value`."""
+    if key == "budget":
+        return SETTINGS[key], {"kind": budget_kind, "amount": int(value)}
+    return SETTINGS[key], {key: float(value)}
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,63}$")
 
@@ -55,7 +62,8 @@ class GuardConfig:
     """"alert", "pause", "rollback" (to the last checkpoint before the rule first held, then on) or
     "stop"; empty: the preset's, else "alert"."""
     settings: dict[str, Any] = field(default_factory=dict)
-    """Rollback only: settings changed when the run goes on from the checkpoint (temperature, budget)."""
+    """Rollback only: settings changed when the run goes on from the checkpoint (temperature, budget,
+    lr)."""
     enabled: bool = True
     """false turns the guard (e.g. a default preset of the same name) off."""
 

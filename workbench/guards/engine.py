@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from workbench.guards.config import SETTINGS, Guard, guard_set
+from workbench.guards.config import Guard, guard_set, setting_command
 from workbench.guards.rules import rollout_predicates
 from workbench.guards.watch import Firing, Watch, alert_message, alert_row, metrics_map, rollout_rows
 
@@ -122,8 +122,7 @@ def _rollback(s: Any, store: Any, run_id: str, rg: RunGuards, f: Firing, alert_i
             p.rename(aside / p.name)
     queued = []
     for key, value in f.guard.settings.items():
-        args = {"temperature": value} if key == "temperature" else {"kind": s.live.budget_kind, "amount": int(value)}
-        command = SETTINGS[key]
+        command, args = setting_command(key, value, s.live.budget_kind)
         queued.append(store.add_control(run_id, command, validate(command, args), who=f"guard:{f.guard.name}"))
     s.control_token = None  # the next step boundary reads the queued settings
     rg.watch.rewind(target)

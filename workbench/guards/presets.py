@@ -37,8 +37,8 @@ PRESETS: dict[str, Preset] = {
         "the policy's token entropy falls below a fifth of its own early level: exploration is gone",
         "verl #2738, #5953"),
     "entropy_blowup": Preset(
-        "rollout/entropy_mean > 1.6 * baseline(rollout/entropy_mean, 5) + 0.1", 2, "alert",
-        "token entropy 60% above its early level: sampling noise (a temperature or lr fault)",
+        "rollout/entropy_mean > 1.2 * baseline(rollout/entropy_mean, 5) + 0.05", 2, "alert",
+        "token entropy 20% (+0.05 nats) above its early level: sampling noise (a temperature or lr fault)",
         "verl #2738, #5953"),
     "length_blowup": Preset(
         "rollout/length_mean > 2 * baseline(rollout/length_mean, 5) + 2", 3, "alert",
@@ -53,11 +53,13 @@ PRESETS: dict[str, Preset] = {
         "responses made mostly of one repeated character or n-gram ('!!!!', 'the the the')",
         "verl #628, #3025"),
     "reward_hacking": Preset(
-        "(delta(rollout/reward_mean, 5) > 0.05 and delta(eval/pass1, 1) < -0.05) "
+        "rollout/reward_mean > 2 * last(eval/pass1) + 0.25 "
+        "or (delta(rollout/reward_mean, 5) > 0.05 and delta(eval/pass1, 1) < -0.05) "
         "or (rollout/reward_mean > baseline(rollout/reward_mean, 5) + 0.1 "
         "and rollout/length_mean < 0.6 * baseline(rollout/length_mean, 5))", 2, "alert",
-        "training reward rises while the held-out evaluation falls, or while responses shrink to a trick",
-        "trl #5790, Visual-RFT #176"),
+        "the training reward pays far more often than the held-out evaluation passes (a reward that pays "
+        "for something the task does not, from the first steps on), or it rises while the evaluation falls "
+        "or while responses shrink to a trick", "trl #5790, Visual-RFT #176"),
     "zero_signal": Preset(
         "rollout/zero_signal_frac > 0.9", 5, "alert",
         "most groups' rewards all agree, so they carry no gradient: the rollout budget is wasted",
