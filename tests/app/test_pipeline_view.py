@@ -90,6 +90,9 @@ def test_the_correction_curves_and_the_histogram_carry_the_values(lake):
     assert clip == {"clipped": [0.02] * 3, "truncated at is_cap": [0.04] * 3, "ESS / tokens": [0.9] * 3}
     kl = pipeline_charts.kl_chart(frame).data[0]
     assert [round(v, 6) for v in kl.y] == [0.012, 0.024, 0.036]
+    # a step that did not update logs no diagnostics: the curve joins the steps that did
+    gap = frame.with_columns(pl.when(pl.col("step") == 2).then(None).otherwise(pl.col("kl_behav_k3")).alias("kl_behav_k3"))
+    assert list(pipeline_charts.kl_chart(gap).data[0].x) == [1, 3]
 
 
 def test_version_span_and_the_gap_colouring():
