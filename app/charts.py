@@ -27,7 +27,9 @@ LEGEND_TOP_CHARS = 36
 """Legend text (all entries) that still fits beside a chart's title in a half-width column."""
 
 
-def _layout(fig: go.Figure, title: str, *, x: str = "step", y: str = "", height: int = 300) -> go.Figure:
+def layout(fig: go.Figure, title: str, *, x: str = "step", y: str = "", height: int = 300) -> go.Figure:
+    """The dashboard's look for a figure (title, axis titles, legend placement, height); every builder,
+    here and in the pages' own chart modules (`app.pipeline_charts`), ends with it."""
     # a legend of more than three entries, or of long names (runs on Compare), wraps over the title in a
     # half-width column: put it below the plot
     names = [t.name for t in fig.data if t.showlegend is not False and t.name]
@@ -64,7 +66,7 @@ def empty_figure(title: str, message: str = "no data yet") -> go.Figure:
     fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
-    return _layout(fig, title)
+    return layout(fig, title)
 
 
 def mark_regimes(fig: go.Figure, changes: list[dict]) -> go.Figure:
@@ -147,7 +149,7 @@ def line_chart(
                 hovertemplate="%{y:.4g}<br>%{customdata}<extra>" + label + "</extra>",
             )
         )
-    _layout(fig, title, y=y)
+    layout(fig, title, y=y)
     if y_range:
         fig.update_yaxes(range=list(y_range))
     return mark_regimes(fig, changes or [])
@@ -178,7 +180,7 @@ def passk_chart(passk: pl.DataFrame, title: str = "held-out pass@k", *, x: str =
                 line=dict(color=PALETTE[i % len(PALETTE)]),
             )
         )
-    _layout(fig, title, y="pass rate")
+    layout(fig, title, y="pass rate")
     fig.update_yaxes(range=[0, 1.02])
     return mark_regimes(fig, changes or [])
 
@@ -228,7 +230,7 @@ def stacked_time_chart(steps: pl.DataFrame, *, changes: list[dict] | None = None
                    marker_color=PALETTE[i % len(PALETTE)])
         )
     fig.update_layout(barmode="stack", bargap=0.05)
-    _layout(fig, title, y="seconds")
+    layout(fig, title, y="seconds")
     return mark_regimes(fig, changes or [])
 
 
@@ -244,7 +246,7 @@ def throughput_chart(steps: pl.DataFrame, *, changes: list[dict] | None = None) 
     if "tokens_generated" in steps.columns:
         fig.add_trace(go.Scatter(x=x, y=steps["tokens_generated"].to_numpy(), name="tokens",
                                  line=dict(color=PALETTE[1]), yaxis="y2"))
-    _layout(fig, title)
+    layout(fig, title)
     fig.update_layout(yaxis=dict(title_text="rollouts"),
                       yaxis2=dict(title_text="tokens", overlaying="y", side="right", showgrid=False))
     return mark_regimes(fig, changes or [])
@@ -266,7 +268,7 @@ def budget_chart(used: pl.DataFrame) -> go.Figure:
         fig.add_trace(go.Scatter(x=per_step["step"].to_numpy(), y=per_step["budget"].to_numpy(), name="budget",
                                  mode="lines", line=dict(color="#000", dash="dash", shape="hv")))
     fig.update_layout(barmode="stack", bargap=0.05)
-    return _layout(fig, title, y="rollouts")
+    return layout(fig, title, y="rollouts")
 
 
 def histogram_chart(values: list[int], title: str, *, x: str) -> go.Figure:
@@ -279,7 +281,7 @@ def histogram_chart(values: list[int], title: str, *, x: str) -> go.Figure:
     keys = sorted(counts)
     fig = go.Figure(go.Bar(x=keys, y=[counts[k] for k in keys], marker_color=PALETTE[0]))
     fig.update_layout(hovermode="closest")
-    return _layout(fig, title, x=x, y="prompts")
+    return layout(fig, title, x=x, y="prompts")
 
 
 def calibration_chart(pairs: pl.DataFrame, title: str = "predicted vs observed pass rate") -> go.Figure:
@@ -301,7 +303,7 @@ def calibration_chart(pairs: pl.DataFrame, title: str = "predicted vs observed p
     fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="ideal",
                              line=dict(color="#888", dash="dash")))
     fig.update_layout(hovermode="closest")
-    _layout(fig, title, x="predicted pass rate", y="observed pass rate", height=360)
+    layout(fig, title, x="predicted pass rate", y="observed pass rate", height=360)
     fig.update_xaxes(range=[-0.02, 1.02])
     fig.update_yaxes(range=[-0.02, 1.02])
     return fig
@@ -351,7 +353,7 @@ def posterior_chart(history: pl.DataFrame, title: str = "posterior pass rate") -
         visits = h.filter(pl.col("last_step") == pl.col("step"))
         fig.add_trace(go.Scatter(x=visits["step"].to_list(), y=visits["last_pass"].to_list(), mode="markers",
                                  name="observed at visit", marker=dict(color=PALETTE[1], size=7)))
-    _layout(fig, title, y="pass rate")
+    layout(fig, title, y="pass rate")
     fig.update_yaxes(range=[-0.02, 1.02])
     return fig
 
@@ -380,7 +382,7 @@ def grants_chart(grants: pl.DataFrame, title: str = "rollouts granted per step",
         hovertemplate="step %{x}: %{y} rollouts in %{customdata[1]} stage(s)<br>%{customdata[0]}<extra></extra>",
     ))
     fig.update_layout(hovermode="closest")
-    _layout(fig, title, y="rollouts (colour: stages)")
+    layout(fig, title, y="rollouts (colour: stages)")
     fig.update_xaxes(type="linear")
     if steps_span is not None:
         fig.update_xaxes(range=[steps_span[0] - 0.5, steps_span[1] + 0.5])
@@ -398,7 +400,7 @@ def pass_rate_chart(visits: pl.DataFrame, title: str = "observed pass rate per v
                                marker=dict(color=PALETTE[1], size=8), customdata=n,
                                hovertemplate="step %{x}: pass rate %{y:.2f} over %{customdata} rollouts<extra></extra>"))
     fig.update_layout(hovermode="closest")
-    _layout(fig, title, y="pass rate")
+    layout(fig, title, y="pass rate")
     fig.update_yaxes(range=[-0.02, 1.02])
     return fig
 
@@ -411,7 +413,7 @@ def pass_rate_histogram(values: list[float], title: str, *, bins: int = 10) -> g
     fig = go.Figure(go.Histogram(x=values, xbins=dict(start=0.0, end=1.0 + 1e-9, size=1.0 / bins),
                                  marker_color=PALETTE[0], hovertemplate="%{x}: %{y} groups<extra></extra>"))
     fig.update_layout(hovermode="closest", bargap=0.05)
-    _layout(fig, title, x="observed pass rate of the group", y="prompts")
+    layout(fig, title, x="observed pass rate of the group", y="prompts")
     fig.update_xaxes(range=[-0.02, 1.02])
     return fig
 
@@ -427,7 +429,7 @@ def reward_compare_chart(curves: pl.DataFrame, title: str = "training reward vs 
         fig.add_trace(go.Scatter(x=r["tokens"].to_numpy(), y=r["reward_mean"].to_numpy(), mode="lines", name=run,
                                  line=dict(color=PALETTE[i % len(PALETTE)])))
     fig.update_layout(hovermode="closest")
-    return _layout(fig, title, x="generated tokens", y="reward (mean per step)")
+    return layout(fig, title, x="generated tokens", y="reward (mean per step)")
 
 
 def compare_chart(curves: pl.DataFrame, *, x: str, x_title: str, k: int, title: str) -> go.Figure:
@@ -442,7 +444,7 @@ def compare_chart(curves: pl.DataFrame, *, x: str, x_title: str, k: int, title: 
         fig.add_trace(go.Scatter(x=r[x].to_numpy(), y=r["pass_at_k"].to_numpy(), mode="lines+markers", name=run,
                                  line=dict(color=PALETTE[i % len(PALETTE)])))
     fig.update_layout(hovermode="closest")
-    _layout(fig, title, x=x_title, y=f"pass@{k}")
+    layout(fig, title, x=x_title, y=f"pass@{k}")
     fig.update_yaxes(range=[0, 1.02])
     return fig
 

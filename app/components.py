@@ -143,9 +143,11 @@ def show_text(label: str, value: Any) -> None:
     st.text(f"{label}: {value}")
 
 
-def rollout_groups(page: str, run_id: str, frame, *, link_prompt: bool = True, term: str | None = None) -> None:
-    """Rollouts grouped by prompt within a step, each response's tokens coloured by entropy (and its
-    reward terms' cell by `term`, when given)."""
+def rollout_groups(page: str, run_id: str, frame, *, link_prompt: bool = True, term: str | None = None,
+                   pipelined: bool = False, colour_gap: bool = False) -> None:
+    """Rollouts grouped by prompt within a step, each response's tokens coloured by entropy (with
+    `colour_gap`, by the trainer's minus the behaviour log-probability), its reward terms' cell by
+    `term` when given, and with `pipelined` each rollout's version span, staleness and weight."""
     from app import derive
     from app.terms import term_range
 
@@ -157,6 +159,12 @@ def rollout_groups(page: str, run_id: str, frame, *, link_prompt: bool = True, t
     h_max = max(1e-6, sorted(ents)[int(0.98 * (len(ents) - 1))]) if ents else 2.0
     groups = derive.group_rollouts(frame)
     span = term_range(frame.to_dicts(), term) if term and "reward_terms" in frame.columns else (0.0, 0.0)
+    gap_max = None
+    if colour_gap:  # one scale for the page, as the entropy's
+        from workbench.analysis.pipeline import token_logprob_gaps
+
+        gap_max = derive.gap_scale([g for r in frame.iter_rows(named=True) for g in token_logprob_gaps(
+            r.get("token_logprobs"), r.get("token_trainer_logprobs"))])
     texts = data.prompt_texts(run_id, tuple(sorted({g[1] for g in groups})))
     for i, (step, prompt_id, rows) in enumerate(groups):
         with st.container(border=True):
@@ -164,8 +172,14 @@ def rollout_groups(page: str, run_id: str, frame, *, link_prompt: bool = True, t
             if link_prompt:
                 st.page_link("app_pages/prompt.py", label="this prompt's story", icon=":material/timeline:",
                              query_params={"run": run_id, "prompt": str(prompt_id)})
-            st.html(derive.group_html(rows, decode, h_max, term=term, term_span=span))
-    st.caption(f"entropy colour scale: white 0 → red ≥ {h_max:.2f} nats (98th percentile on this page)"
+            st.html(derive.group_html(rows, decode, h_max, term=term, term_span=span, pipelined=pipelined,
+                                      gap_max=gap_max))
+    colours = (f"entropy colour scale: white 0 → red ≥ {h_max:.2f} nats (98th percentile on this page)"
+               if gap_max is None else
+               f"token colour: trainer − behaviour log-prob, red ≤ −{gap_max:.3g} < white 0 < green ≥ +{gap_max:.3g} "
+               "nats (98th percentile of |gap| on this page, at least "
+               f"{derive.GAP_FLOOR:g}); grey: the update did not compute the token's trainer log-prob")
+    st.caption(colours
                + (f" · reward terms cell coloured by {term}: red < 0 < green, scaled by the largest |value| on "
                   f"this page ({max(abs(span[0]), abs(span[1])):.3g}); grey: the rollout has no {term}" if term else ""))
 

@@ -158,6 +158,12 @@ def entropy_quantiles(run_id: str) -> tuple[pl.DataFrame, str]:
 
 
 @st.cache_data(ttl=LIVE_TTL, show_spinner=False)
+def staleness_counts(run_id: str) -> pl.DataFrame:
+    """Rollouts the trainer consumed at each staleness (`Store.staleness_counts`)."""
+    return store().staleness_counts(run_id)
+
+
+@st.cache_data(ttl=LIVE_TTL, show_spinner=False)
 def workers(run_id: str) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The run's rollout workers (Ray backend): per step and worker its rollouts/s (`step, worker,
     rollouts_per_s, rollouts`), and per step the weight sync time (`step, weight_sync_s`). Both are

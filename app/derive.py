@@ -308,14 +308,37 @@ def token_pieces(response: str, token_ids: list[int] | None, decode: Any | None)
     return [response]
 
 
-def token_html(pieces: list[str], entropies: list[float] | None, h_max: float = 2.0) -> str:
-    """HTML spans, one per token, coloured by entropy; every piece of text is escaped."""
-    ents = list(entropies or [])
+GAP_FLOOR = 0.05
+"""Smallest scale (nats) of the behaviour-vs-trainer colouring: a page whose largest gap is below it (a
+synchronous run, where the two differ by float rounding) stays near white instead of showing noise."""
+
+
+def gap_scale(gaps: list[float | None]) -> float:
+    """The colour scale of the gap colouring: the 98th percentile of |gap| over the page's tokens, at
+    least GAP_FLOOR."""
+    mags = sorted(abs(g) for g in gaps if g is not None)
+    return max(GAP_FLOOR, mags[int(0.98 * (len(mags) - 1))]) if mags else GAP_FLOOR
+
+
+def token_html(pieces: list[str], entropies: list[float] | None, h_max: float = 2.0, *,
+               gaps: list[float | None] | None = None, gap_max: float = GAP_FLOOR) -> str:
+    """HTML spans, one per token, coloured by entropy, or with `gaps` by the trainer's minus the
+    behaviour log-probability (`workbench.analysis.pipeline.token_logprob_gaps`: red where the trainer
+    finds the token less likely than the weights that sampled it, green where more, white at 0, grey
+    where the update did not compute it; scaled by `gap_max`). Every piece of text is escaped."""
+    from app.terms import term_colour
+
+    ents, gs = list(entropies or []), list(gaps or [])
     spans = []
     for i, piece in enumerate(pieces):
         h = ents[i] if i < len(ents) and len(pieces) == len(ents) else None
         text = html.escape(piece).replace("\n", "⏎<br>") or "&#8203;"
-        if h is None:
+        if gaps is not None:
+            g = gs[i] if i < len(gs) and len(pieces) == len(gs) else None
+            title = "trainer log-prob not stored" if g is None else f"trainer − behaviour = {g:+.4f} nats"
+            spans.append(f'<span title="{title}" style="background:{term_colour(g, -gap_max, gap_max)}">'
+                         f"{text}</span>")
+        elif h is None:
             spans.append(f"<span>{text}</span>")
         else:
             spans.append(f'<span title="H={h:.3f}" style="background:{entropy_colour(h, h_max)}">{text}</span>')
@@ -335,6 +358,23 @@ ROLLOUT_FIELDS = [
 ]
 
 
+PIPELINE_FIELDS = [
+    ("staleness", "stale", "{}"),
+    ("is_weight_mean", "IS weight", "{:.3f}"),
+]
+"""The asynchronous pipeline's columns of a rollout (shown for pipelined runs), after its version span."""
+
+
+def version_span(row: dict) -> str:
+    """A rollout's policy versions: `v3`, or `v3→v4 (2 segments)` for a partial rollout continued under
+    newer weights; `–` where none was recorded (imported runs)."""
+    start, end, segments = row.get("version_start"), row.get("version_end"), row.get("segments")
+    if start is None:
+        return "–"
+    text = f"v{start}" if end is None or end == start else f"v{start}→v{end}"
+    return text + (f" ({segments} segments)" if segments and segments > 1 else "")
+
+
 def _fmt(fmt: str, value: Any) -> str:
     if value is None:
         return "–"
@@ -345,30 +385,40 @@ def _fmt(fmt: str, value: Any) -> str:
 
 
 def group_html(rows: list[dict], decode: Any | None = None, h_max: float = 2.0, *, term: str | None = None,
-               term_span: tuple[float, float] = (0.0, 0.0)) -> str:
-    """One prompt's rollouts within a step as an HTML table: the rollout's fields, its reward terms (the
-    cell coloured by `term`'s value on the scale `term_span`, when a term is picked), then its response
-    with each token coloured by entropy, and the environment's turns of a multi-turn rollout under it
-    (`observations`, kept apart from the response). Every value is escaped."""
+               term_span: tuple[float, float] = (0.0, 0.0), pipelined: bool = False,
+               gap_max: float | None = None) -> str:
+    """One prompt's rollouts within a step as an HTML table: the rollout's fields (with `pipelined`, its
+    version span, staleness and importance weight), its reward terms (the cell coloured by `term`'s
+    value on the scale `term_span`, when a term is picked), then its response with each token coloured
+    by entropy (with `gap_max`, by the trainer's minus the behaviour log-probability on that scale), and
+    the environment's turns of a multi-turn rollout under it (`observations`, kept apart from the
+    response). Every value is escaped."""
     from app.terms import terms_cell
+    from workbench.analysis.pipeline import token_logprob_gaps
 
     with_terms = any(r.get("reward_terms") is not None for r in rows)
-    labels = [lab for _, lab, _ in ROLLOUT_FIELDS] + (["reward terms"] if with_terms else [])
+    labels = [lab for _, lab, _ in ROLLOUT_FIELDS] + (["versions"] + [lab for _, lab, _ in PIPELINE_FIELDS]
+                                                      if pipelined else []) + (["reward terms"] if with_terms else [])
     head = "".join(f"<th style='text-align:left;padding:2px 6px'>{html.escape(lab)}</th>" for lab in labels)
+    cell = "<td style='padding:2px 6px;white-space:nowrap'>{}</td>"
     body = []
     for r in rows:
-        cells = "".join(
-            f"<td style='padding:2px 6px;white-space:nowrap'>{html.escape(_fmt(fmt, r.get(col)))}</td>"
-            for col, _, fmt in ROLLOUT_FIELDS
-        ) + (terms_cell(r, term, term_span) if with_terms else "")
+        cells = "".join(cell.format(html.escape(_fmt(fmt, r.get(col)))) for col, _, fmt in ROLLOUT_FIELDS)
+        if pipelined:
+            cells += cell.format(html.escape(version_span(r)))
+            cells += "".join(cell.format(html.escape(_fmt(fmt, r.get(col)))) for col, _, fmt in PIPELINE_FIELDS)
+        cells += terms_cell(r, term, term_span) if with_terms else ""
         pieces = token_pieces(r.get("response") or "", r.get("token_ids"), decode)
-        tokens = token_html(pieces, r.get("token_entropy"), h_max)
+        gaps = token_logprob_gaps(r.get("token_logprobs"), r.get("token_trainer_logprobs")) \
+            if gap_max is not None else None
+        tokens = token_html(pieces, r.get("token_entropy"), h_max, gaps=gaps, gap_max=gap_max or GAP_FLOOR)
         for obs in r.get("observations") or []:
             tokens += f"<div style='color:#666;font-family:monospace'>environment: {html.escape(str(obs))}</div>"
         body.append(f"<tr>{cells}<td style='padding:2px 6px;width:100%'>{tokens}</td></tr>")
     return (
         "<table style='border-collapse:collapse;font-size:0.85rem;width:100%'>"
-        f"<thead><tr>{head}<th style='text-align:left;padding:2px 6px'>response (tokens coloured by entropy)</th>"
+        f"<thead><tr>{head}<th style='text-align:left;padding:2px 6px'>response (tokens coloured by "
+        f"{'trainer − behaviour log-prob' if gap_max is not None else 'entropy'})</th>"
         f"</tr></thead><tbody>{''.join(body)}</tbody></table>"
     )
 

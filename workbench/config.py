@@ -197,6 +197,13 @@ class LoggingConfig:
     """Log each rollout's per-token entropy list."""
     token_ids: bool = True
     """Log each rollout's generated token ids."""
+    token_logprobs: bool = False
+    """Log each rollout's per-token log-probabilities: the behaviour policy's (the weights that sampled
+    it, `rollouts.token_logprobs`) and the trainer's in the update (`rollouts.token_trainer_logprobs`),
+    for the Rollouts page's behaviour-vs-trainer colouring (docs/async.md). Off by default: two more
+    float lists per rollout (one float per generated token each, as `token_entropy`): x1.15-1.25 the
+    store bytes per rollout on the tiny run's 3.5-token responses (`workbench bench logprobs`); no
+    step-time cost measurable."""
     background_writes: bool = True
     """Commit each step to the store on a writer thread while the next step runs (one step in flight;
     the store then lags the engine by at most one step, and every checkpoint waits for it). With the

@@ -1,12 +1,15 @@
 """Run (live): one run's curves (reward and its terms, pass@k, entropy, zero-signal groups, throughput,
-time), refreshed while it goes, with the budget and allocator in force marked on them; and the control panel (budget, learning rate, allocator and its parameters, lifecycle) with the
-history of commands and their outcomes. The fragments only read; the engine applies the commands."""
+time; an asynchronous run's pipeline timeline, staleness and off-policy correction), refreshed while it
+goes, with the budget and allocator in force marked on them; and the control panel (budget, learning
+rate, allocator and its parameters, lifecycle) with the history of commands and their outcomes. The
+fragments only read; the engine applies the commands."""
 
 import polars as pl
 import streamlit as st
 
-from app import charts, components, data, derive
+from app import charts, components, data, derive, pipeline_charts
 from workbench.analysis import term_names, terms_by_step
+from workbench.analysis.pipeline import idle_fractions, pipeline_by_step, staleness_histogram
 
 PAGE = "live"
 LIVE_STATUSES = ("created", "running", "paused", "stopping")
@@ -72,6 +75,44 @@ def curves(run_id: str) -> None:
 
 
 curves(run_id)
+
+
+@st.fragment(run_every=every)
+def pipeline(run_id: str) -> None:
+    """The asynchronous pipeline (docs/async.md): how both sides spent each step, how stale the consumed
+    rollouts were, and the off-policy correction's diagnostics. One line for a synchronous run of ours;
+    nothing for an imported run or a run with no step yet."""
+    steps = data.steps((run_id,))
+    frame = pipeline_by_step(steps)
+    if frame.is_empty():
+        if not steps.is_empty() and components.source_of(run_id) is None:
+            st.caption("Synchronous run: each step generated, then trained (no pipeline timeline, staleness "
+                       "or off-policy correction to show; `pipeline.max_staleness` turns the pipeline on).")
+        return
+    st.subheader("Asynchronous pipeline")
+    cfg = components.as_dict(data.run(run_id).get("config")).get("pipeline") or {}
+    idle = idle_fractions(frame)
+    hist = staleness_histogram(data.staleness_counts(run_id))
+    last = frame.tail(1).to_dicts()[0]
+    c = st.columns(4)
+    c[0].metric("max staleness (config)", cfg.get("max_staleness", "–"))
+    c[1].metric("staleness now (max)", "–" if last["staleness_max"] is None else int(last["staleness_max"]))
+    c[2].metric("trainer idle", "–" if idle["trainer"] is None else f"{100 * idle['trainer']:.0f}%")
+    c[3].metric("generator idle", "–" if idle["generator"] is None else f"{100 * idle['generator']:.0f}%")
+    changes = derive.regime_changes(steps)
+    left, right = st.columns(2)
+    left.plotly_chart(pipeline_charts.timeline_chart(frame, changes=changes), key=f"{PAGE}_pipeline_timeline")
+    right.plotly_chart(pipeline_charts.staleness_chart(hist), key=f"{PAGE}_staleness")
+    left.plotly_chart(pipeline_charts.weight_chart(frame, cfg.get("is_cap"), changes=changes),
+                      key=f"{PAGE}_is_weight")
+    right.plotly_chart(pipeline_charts.clip_chart(frame, changes=changes), key=f"{PAGE}_clip")
+    left.plotly_chart(pipeline_charts.kl_chart(frame, changes=changes), key=f"{PAGE}_kl_behav")
+    right.caption(f"correction: {cfg.get('correction', '?')} ({cfg.get('correction_level', 'token')}), is_cap "
+                  f"{cfg.get('is_cap', '?')}; the weight, truncation, ESS and KL are over the stale tokens of the "
+                  "steps that updated the policy; idle shares over the steps shown.")
+
+
+pipeline(run_id)
 
 
 @st.fragment(run_every=every)

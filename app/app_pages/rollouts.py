@@ -1,14 +1,17 @@
 """Rollouts: every sampled response, filtered by run, step range, prompt, reward, verdict, length,
-entropy and a reward term's value; grouped by prompt within a step; tokens coloured by their entropy,
-each rollout's reward terms coloured by a picked term; paged."""
+entropy, a reward term's value and (asynchronous runs) staleness; grouped by prompt within a step;
+tokens coloured by their entropy or by the trainer's minus the behaviour log-probability, each
+rollout's reward terms coloured by a picked term, its version span shown in a pipelined run; paged."""
 
 import streamlit as st
 
 from app import components, data
 from workbench.analysis import term_names
+from workbench.analysis.pipeline import is_pipelined, pipeline_by_step
 
 PAGE = "rollouts"
 OTHER = "other…"
+COLOURS = ["entropy", "trainer − behaviour log-prob"]
 VERDICTS = ["any", "correct", "wrong", "no_answer", OTHER]
 NO_TERM = "none"
 
@@ -48,6 +51,15 @@ with st.container(border=True):
         term = None if term == NO_TERM else term
         term_min = t2.number_input("term ≥", value=None, key=f"{PAGE}_term_min", format="%.3g", disabled=term is None)
         term_max = t3.number_input("term ≤", value=None, key=f"{PAGE}_term_max", format="%.3g", disabled=term is None)
+    pipelined = is_pipelined(steps)
+    stale_range, stale_top = None, 0
+    if pipelined:  # the asynchronous pipeline: how many versions behind the trainer a rollout was consumed
+        stale_top = int(pipeline_by_step(steps)["staleness_max"].fill_null(0).max() or 0)
+        if stale_top > 0:
+            stale_range = st.slider("staleness (versions behind the trainer when consumed)", 0, stale_top,
+                                    (0, stale_top), key=f"{PAGE}_staleness")
+        else:
+            st.text("staleness: every rollout so far was consumed fresh (0)")
 
 filters = {
     "step_min": step_range[0],
@@ -64,6 +76,9 @@ filters = {
     "term": term if term is not None and (term_min is not None or term_max is not None) else None,
     "term_min": term_min if term is not None else None,
     "term_max": term_max if term is not None else None,
+    # the whole range hides nothing (and keeps rows that recorded no staleness)
+    "staleness_min": stale_range[0] if stale_range and stale_range[0] > 0 else None,
+    "staleness_max": stale_range[1] if stale_range and stale_range[1] < stale_top else None,
 }
 if alert:
     only = st.checkbox(f"only the rollouts behind alert {alert}", value=True, key=f"{PAGE}_alert")
@@ -83,4 +98,7 @@ p3.text(f"{total} rollouts match · page {page} of {pages}"
         + (f" · term filter: {term}" if filters.get("term") else ""))
 
 frame = data.rollouts(run_id, key, size, (page - 1) * size)
-components.rollout_groups(PAGE, run_id, frame, term=term)
+colour_gap = False
+if "token_trainer_logprobs" in frame.columns and frame["token_trainer_logprobs"].null_count() < frame.height:
+    colour_gap = st.radio("colour tokens by", COLOURS, horizontal=True, key=f"{PAGE}_colour") == COLOURS[1]
+components.rollout_groups(PAGE, run_id, frame, term=term, pipelined=pipelined, colour_gap=colour_gap)

@@ -167,10 +167,10 @@ def test_compare_chart_leaves_out_runs_without_the_axis():
 def test_a_legend_of_long_names_goes_below_the_plot():
     import plotly.graph_objects as go
 
-    short = charts._layout(go.Figure([go.Scatter(y=[1], name="pass@1"), go.Scatter(y=[1], name="pass@8")]), "t")
+    short = charts.layout(go.Figure([go.Scatter(y=[1], name="pass@1"), go.Scatter(y=[1], name="pass@8")]), "t")
     assert short.layout.legend.y == 1.0 and short.layout.height == 300, "two short entries fit beside the title"
     runs = [f"organism-{a} · finished · 114416-6e32" for a in ("uniform", "selective")]
-    long = charts._layout(go.Figure([go.Scatter(y=[1], name=n) for n in runs]), "t")
+    long = charts.layout(go.Figure([go.Scatter(y=[1], name=n) for n in runs]), "t")
     assert long.layout.legend.y < 0 and long.layout.height > 300, "two run names would cover the title"
-    many = charts._layout(go.Figure([go.Scatter(y=[1], name=str(i)) for i in range(5)]), "t")
+    many = charts.layout(go.Figure([go.Scatter(y=[1], name=str(i)) for i in range(5)]), "t")
     assert many.layout.legend.y < 0

@@ -1,5 +1,5 @@
 """Commands of the store: `workbench query`, `workbench store info|compact|export`, `workbench bench
-store` (see workbench/commands/__init__.py). Thin: parse, call one workbench.store function, print."""
+store`, `workbench bench logprobs` (see workbench/commands/__init__.py). Thin: parse, call one workbench.store function, print."""
 
 from __future__ import annotations
 
@@ -155,6 +155,27 @@ def bench_store_cmd(
             typer.echo(f"  p95 {name:<22}{ms:8.1f} ms")
 
 
+def bench_logprobs_cmd(
+    steps: Annotated[int, typer.Option("--steps", help="Steps per run (the first 2 are not timed).")] = 16,
+    rounds: Annotated[int, typer.Option("--rounds", help="Alternations of a run with and one without.")] = 6,
+    as_json: JsonOpt = False,
+) -> None:
+    """What `logging.token_logprobs` costs on the tiny run, on and off side by side: median step time
+    and store bytes per rollout (and the two columns' bytes in one Parquet file)."""
+    from workbench.experiments.logprob_cost import bench_token_logprobs
+
+    if steps <= 2 or rounds < 1:
+        raise typer.BadParameter(f"--steps {steps} --rounds {rounds}: steps must be > 2 and rounds >= 1",
+                                 param_hint="--steps/--rounds")
+    out = bench_token_logprobs(steps=steps, rounds=rounds)
+    if as_json:
+        print_json(out)
+    else:
+        typer.echo(f"step time x{out['step_time_ratio_on_vs_off']:.3f}, store bytes per rollout "
+                   f"x{out['store_bytes_ratio_on_vs_off']:.3f} ({out['on']['bytes_per_rollout']:.0f} vs "
+                   f"{out['off']['bytes_per_rollout']:.0f} B); one file x{out['one_file']['ratio']:.3f}")
+
+
 def register(app: typer.Typer, bench: typer.Typer) -> None:
     """Add this part's commands to the top-level app and the `bench` group."""
     store_app = typer.Typer(help="The run store (DuckLake: SQLite catalog + Parquet files): sizes, "
@@ -165,3 +186,4 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
     store_app.command("compact")(compact_cmd)
     store_app.command("export")(export_cmd)
     bench.command("store")(bench_store_cmd)
+    bench.command("logprobs")(bench_logprobs_cmd)

@@ -260,6 +260,7 @@ def record(s: Setup, run_id: str, batch: Batch, upd: Update, eval_rows: list[dic
             table = rollouts_table(run_id, batch.step, r, prompt_ids=s.train_ids, idx=_idx(upd.gidx),
                                    advantage=upd.adv, used=upd.used, token_ids=cfg.logging.token_ids,
                                    token_entropy=cfg.logging.token_entropy, staleness=upd.staleness,
+                                   token_logprobs=cfg.logging.token_logprobs,
                                    is_weight=upd.is_weight)
             table = table.append_column("worker", pa.array(r.workers, pa.string()))
     metrics.update(timer.metrics())  # timing_s/log: building the rows (the commit overlaps the next step)

@@ -68,6 +68,10 @@ class Rollouts:
     """[N] policy version of the row's last segment (= start unless a partial rollout was continued)."""
     segments: np.ndarray | None = None
     """[N] number of generation segments (1 unless a partial rollout was continued under new weights)."""
+    trainer_logprobs: torch.Tensor | None = None
+    """[N, T] float32 the trainer's log-probabilities of the sampled tokens, from the forward pass of
+    the update that trained the row (NaN rows: not in a forward pass); set by the policy update when
+    `logging.token_logprobs` is on, else None."""
 
     @property
     def n(self) -> int:
@@ -125,6 +129,17 @@ def _list_array(values: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor,
     return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(flat, dtype))
 
 
+def _trainer_array(values: torch.Tensor | None, mask: torch.Tensor, lengths: torch.Tensor) -> pa.Array:
+    """`Rollouts.trainer_logprobs` as a list column: null for the rows the update did not compute."""
+    n = len(lengths)
+    if values is None:
+        return pa.nulls(n, pa.list_(pa.float32()))
+    values = values.cpu().float()
+    lists = _list_array(torch.nan_to_num(values), mask, lengths, pa.float32())
+    missing = values[:, 0].isnan().numpy() if values.shape[1] else np.ones(n, dtype=bool)
+    return pa.ListArray.from_arrays(lists.offsets, lists.values, mask=pa.array(missing))
+
+
 def rollouts_table(
     run_id: str,
     step: int,
@@ -136,13 +151,16 @@ def rollouts_table(
     used: np.ndarray,
     token_ids: bool = True,
     token_entropy: bool = True,
+    token_logprobs: bool = False,
     staleness: np.ndarray | None = None,
     is_weight: np.ndarray | None = None,
 ) -> pa.Table:
     """The `rollouts` rows of one step (one per sequence), columns as in the store's schema.
 
     `staleness` [N] (versions behind the trainer when consumed) and `is_weight` [N] (mean importance
-    weight, NaN: not in the update) are the asynchronous pipeline's; absent, they are left null."""
+    weight, NaN: not in the update) are the asynchronous pipeline's; absent, they are left null.
+    `token_logprobs` writes the behaviour log-probs per token and the trainer's (`r.trainer_logprobs`;
+    null for a row the update did not compute)."""
     n = r.n
     tokens = r.tokens.cpu()
     lengths = r.lengths.cpu().long()
@@ -179,6 +197,9 @@ def rollouts_table(
         "off_policy": pa.array(r.off_policy.astype(bool)),
         "used_in_update": pa.array(used.astype(bool)),
     }
+    if token_logprobs:
+        cols["token_logprobs"] = _list_array(r.logprobs.cpu().float(), mask, lengths, pa.float32())
+        cols["token_trainer_logprobs"] = _trainer_array(r.trainer_logprobs, mask, lengths)
     for name, values, typ in (("version_start", r.version_start, pa.int32()), ("version_end", r.version_end, pa.int32()),
                               ("segments", r.segments, pa.int32()), ("staleness", staleness, pa.int32()),
                               ("is_weight_mean", is_weight, pa.float32())):

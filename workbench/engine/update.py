@@ -24,7 +24,9 @@ def policy_update(s: Setup, r: Rollouts, adv: np.ndarray, used: np.ndarray, sign
 
     `stale` [N] marks rows generated under an older policy than the trainer's (the asynchronous
     pipeline): their loss gets `pipeline.correction` (`workbench.algorithms.correction`), and each
-    row's mean importance weight is written into `row_weight` [N]."""
+    row's mean importance weight is written into `row_weight` [N]. With `logging.token_logprobs` the
+    trainer's log-probabilities of the sampled tokens go into `r.trainer_logprobs` (rows not in a
+    forward pass: NaN)."""
     a, dev = s.cfg.algorithm, s.device
     loss_fn = get_policy_loss(a.loss)
     used_rows = np.flatnonzero(used)
@@ -42,6 +44,7 @@ def policy_update(s: Setup, r: Rollouts, adv: np.ndarray, used: np.ndarray, sign
     weights = 0.0
     pc = s.cfg.pipeline
     is_max = 1.0
+    trainer_lp = torch.full_like(r.logprobs, float("nan")) if s.cfg.logging.token_logprobs else None
     for chunk in np.array_split(used_rows, a.updates_per_step):
         norm = loss_normaliser(mask_all[chunk], a.aggregation, s.cfg.sampling.max_new_tokens)
         rows_in = [int(i) for i in chunk if int(i) in train_set]
@@ -51,6 +54,8 @@ def policy_update(s: Setup, r: Rollouts, adv: np.ndarray, used: np.ndarray, sign
             batch = batch.to(dev)
             logp, _ = grouped_logprobs(s.model, batch, pad_token_id=s.pad_id, temperature=t)
             width = logp.shape[1]
+            if trainer_lp is not None:  # what the trainer makes of the sampled tokens, for the store
+                trainer_lp[micro, :width] = logp.detach().float().cpu()
             onp = torch.as_tensor(~r.off_policy[micro], device=dev).unsqueeze(1)
             old_m = old[micro, :width].to(dev)
             if a.updates_per_step == 1:
@@ -88,6 +93,7 @@ def policy_update(s: Setup, r: Rollouts, adv: np.ndarray, used: np.ndarray, sign
         s.optimizer.zero_grad(set_to_none=True)
         totals["train/loss_sum"] = totals.get("train/loss_sum", 0.0) + loss_total
         totals["train/grad_norm_sum"] = totals.get("train/grad_norm_sum", 0.0) + grad_norm
+    r.trainer_logprobs = trainer_lp
     out = {k: v / weights for k, v in totals.items() if not k.endswith("_sum")} if weights else {}
     out["train/loss"] = totals.get("train/loss_sum", 0.0) / a.updates_per_step
     out["train/grad_norm"] = totals.get("train/grad_norm_sum", 0.0) / a.updates_per_step

@@ -21,6 +21,7 @@ _ROLLOUT_FILTERS = {
     "length_min": "length >= ?", "length_max": "length <= ?",
     "entropy_min": "entropy_mean >= ?", "entropy_max": "entropy_mean <= ?",
     "stage": "stage = ?", "finish_reason": "finish_reason = ?",
+    "staleness_min": "staleness >= ?", "staleness_max": "staleness <= ?",
     "alert_id": "EXISTS (SELECT 1 FROM alert_rollouts a WHERE a.alert_id = ? AND a.run_id = rollouts.run_id "
                 "AND a.step = rollouts.step AND a.stage = rollouts.stage AND a.prompt_id = rollouts.prompt_id "
                 "AND a.idx = rollouts.idx)",
@@ -98,7 +99,8 @@ class ReaderMixin:
 
         Filters (all optional, bound parameters): step_min, step_max, prompt_id, reward_min,
         reward_max, verdict, length_min, length_max, entropy_min, entropy_max (on entropy_mean),
-        stage, finish_reason, alert_id (the rollouts behind an alert); term (a reward term's name: rows
+        stage, finish_reason, staleness_min, staleness_max (versions behind the trainer when consumed,
+        the asynchronous pipeline), alert_id (the rollouts behind an alert); term (a reward term's name: rows
         that have it) with term_min, term_max (bounds on its value). `columns` picks columns (default: all)."""
         where, params = rollout_where(run_id, filters)
         if columns is not None:
@@ -145,6 +147,14 @@ class ReaderMixin:
         """How many of a run's rollouts match the filters (same keywords as `rollouts`)."""
         where, params = rollout_where(run_id, filters)
         return int(self._lake.read(f"SELECT count(*) AS n FROM rollouts WHERE {where}", params)["n"][0])
+
+    def staleness_counts(self, run_id: str) -> pl.DataFrame:
+        """How many of a run's generated rollouts (reused responses left out) the trainer consumed at each
+        staleness (columns staleness, rollouts; by staleness). Empty for runs that recorded none."""
+        return self._lake.read(
+            "SELECT staleness::BIGINT AS staleness, count(*)::BIGINT AS rollouts FROM rollouts WHERE run_id = ? "
+            "AND staleness IS NOT NULL AND off_policy IS DISTINCT FROM true GROUP BY staleness ORDER BY staleness",
+            [run_id])
 
     def prompt_history(self, run_id: str, prompt_id: str) -> pl.DataFrame:
         """One prompt across the run's steps: its allocation (asked, granted, stages, reasons,

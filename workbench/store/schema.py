@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 """Bumped whenever a table or column changes; older stores are migrated on open (see MIGRATIONS)."""
 
 # (column, DuckDB type) per table. JSON columns are written as text and typed JSON in the store.
@@ -52,7 +52,7 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("reward_terms", "MAP(VARCHAR, DOUBLE)"),
         ("correct", "BOOLEAN"), ("observations", "VARCHAR[]"),
         ("version_start", "INTEGER"), ("version_end", "INTEGER"), ("segments", "INTEGER"),
-        ("staleness", "INTEGER"), ("is_weight_mean", "FLOAT"),
+        ("staleness", "INTEGER"), ("is_weight_mean", "FLOAT"), ("token_trainer_logprobs", "FLOAT[]"),
     ],
     "prompt_stats": [
         ("run_id", "VARCHAR"), ("step", "INTEGER"), ("prompt_id", "VARCHAR"), ("alpha", "DOUBLE"),
@@ -190,6 +190,10 @@ MIGRATIONS: dict[int, tuple[str, list[str] | Callable[[], list[str]]]] = {
         "and alert_rollouts (the rollouts behind each alert); in a migrated store their rows are not "
         "inlined (DuckLake sets no option on a table created in the same transaction)",
         lambda: create_statements(("alerts", "alert_rollouts"))),
+    8: ("rollouts.token_trainer_logprobs: the trainer's log-probability of each generated token in the update "
+        "(beside the behaviour policy's, token_logprobs, which the engine now fills too); null in rows written "
+        "before, in rows the update did not compute and in imported runs",
+        ["ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS token_trainer_logprobs FLOAT[]"]),
 }
 
 
