@@ -27,6 +27,9 @@ from test_browser import CHROMIUM, PAGES, _goto, _idle, app_server  # noqa: E402
 CLICK_FIRST = (("learned", "first"), ("lost", "last"), ("better", "first"))
 """Which scatter point Compare prompts opens: the first trace (change label) present, and its point with the
 largest gain (first: the page sorts by B - A, largest first) or largest loss (last)."""
+TALL = 2600
+"""Viewport height for Compare prompts (the app scrolls inside its own container, so a full-page shot is
+the viewport)."""
 
 
 def open_scatter_point(page) -> str | None:
@@ -59,8 +62,10 @@ def shoot(store: Path, out: Path, run_id: str | None = None, pages: list[str] | 
                     query = [f"run={run_id}"] if run_id else []
                     query += ["refresh=0"] if name == "live" else []
                     _goto(page, f"{url}/{name}" + ("?" + "&".join(query) if query else ""))
-                    if name == "compare-prompts":
+                    if name == "compare-prompts":  # the table, the scatter and the side-by-side view in one shot
+                        page.set_viewport_size({"width": 1400, "height": TALL})
                         print(f"compare-prompts: opened a point of {open_scatter_point(page)!r}", file=sys.stderr)
+                        page.evaluate("() => document.querySelectorAll('*').forEach(e => { e.scrollTop = 0; })")
                     time.sleep(2.0)  # charts finish their transitions
                     if page.locator("[data-testid='stException']").count():
                         raise RuntimeError(f"the {name} page raised: see {out / '.app.log'}")
