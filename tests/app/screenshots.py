@@ -2,14 +2,19 @@
 
     workbench run configs/organism.toml --store /tmp/default-store      # the default experiment
     python tests/app/screenshots.py /tmp/default-store docs/img
+    python tests/app/screenshots.py /tmp/default-store docs/img --pages compare-prompts
 
-Starts `workbench app` on the store, opens every page in headless chromium (Debian's, through
-Playwright) with the newest run picked and automatic refresh off, waits until the page is idle and its
-charts are drawn, and writes `<page>.png` (full page, 1400 px wide). Look at each one before committing.
+Starts `workbench app` on the store, opens every page (or those of `--pages`) in headless chromium
+(Debian's, through Playwright) with the newest run picked (or RUN_ID) and automatic refresh off, waits
+until the page is idle and its charts are drawn, and writes `<page>.png` (full page, 1400 px wide). On
+Compare prompts (the store's two newest runs, the older one as A) it then clicks a point of the scatter,
+the largest gain "learned by B" or else the largest loss "lost by B", "better in B", so that the side-by-
+side view shows that prompt. Look at each one before committing.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
@@ -17,10 +22,32 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run by hand (not by pytest): the tests' helpers, as pytest's pythonpath
 
-from test_browser import CHROMIUM, PAGES, _goto, app_server  # noqa: E402
+from test_browser import CHROMIUM, PAGES, _goto, _idle, app_server  # noqa: E402
+
+CLICK_FIRST = (("learned", "first"), ("lost", "last"), ("better", "first"))
+"""Which scatter point Compare prompts opens: the first trace (change label) present, and its point with the
+largest gain (first: the page sorts by B - A, largest first) or largest loss (last)."""
+TALL = 2600
+"""Viewport height for Compare prompts (the app scrolls inside its own container, so a full-page shot is
+the viewport)."""
 
 
-def shoot(store: Path, out: Path, run_id: str | None = None) -> list[Path]:
+def open_scatter_point(page) -> str | None:
+    """Click a point of the Compare prompts scatter as CLICK_FIRST says; the label clicked, or None."""
+    names = page.evaluate("() => Array.from(document.querySelector('.js-plotly-plot').data, t => t.name || '')")
+    for prefix, which in CLICK_FIRST:
+        for i, name in enumerate(names):
+            if name.startswith(prefix):
+                points = page.locator(".js-plotly-plot .scatterlayer .trace").nth(i).locator(".points path")
+                point = points.first if which == "first" else points.last
+                point.scroll_into_view_if_needed()
+                point.click(force=True)
+                _idle(page)
+                return name
+    return None
+
+
+def shoot(store: Path, out: Path, run_id: str | None = None, pages: list[str] | None = None) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = []
     try:
@@ -31,10 +58,14 @@ def shoot(store: Path, out: Path, run_id: str | None = None) -> list[Path]:
                 browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
                     "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"])
                 page = browser.new_page(viewport={"width": 1400, "height": 1000})
-                for name in PAGES:
+                for name in pages or PAGES:
                     query = [f"run={run_id}"] if run_id else []
                     query += ["refresh=0"] if name == "live" else []
                     _goto(page, f"{url}/{name}" + ("?" + "&".join(query) if query else ""))
+                    if name == "compare-prompts":  # the table, the scatter and the side-by-side view in one shot
+                        page.set_viewport_size({"width": 1400, "height": TALL})
+                        print(f"compare-prompts: opened a point of {open_scatter_point(page)!r}", file=sys.stderr)
+                        page.evaluate("() => document.querySelectorAll('*').forEach(e => { e.scrollTop = 0; })")
                     time.sleep(2.0)  # charts finish their transitions
                     if page.locator("[data-testid='stException']").count():
                         raise RuntimeError(f"the {name} page raised: see {out / '.app.log'}")
@@ -48,7 +79,15 @@ def shoot(store: Path, out: Path, run_id: str | None = None) -> list[Path]:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) not in (3, 4):
-        sys.exit("usage: python tests/app/screenshots.py STORE OUT_DIR [RUN_ID]")
-    for p in shoot(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] if len(sys.argv) == 4 else None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("store", type=Path)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("run_id", nargs="?", default=None)
+    parser.add_argument("--pages", default=None, help=f"comma-separated, of {', '.join(PAGES)} (default: all)")
+    args = parser.parse_args()
+    chosen = [p.strip() for p in args.pages.split(",")] if args.pages else None
+    unknown = sorted(set(chosen or []) - set(PAGES))
+    if unknown:
+        parser.error(f"--pages: unknown page(s) {unknown}; pages are {', '.join(PAGES)}")
+    for p in shoot(args.store, args.out, args.run_id, chosen):
         print(p)
