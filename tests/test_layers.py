@@ -74,3 +74,12 @@ def test_the_private_import_check_can_fail(tmp_path, monkeypatch):
         "workbench/engine/x.py:1 imports workbench.control.apply._apply_one",
         "workbench/engine/x.py:2 imports private module workbench.allocators._config",
     ]
+
+
+def test_test_files_have_unique_names():
+    """pytest imports test folders without `__init__.py` by their file's name alone: two `test_x.py`
+    in two folders collide, and the second fails to collect ("import file mismatch")."""
+    from collections import Counter
+
+    names = Counter(p.name for p in (ROOT / "tests").rglob("test_*.py"))
+    assert [n for n, k in names.items() if k > 1] == []

@@ -118,7 +118,7 @@ def test_a_store_from_before_the_alerts_migrates_to_hold_them(tmp_path):
     finally:
         lake.close()
     with open_store(path) as st:
-        assert st.schema_version == schema.SCHEMA_VERSION == before + 1
+        assert st.schema_version == schema.SCHEMA_VERSION > before
         run_id = st.list_runs()["run_id"][0]
         st.add_alert(run_id, _alert(), [dict(step=5, stage=0, prompt_id="p", idx=0)])
         assert st.alerts(run_id).height == 1
