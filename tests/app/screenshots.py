@@ -1,8 +1,8 @@
 """Retake the dashboard screenshots in docs/img/ from a store (not a test: run it by hand).
 
-    workbench run configs/organism.toml --store /tmp/default-store      # the default experiment
-    python tests/app/screenshots.py /tmp/default-store docs/img
-    python tests/app/screenshots.py /tmp/default-store docs/img --pages compare-prompts
+    workbench run configs/organism.toml --store store/default      # the default experiment
+    python tests/app/screenshots.py store/default docs/img
+    python tests/app/screenshots.py store/default docs/img --pages compare-prompts
 
 Starts `workbench app` on the store, opens every page (or those of `--pages`) in headless chromium
 (Debian's, through Playwright) with the newest run picked (or RUN_ID) and automatic refresh off, waits
