@@ -415,11 +415,11 @@ def group_html(rows: list[dict], decode: Any | None = None, h_max: float = 2.0, 
         for obs in r.get("observations") or []:
             tokens += f"<div style='color:#666;font-family:monospace'>environment: {html.escape(str(obs))}</div>"
         body.append(f"<tr>{cells}<td style='padding:2px 6px;width:100%'>{tokens}</td></tr>")
-    return (
-        "<table style='border-collapse:collapse;font-size:0.85rem;width:100%'>"
-        f"<thead><tr>{head}<th style='text-align:left;padding:2px 6px'>response (tokens coloured by "
-        f"{'trainer − behaviour log-prob' if gap_max is not None else 'entropy'})</th>"
-        f"</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    return (  # scrolls sideways in a narrow column (the side-by-side view) instead of overflowing it
+        "<div style='overflow-x:auto'><table style='border-collapse:collapse;font-size:0.85rem;width:100%'>"
+        f"<thead><tr>{head}<th style='text-align:left;padding:2px 6px;min-width:12rem'>response (tokens "
+        f"coloured by {'trainer − behaviour log-prob' if gap_max is not None else 'entropy'})</th>"
+        f"</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
     )
 
 
