@@ -117,15 +117,16 @@ def _record(store_dir, rid):
             steps.select(["step", "loss", "grad_norm", "kl", "clip_frac"]).to_dicts(), r)
 
 
-def test_eta_zero_through_the_generator_thread_is_the_synchronous_run(store_dir, tiny_config):
+@pytest.mark.parametrize("generator", ["process", "thread"])
+def test_eta_zero_through_the_generator_thread_is_the_synchronous_run(store_dir, tiny_config, generator):
     """Same seed: the same rollouts and the same losses, whether the trainer generates or a generator
     thread with its own copy of the weights does, held to eta = 0."""
     from workbench.engine import run
 
     base = dict(steps=3, eval__every=0, eval__at_start=False, model__threads=1)
     a = run(tiny_config(**base), store=str(store_dir))
-    b = run(tiny_config(**base, pipeline__max_staleness=0, pipeline__max_staleness_bound=2, pipeline__threads_per_side=1),
-            store=str(store_dir))
+    b = run(tiny_config(**base, pipeline__max_staleness=0, pipeline__max_staleness_bound=2, pipeline__threads_per_side=1,
+                        pipeline__generator=generator), store=str(store_dir))
     ra, sa, _ = _record(store_dir, a)
     rb, sb, table = _record(store_dir, b)
     assert len(ra) == 3 * 32 and ra == rb

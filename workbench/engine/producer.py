@@ -37,36 +37,43 @@ def make_producer(s: Setup, state: StepState, start: int, queued: list, *,
     # the trainer's share (torch's OpenMP thread count is kept per calling thread: the generator
     # thread sets its own, this call sets the trainer's)
     torch.set_num_threads(threads)
-    # the generator's own weights; their requires_grad flags are kept: turning them off changes the
-    # CPU kernels' rounding (measured), and eta = 0 must give the synchronous run's log-probs exactly
-    model = copy.deepcopy(s.model)
     ship = getattr(s.backend, "ship", None)  # Ray workers: they generate, from the weights shipped
-    if ship is not None:
-        backend, s.backend = s.backend, s.backend.local  # the trainer keeps the in-process one (evaluation)
-        closing.append(backend.close)
-    elif pc.generator == "process":
+    if ship is None and pc.generator == "process":
         from workbench.rollout.process_backend import ProcessBackend
 
-        backend = ProcessBackend(model, device=s.device, eos_token_ids=s.backend.eos_token_ids,
-                                 pad_token_id=s.pad_id, threads=threads)
+        # the child holds the generator's weights: this side keeps no copy, and each push goes
+        # straight into the child's shared buffers
+        model, backend = s.model, ProcessBackend(s.model, device=s.device, eos_token_ids=s.backend.eos_token_ids,
+                                                 pad_token_id=s.pad_id, threads=threads)
         backend.policy_version = s.backend.policy_version
         closing.append(backend.close)
-        ship = backend.ship
+        install = backend.ship
     else:
-        from workbench.rollout.hf import HFBackend
+        # the generator's own weights; their requires_grad flags are kept: turning them off changes the
+        # CPU kernels' rounding (measured), and eta = 0 must give the synchronous run's log-probs exactly
+        model = copy.deepcopy(s.model)
+        if ship is not None:
+            backend, s.backend = s.backend, s.backend.local  # the trainer keeps the in-process one (evaluation)
+            closing.append(backend.close)
+        else:
+            from workbench.rollout.hf import HFBackend
 
-        backend = HFBackend(model, s.tokenizer, s.device)
-        backend.policy_version = s.backend.policy_version
+            backend = HFBackend(model, s.tokenizer, s.device)
+            backend.policy_version = s.backend.policy_version
+
+        def install(weights: dict, version: int) -> None:
+            model.load_state_dict(weights)
+            if ship is not None:
+                ship(model, version)
+            else:
+                backend.policy_version = version
+
     gen = dataclasses.replace(s, model=model, backend=backend)
     shipped = [s.backend.policy_version]
 
     def load(weights: dict) -> None:
-        model.load_state_dict(weights)
         shipped[0] += 1
-        if ship is not None:
-            ship(model, shipped[0])
-        else:
-            backend.policy_version = shipped[0]
+        install(weights, shipped[0])
 
     def produce(step: int, version: int) -> Batch:
         batch = collect(gen, state, step, version, feed=pipeline if pc.partial_rollouts else None)

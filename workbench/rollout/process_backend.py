@@ -13,7 +13,7 @@ How it works:
    and config, copies the weights out of a shared-memory state dict, and serves requests over a pipe.
 2. `generate(...)` sends the prompts, sampling parameters and per-group seeds and waits for the batch.
    The seeds make the child's rollouts those of the in-process backend at the same thread count.
-3. `ship(model, version)` copies new weights into the shared-memory buffers and has the child load
+3. `ship(state, version)` copies a new state dict into the shared-memory buffers and has the child load
    them (between generate calls: one request at a time, so the buffers are never read mid-copy).
 4. Partial rollouts: while waiting for a batch, the caller's `interrupt()` is polled in this process;
    when it says so, a shared event tells the child's decoding loop to stop after its current token,
@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import traceback
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -154,18 +154,18 @@ class ProcessBackend(BackendDefaults):
         except (BrokenPipeError, EOFError, OSError):
             raise self._died() from None
 
-    def ship(self, model: torch.nn.Module, version: int) -> None:
-        """Have the child load `model`'s weights as `version` (copied into the shared buffers first)."""
+    def ship(self, state: Mapping[str, torch.Tensor], version: int) -> None:
+        """Have the child load the state dict `state` as `version` (copied into the shared buffers first)."""
         with torch.no_grad():
-            for k, v in model.state_dict().items():
-                self._shared[k].copy_(v.detach())
+            for k, v in state.items():
+                self._shared[k].copy_(v)
         self._send("load")
         self._metrics["timing_s/weight_reload"] = self._metrics.get("timing_s/weight_reload", 0.0) + \
             float(self._call("loaded"))
         self.policy_version = version
 
     def update_weights(self, model: torch.nn.Module) -> None:
-        self.ship(model, self.policy_version + 1)
+        self.ship(model.state_dict(), self.policy_version + 1)
 
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams, *,
                  generator: torch.Generator | None = None, seeds: Sequence[int] | None = None,
