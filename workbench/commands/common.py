@@ -31,3 +31,13 @@ def store_path(store: Path | None) -> Path:
 def print_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
     sys.stdout.flush()
+
+
+def int_list(option: str, text: str) -> list[int]:
+    """`"1,2"` -> `[1, 2]` for a comma-separated option; one line naming `option` when it is not that."""
+    from workbench.errors import ConfigError
+
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"{option}: {text!r} is not a comma-separated list of integers") from None

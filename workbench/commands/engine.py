@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from workbench.commands.common import JsonOpt, StoreOpt, print_json, store_path
+from workbench.commands.common import JsonOpt, StoreOpt, int_list, print_json, store_path
 
 ConfigArg = Annotated[
     Optional[Path],
@@ -216,10 +216,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
 
         if backend not in ("hf", "ray"):
             raise ConfigError(f"--backend: {backend!r} is not allowed ('hf' or 'ray')")
-        try:
-            counts = [int(w) for w in workers.split(",") if w.strip()]
-        except ValueError:
-            raise ConfigError(f"--workers: {workers!r} is not a comma-separated list of integers") from None
+        counts = int_list("--workers", workers)
         if backend == "ray" and (not counts or min(counts) < 1):
             raise ConfigError(f"--workers: {workers!r} needs worker counts >= 1")
         if backend == "ray":
@@ -259,10 +256,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         from workbench.errors import ConfigError
         from workbench.experiments.async_bench import PROFILES, bench_async as run_bench, markdown
 
-        try:
-            eta_list = [int(e) for e in etas.split(",") if e.strip()]
-        except ValueError:
-            raise ConfigError(f"--etas: {etas!r} is not a comma-separated list of integers") from None
+        eta_list = int_list("--etas", etas)
         if not eta_list or min(eta_list) < 1:
             raise ConfigError(f"--etas: {etas!r} needs staleness bounds >= 1 (the synchronous runs are always made)")
         names = [p.strip() for p in profiles.split(",") if p.strip()]
@@ -301,10 +295,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         from workbench.errors import ConfigError
         from workbench.experiments.stale_allocators import bench_stale_allocators
 
-        try:
-            eta_list = tuple(int(e) for e in etas.split(",") if e.strip())
-        except ValueError:
-            raise ConfigError(f"--etas: {etas!r} is not a comma-separated list of integers") from None
+        eta_list = tuple(int_list("--etas", etas))
         if not eta_list or min(eta_list) < 0:
             raise ConfigError(f"--etas: {etas!r} needs staleness values >= 0")
         names = tuple(a.strip() for a in allocators.split(",") if a.strip())
