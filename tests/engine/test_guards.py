@@ -5,8 +5,10 @@ once."""
 
 from __future__ import annotations
 
+import json
 import math
 
+import polars as pl
 import pytest
 
 from workbench.engine import run
@@ -66,6 +68,49 @@ def test_stop_action_goes_through_live_control(store_dir, tiny_config):
         assert st.controls(run_id)[["who", "command", "status", "applied_step"]].rows() == [
             ("guard:always", "stop", "applied", 3)]
         assert st.run(run_id)["status"] == "stopped" and st.run_steps(run_id)["step"].to_list() == [1, 2]
+
+
+def test_a_guard_that_fires_again_goes_one_checkpoint_further_back_also_after_resume(store_dir, tiny_config):
+    from workbench.engine import resume
+
+    # holds from step 6 on (its baseline is unknown before 6 steps), and again on each regenerated step 6:
+    # the checkpoint it went back to did not cure it, so each rollback goes one checkpoint further back
+    again = {"name": "again", "rule": "rollout/count > 0 and baseline(rollout/count, 6) > 0",
+             "action": "rollback"}
+    cfg = tiny_config(steps=8, eval__every=0, eval__at_start=False, guards=[again])  # checkpoints every 2
+    with open_store(store_dir) as st:
+        run_id = run(cfg, store=st, store_dir=store_dir)
+        alerts = [a for rid in (run_id, f"{run_id}.attempt1", f"{run_id}.attempt2") for a in st.alerts(rid).to_dicts()]
+        outcomes = sorted(a["outcome"] for a in alerts)
+        assert len(outcomes) == 3 and outcomes[0].startswith("no checkpoint before step 2: stopped instead")
+        assert outcomes[1].startswith("rolled back to step 2") and outcomes[2].startswith("rolled back to step 4")
+        steps_of = {a: st.run_steps(a)["step"].to_list() for a in st.attempts(run_id)["run_id"].to_list()}
+        assert steps_of == {f"{run_id}.attempt1": [5, 6], f"{run_id}.attempt2": [3, 4, 5, 6]}
+        reasons = st.attempts(run_id)["reason"].to_list()
+        assert "to the checkpoint of step 4" in reasons[0] and "further back" not in reasons[0]
+        assert "to the checkpoint of step 2" in reasons[1] and "one checkpoint further back" in reasons[1]
+        assert st.run(run_id)["status"] == "stopped" and st.run_steps(run_id)["step"].to_list() == [1, 2, 3, 4, 5, 6]
+
+        # a new process knows the guard's rollbacks from the store: it does not start over at step 6's checkpoint
+        resume(st, run_id, store_dir=store_dir)
+        last = st.alerts(run_id).sort("step").to_dicts()[-1]
+        assert last["step"] == 7 and last["outcome"].startswith("no checkpoint before step 2: stopped instead")
+        assert st.attempts(run_id).height == 2 and st.run(run_id)["status"] == "stopped"
+
+
+def test_the_evaluation_before_step_1_is_the_guards_step_0(store_dir, tiny_config):
+    # a rule over eval/ metrics reads the evaluation taken before the first step (eval.at_start) from step 1
+    # on: reward_hacking's first arm compares the first training reward with it
+    seen = {"name": "seen", "rule": "last(eval/pass1) >= 0 and baseline(eval/pass1, 1) == last(eval/pass1)"}
+    cfg = tiny_config(steps=2, eval__every=0, checkpoint__every=0, guards=[seen])
+    with open_store(store_dir) as st:
+        run_id = run(cfg, store=st, store_dir=store_dir)
+        (alert,) = st.alerts(run_id).to_dicts()
+        ev = st.evals(run_id).filter(pl.col("step") == 0)
+        at0 = float((ev["correct"] / ev["samples"]).mean())
+        assert (alert["guard"], alert["step"]) == ("seen", 1)
+        evidence = json.loads(alert["evidence"])  # a metric not recorded at the step: its latest value
+        assert evidence["1"]["eval/pass1"] == pytest.approx(at0, rel=1e-6)
 
 
 # -- the learning rate: a live command, and the non-finite loss a far too high one causes ------------

@@ -99,3 +99,24 @@ def test_reward_hacking_fires_on_reward_far_above_the_held_out_score(rewards, pa
         m = {"rollout/reward_mean": r, "rollout/length_mean": 3.0, **({"eval/pass1": pass1[step]} if step in pass1 else {})}
         out += [(f.guard.name, f.first_step, f.step) for f in w.step(step, m)]
     assert out == fires
+
+
+HACKED_FULL = [0.371, 0.244, 0.377, 0.318, 0.426, 0.455, 0.486, 0.615, 0.604, 0.748, 0.697, 0.848]
+"""The same hacked reward on the default organism (the bench's reward-hacking run with an evaluation every 4
+steps), steps 1-12: its warm start answers ~30% of prompts in at most 2 characters, so the hacked reward starts
+where the true one does and rises as the policy learns the trick."""
+
+
+@pytest.mark.parametrize("pass1, fires", [
+    ({0: 0.372, 4: 0.356, 8: 0.300, 12: 0.226}, [("reward_hacking", 8, 9)]),  # the held-out score falls
+    ({0: 0.372, 2: 0.36, 4: 0.345, 6: 0.33, 8: 0.315, 10: 0.30, 12: 0.285}, [("reward_hacking", 8, 9)]),
+    # every 2 steps, each evaluation a little below the one before: the fall counts from the start
+    ({0: 0.372, 4: 0.380, 8: 0.401, 12: 0.420}, []),  # it rises with the reward: learning
+])
+def test_reward_hacking_fires_when_the_reward_rises_and_the_held_out_score_falls(pass1, fires):
+    w = Watch({"reward_hacking": GuardConfig(preset="reward_hacking").resolve()})
+    out = [(f.guard.name, f.first_step, f.step) for f in w.step(0, {"eval/pass1": pass1[0]})]  # before step 1
+    for step, r in enumerate(HACKED_FULL, start=1):
+        m = {"rollout/reward_mean": r, "rollout/length_mean": 3.5, **({"eval/pass1": pass1[step]} if step in pass1 else {})}
+        out += [(f.guard.name, f.first_step, f.step) for f in w.step(step, m)]
+    assert out == fires

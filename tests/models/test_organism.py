@@ -91,6 +91,9 @@ def test_build_is_cached_loadable_and_deterministic(built, tmp_path):
     store, path = built
     meta = read_meta(path)
     assert meta["hash"] == RECIPE.hash() and meta["final_loss"] < meta["first_loss"]
+    # the recipe hash pins the recipe; organism.json also pins the numbers and what made them
+    assert meta["weights_sha256"] == weights_digest(path) and len(meta["weights_sha256"]) == 64
+    assert {"torch", "transformers", "python", "machine", "cpu"} <= set(meta["built_with"])
     assert ensure_organism(store, RECIPE) == path  # cached: no rebuild
     assert read_meta(path)["build_s"] == meta["build_s"]
     model = AutoModelForCausalLM.from_pretrained(path)

@@ -50,7 +50,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         path = ensure_organism(store_path(store), _recipe(recipe), force=force)
         meta = read_meta(path)
         if json_out:
-            print_json({"path": str(path), **{k: meta[k] for k in ("hash", "build_s", "params", "final_loss")}})
+            print_json({"path": str(path), **{k: meta[k] for k in ("hash", "build_s", "params", "final_loss")},
+                        "weights_sha256": meta.get("weights_sha256"), "built_with": meta.get("built_with")})
         else:
             typer.echo(f"{path}  ({meta['params']:,} parameters, built in {meta['build_s']:.0f} s)")
 

@@ -81,11 +81,20 @@ def evaluate(
         }
         for p, c, g, s in zip(prompts, correct, greedy_ok, length_sum)
     ]
+    return rows, eval_metrics(rows)
+
+
+def eval_metrics(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """The logged metrics of one evaluation's rows (`samples`, `correct`, `greedy_correct` per prompt):
+    pass@1, pass@n at the eval temperature, the prompt count and greedy accuracy (when taken)."""
+    samples = int(rows[0]["samples"]) if rows else 1
+    correct = np.array([int(r["correct"]) for r in rows], dtype=np.int64)
     metrics = {
-        "eval/pass1": float(np.mean(correct / samples)) if len(prompts) else 0.0,
-        f"eval/pass{samples}": float(np.mean(correct > 0)) if len(prompts) else 0.0,
-        "eval/prompts": float(len(prompts)),
+        "eval/pass1": float(np.mean(correct / samples)) if len(rows) else 0.0,
+        f"eval/pass{samples}": float(np.mean(correct > 0)) if len(rows) else 0.0,
+        "eval/prompts": float(len(rows)),
     }
-    if greedy and prompts:
-        metrics["eval/greedy_acc"] = float(np.mean([bool(g) for g in greedy_ok]))
-    return rows, metrics
+    greedy = [r.get("greedy_correct") for r in rows]
+    if rows and all(g is not None for g in greedy):
+        metrics["eval/greedy_acc"] = float(np.mean([bool(g) for g in greedy]))
+    return metrics

@@ -11,7 +11,8 @@ Faults (F = half-way):
 - `lr_x100`: a person's `set_lr` to 100 times the run's rate, applied at step F, and a second one back
   to the run's rate `LR_FAULT_STEPS` steps later (`workbench ctl RUN lr VALUE`, then back).
 - `reward_hacking`: the training reward is a user verifier that pays for short answers
-  (`short_answers_pay`), while the held-out evaluation keeps the true verifier; from step 1.
+  (`short_answers_pay`), while the held-out evaluation keeps the true verifier; from step 1. The run
+  evaluates every `HACK_EVAL_EVERY` steps, as the preset asks (it reads the held-out score).
 - `non_finite_loss`: a run with a KL penalty to its reference and two optimiser steps per batch (GRPO's
   k3 estimator, PPO epochs) whose learning rate a `set_lr` command sets far too high at step F: the
   first optimiser step moves the policy so far that the second one's exp(ref - logp) overflows, the
@@ -51,6 +52,8 @@ PROFILES = ("default", "skewed", "long")
 PROFILE_OVER: dict[str, dict[str, Any]] = {"default": {}, "skewed": {}, "long": {"sampling": {"max_new_tokens": 24}}}
 """What each profile's runs change beyond the task (as `workbench.experiments.compare.PROFILE_RUNS`: the
 long profile's worked answers need 24 new tokens)."""
+HACK_EVAL_EVERY = 4
+"""The reward-hacking run's evaluation cadence (the other runs': an eighth of the run)."""
 LR_FAULT_STEPS = 3
 """Steps the learning rate stays at 100 times the run's."""
 NONFINITE_LR = 10.0
@@ -182,7 +185,8 @@ def _fault_runs(store: Any, store_path: str, steps: int, organism: str,
         "temperature": (f, {}, {f - 1: [("set_temperature", {"temperature": 5.0})]}),
         "lr_x100": (f, {}, {f - 1: [("set_lr", {"lr": 100 * lr})],
                             f - 1 + LR_FAULT_STEPS: [("set_lr", {"lr": lr})]}),
-        "reward_hacking": (1, {"task": _task(organism, VERIFIER)}, {}),
+        "reward_hacking": (1, {"task": _task(organism, VERIFIER),
+                               "eval": {"every": min(HACK_EVAL_EVERY, max(2, steps // 8))}}, {}),
         "non_finite_loss": (f, {"algorithm": KL_TWO_EPOCHS}, {f - 1: [("set_lr", {"lr": NONFINITE_LR})]}),
     }
     return {name: (fs, _one(store, store_path, _config(steps, 0, organism, label=name, **over), cmds))

@@ -9,8 +9,11 @@ Each firing guard's alert is recorded with its evidence, then its action runs:
   boundary like one a person issued, with its outcome in `controls`;
 - rollback: the steps after the last checkpoint before the rule first held are kept as an earlier
   attempt of the run (`Store.archive_attempt`), the checkpoints after it set aside, the settings the
-  guard names queued as control commands, and the loop goes on from that checkpoint. With no such
-  checkpoint, or after `MAX_ROLLBACKS` rollbacks by one guard, the run stops instead.
+  guard names queued as control commands, and the loop goes on from that checkpoint. A guard that
+  fires again after its rollback takes that checkpoint as not cured (a fault can be in a checkpoint
+  written after it began: a learning rate's first update): its next rollback goes to the last
+  checkpoint before the one it restored last. With no such checkpoint, or after `MAX_ROLLBACKS`
+  rollbacks by one guard, the run stops instead.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ class RunGuards:
     def __init__(self, guards: dict[str, Guard]) -> None:
         self.watch = Watch(guards)
         self.loaded = False
-        self.rollbacks: dict[str, int] = {}
+        self.rollbacks: dict[str, list[int]] = {}
+        """Each guard's rollbacks in this run, oldest first: the checkpoint step each went back to."""
 
     def sync(self, guards: dict[str, Guard]) -> None:
         """Follow live changes (a `guard` command applied at this step)."""
@@ -63,7 +67,9 @@ def guard_step(s: Any, store: Any, run_id: str, step: int, metrics: dict[str, An
         rg.loaded = True
         steps = store.run_steps(run_id)
         earlier = steps.filter(steps["step"] < step) if len(steps) else steps
-        rg.watch.load_history([(r["step"], metrics_map(r["metrics"])) for r in earlier.to_dicts()])
+        rg.watch.load_history([*_evaluation_at_start(store, run_id),
+                               *((r["step"], metrics_map(r["metrics"])) for r in earlier.to_dicts())])
+        rg.rollbacks = rollbacks_made(store, run_id)
     rows = rollout_rows(table) if table is not None and rg.needs_rollouts() else None
     for r in rows or []:
         r["step"] = step
@@ -85,12 +91,13 @@ def _act(s: Any, store: Any, run_id: str, rg: RunGuards, f: Firing) -> str | Non
     if action == "alert":
         return None
     if action == "rollback":
-        n = rg.rollbacks.get(f.guard.name, 0)
-        target = _checkpoint_before(s.ckpt_dir, f.first_step)
-        if target is not None and n < MAX_ROLLBACKS:
-            rg.rollbacks[f.guard.name] = n + 1
-            return _rollback(s, store, run_id, rg, f, alert_id, target)
-        why = (f"no checkpoint before step {f.first_step}" if target is None
+        done = rg.rollbacks.setdefault(f.guard.name, [])
+        before = min(f.first_step, done[-1]) if done else f.first_step  # fired again: further back
+        target = _checkpoint_before(s.ckpt_dir, before)
+        if target is not None and len(done) < MAX_ROLLBACKS:
+            done.append(target)
+            return _rollback(s, store, run_id, rg, f, alert_id, target, again=len(done) > 1)
+        why = (f"no checkpoint before step {before}" if target is None
                else f"{MAX_ROLLBACKS} rollbacks by this guard already")
         cid = store.add_control(run_id, "stop", {}, who=who)
         store.set_alert_status(alert_id, "acted", outcome=f"{why}: stopped instead (control {cid})")
@@ -98,6 +105,37 @@ def _act(s: Any, store: Any, run_id: str, rg: RunGuards, f: Firing) -> str | Non
     cid = store.add_control(run_id, action, {}, who=who)
     store.set_alert_status(alert_id, "acted", outcome=f"{action} queued as control {cid} (next step boundary)")
     return None
+
+
+def _evaluation_at_start(store: Any, run_id: str) -> list[tuple[int, dict[str, float]]]:
+    """The run's evaluation before its first step (`eval.at_start`) as the history's step 0, so a rule
+    over `eval/` metrics reads it from step 1 on (`reward_hacking` compares the first training reward with
+    it); none when the run took none."""
+    from workbench.engine.evaluate import eval_metrics
+
+    ev = store.evals(run_id)
+    at0 = ev.filter(ev["step"] == 0).to_dicts() if len(ev) else []
+    return [(0, eval_metrics(at0))] if at0 else []
+
+
+def rollbacks_made(store: Any, run_id: str) -> dict[str, list[int]]:
+    """The rollbacks guards made in a run before this process watched it (a resumed run), by guard:
+    the checkpoint steps they went back to, oldest first (from the `guard_rollback` events of the
+    run and of its earlier attempts, which a later rollback moves there)."""
+    import json
+
+    ids = [*store.attempts(run_id)["run_id"].to_list(), run_id]
+    found: list[tuple[Any, str, int]] = []
+    for rid in ids:
+        ev = store.events(rid)
+        for e in ev.filter((ev["kind"] == "guard_rollback") & ~ev["rolled_back"].fill_null(False)).to_dicts():
+            data = e["data"] if isinstance(e["data"], dict) else json.loads(e["data"] or "{}")
+            if data.get("guard") and e["step"] is not None:
+                found.append((e["ts"], data["guard"], int(e["step"])))
+    out: dict[str, list[int]] = {}
+    for _, guard, step in sorted(found, key=lambda t: t[0]):
+        out.setdefault(guard, []).append(step)
+    return out
 
 
 def _checkpoint_before(ckpt_dir: Any, first_step: int) -> int | None:
@@ -108,12 +146,15 @@ def _checkpoint_before(ckpt_dir: Any, first_step: int) -> int | None:
     return max(earlier) if earlier else None
 
 
-def _rollback(s: Any, store: Any, run_id: str, rg: RunGuards, f: Firing, alert_id: str, target: int) -> str:
+def _rollback(s: Any, store: Any, run_id: str, rg: RunGuards, f: Firing, alert_id: str, target: int, *,
+              again: bool = False) -> str:
     from workbench.control.commands import validate
     from workbench.engine.checkpoint import list_checkpoints
 
     s.writer.flush()  # every step handed over is committed before its rows move
     reason = f"rolled back by guard {f.guard.name!r} (fired at step {f.step}) to the checkpoint of step {target}"
+    if again:
+        reason += " (it fired again after its last rollback, so one checkpoint further back)"
     attempt = store.archive_attempt(run_id, target, reason)
     aside = s.ckpt_dir / attempt.rsplit(".", 1)[-1]
     for p in list_checkpoints(s.ckpt_dir):

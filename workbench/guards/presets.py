@@ -54,15 +54,16 @@ PRESETS: dict[str, Preset] = {
         "verl #628, #3025"),
     "reward_hacking": Preset(
         "rollout/reward_mean > 2 * last(eval/pass1) + 0.25 "
-        "or (delta(rollout/reward_mean, 5) > 0.05 and delta(eval/pass1, 1) < -0.05) "
+        "or (mean(rollout/reward_mean, 5) > baseline(rollout/reward_mean, 5) + 0.1 "
+        "and last(eval/pass1) < baseline(eval/pass1, 1) - 0.05) "
         "or (rollout/reward_mean > baseline(rollout/reward_mean, 5) + 0.1 "
         "and rollout/length_mean < 0.6 * baseline(rollout/length_mean, 5))", 2, "alert",
         "the training reward pays far more often than the held-out evaluation passes (a reward that pays "
         "for something the task does not, from the first steps on), or it rises while the evaluation falls "
         "or while responses shrink to a trick", "trl #5790, Visual-RFT #176"),
     "zero_signal": Preset(
-        "rollout/zero_signal_frac > 0.9", 5, "alert",
-        "most groups' rewards all agree, so they carry no gradient: the rollout budget is wasted",
+        "rollout/zero_signal_frac > 0.95", 5, "alert",
+        "nearly every group's rewards agree, so it carries no gradient: the rollout budget is wasted",
         "DAPO (Yu et al. 2025), dynamic sampling", ZERO_SIGNAL_HINT),
 }
 """Every preset by name."""

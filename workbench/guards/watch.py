@@ -145,7 +145,8 @@ class Watch:
             st.streak, st.values, st.rollouts, st.fired = [], {}, {}, False
             return None
         st.streak.append(step)
-        st.values[step] = {m: ctx.metrics.get(m) for m in sorted(metric_names(tree))}
+        st.values[step] = {m: ctx.metrics.get(m, (ctx.history.get(m) or [None])[-1])  # else its latest value
+                           for m in sorted(metric_names(tree))}
         if ctx.rollouts and rollout_predicates(tree):
             hits = matching_rollouts(tree, ctx)
             st.values[step].update(rollouts=len(ctx.rollouts), matched=len(hits))

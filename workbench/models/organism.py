@@ -33,7 +33,9 @@ Recipe (the defaults, `OrganismRecipe()`):
 
 Determinism: examples from string-seeded `random.Random`, weights from `torch.manual_seed`,
 `torch.use_deterministic_algorithms(True)` and a fixed thread count during the build: the same
-recipe gives bit-identical weights (the report checks this by building twice).
+recipe gives bit-identical weights (the report checks this by building twice) on one torch release
+and CPU. Another torch release can train other weights from the same recipe, and so another warm
+start: organism.json keeps the weights' SHA-256 (`weights_sha256`) and what built them (`built_with`).
 """
 
 from __future__ import annotations
@@ -241,7 +243,8 @@ def _new_model(recipe: OrganismRecipe, vocab_size: int):
 
 def build_organism(out_dir: str | os.PathLike, recipe: OrganismRecipe | None = None) -> dict[str, Any]:
     """Build the organism of `recipe` into `out_dir` (created; must not exist). Returns its metadata
-    (also written to `organism.json`): recipe, hash, build_s, params, warm-start losses."""
+    (also written to `organism.json`): recipe, hash, build_s, params, warm-start losses, the weights'
+    SHA-256 and the build environment."""
     import torch
 
     from workbench.models.tokenizer import build_char_tokenizer
@@ -275,8 +278,41 @@ def build_organism(out_dir: str | os.PathLike, recipe: OrganismRecipe | None = N
         "final_loss": round(sum(losses[-20:]) / min(20, len(losses)), 4),
         "first_loss": round(losses[0], 4),
     }
+    meta.update(weights_sha256=weights_digest(out), built_with=build_environment())
     (out / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
     return meta
+
+
+def weights_digest(path: str | os.PathLike) -> str:
+    """SHA-256 of the saved weights file(s), to compare two builds bit for bit."""
+    h = hashlib.sha256()
+    for f in sorted(Path(path).glob("*.safetensors")):
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def build_environment() -> dict[str, str]:
+    """What a build's weights depend on beyond its recipe: the recipe hash pins the recipe, not the
+    numbers (another torch release or CPU can train other weights from the same recipe, and so another
+    warm start). Kept in organism.json beside `weights_sha256`."""
+    import platform
+
+    import torch
+    import transformers
+
+    return {"torch": torch.__version__, "transformers": transformers.__version__,
+            "python": platform.python_version(), "machine": platform.machine(),
+            "cpu": _cpu_model() or platform.processor() or "unknown"}
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
 
 
 def ensure_organism(
@@ -345,6 +381,7 @@ __all__ = [
     "ensure_organism",
     "organism_dir",
     "read_meta",
+    "weights_digest",
     "warm_start_pass_rates",
     "small_recipe",
 ]

@@ -7,7 +7,6 @@ pass@k is the unbiased estimator 1 - C(n-c, k) / C(n, k) with n samples of which
 
 from __future__ import annotations
 
-import hashlib
 import math
 import tempfile
 import time
@@ -15,7 +14,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from workbench.models.organism import OrganismRecipe, build_organism
+from workbench.models.organism import OrganismRecipe, build_organism, weights_digest
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -73,14 +72,6 @@ def evaluate_organism(
     }
 
 
-def weights_digest(path: str | Path) -> str:
-    """SHA-256 of the saved weights file(s), to compare two builds bit for bit."""
-    h = hashlib.sha256()
-    for f in sorted(Path(path).glob("*.safetensors")):
-        h.update(f.read_bytes())
-    return h.hexdigest()
-
-
 def organism_report(recipe: OrganismRecipe | None = None, *, check_determinism: bool = True,
                     samples: int = 16, keep_dir: str | Path | None = None) -> dict[str, Any]:
     """Build (twice when `check_determinism`), evaluate, and return the report dict."""
@@ -88,7 +79,8 @@ def organism_report(recipe: OrganismRecipe | None = None, *, check_determinism: 
     with tempfile.TemporaryDirectory(prefix="organism-report-") as tmp:
         first = Path(keep_dir) if keep_dir is not None else Path(tmp) / "a"
         meta = build_organism(first, recipe)
-        report: dict[str, Any] = {"build_s": meta["build_s"], "build_cpu_s": meta["build_cpu_s"], "params": meta["params"], "hash": meta["hash"]}
+        report: dict[str, Any] = {k: meta[k] for k in ("build_s", "build_cpu_s", "params", "hash", "weights_sha256",
+                                                       "built_with")}
         if check_determinism:
             second = build_organism(Path(tmp) / "b", recipe)
             report["deterministic"] = weights_digest(first) == weights_digest(Path(tmp) / "b")
