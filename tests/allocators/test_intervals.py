@@ -194,3 +194,15 @@ def test_adding_an_allocator_leaves_the_others_intervals_alone():
                            replicates=300)
     assert two["allocators"][1]["saving_ci90"] == three["allocators"][2]["saving_ci90"]
     assert two["allocators"][1]["final_pass1_ci90"] == three["allocators"][2]["final_pass1_ci90"]
+
+
+def test_prediction_interval_is_for_one_more_run_not_the_mean():
+    from workbench.experiments.intervals import prediction_interval
+
+    lo, hi = prediction_interval([1.0, 2.0, 3.0])
+    assert (lo + hi) / 2 == pytest.approx(2.0)
+    assert hi - 2.0 == pytest.approx(2.920 * 1.0 * (1 + 1 / 3) ** 0.5)  # t(0.95, df 2) x sd x sqrt(1 + 1/n)
+    # every one of the runs it came from lands inside it; the mean's bootstrap interval misses the extremes
+    assert lo < 1.0 and 3.0 < hi
+    b_lo, b_hi = bootstrap_mean([1.0, 2.0, 3.0])
+    assert 1.0 < b_lo and b_hi < 3.0

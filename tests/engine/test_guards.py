@@ -58,6 +58,24 @@ def test_temperature_fault_detected_rolled_back_and_the_attempt_kept(store_dir, 
         assert st.run(run_id)["status"] == "finished"
 
 
+def test_two_rollbacks_firing_at_one_step_roll_back_once(store_dir, tiny_config):
+    twin = dict(HOT, name="hot_too", settings={"lr": 5e-4})
+    cfg = tiny_config(steps=5, eval__every=0, guards=[HOT, twin])  # checkpoints at 2, 4, 5
+    with open_store(store_dir) as st:
+        def on_step(step, metrics):
+            if step == 3 and not st.controls(st.list_runs()["run_id"][0]).height:
+                st.add_control(st.list_runs()["run_id"][0], "set_temperature", {"temperature": 5.0}, who="test")
+
+        run_id = run(cfg, store=st, on_step=on_step, store_dir=store_dir)
+        alerts = {a["guard"]: a for a in st.alerts(run_id).to_dicts()}
+        assert set(alerts) == {"hot", "hot_too"} and st.attempts(run_id).height == 1
+        assert alerts["hot"]["outcome"].startswith("rolled back to step 2")
+        assert alerts["hot_too"]["outcome"] == "the run was rolled back at this step by guard 'hot'"
+        assert {a["steps_run_id"] for a in alerts.values()} == {f"{run_id}.attempt1"}  # both point at its steps
+        assert st.controls(run_id)[["who", "command"]].rows() == [("guard:hot", "set_temperature")]
+        assert st.run_steps(run_id)["step"].to_list() == [1, 2, 3, 4, 5]
+
+
 def test_stop_action_goes_through_live_control(store_dir, tiny_config):
     cfg = tiny_config(steps=6, eval__every=0, eval__at_start=False,
                       guards=[{"name": "always", "rule": "rollout/count > 0", "window": 2, "action": "stop"}])

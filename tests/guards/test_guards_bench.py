@@ -38,9 +38,10 @@ def test_every_run_config_validates():
     for p in gb.PROFILES:
         cfg = gb._config(16, 0, "small", task=gb._task("small", profile=p), **gb.PROFILE_OVER[p])
         assert cfg.task["profile"] == p and cfg.model.organism["task"]["profile"] == p
-        assert {g.preset for g in cfg.guards} == {"entropy_blowup", "reward_hacking"}
-        assert next(g for g in cfg.guards if g.preset == "entropy_blowup").settings == {"temperature": 1.0,
-                                                                                        "lr": cfg.optim.lr}
+        assert {g.preset for g in cfg.guards} == {"entropy_blowup", "reward_collapse", "reward_hacking"}
+        for preset in ("entropy_blowup", "reward_collapse"):
+            g = next(g for g in cfg.guards if g.preset == preset)
+            assert g.action == "rollback" and g.settings == {"temperature": 1.0, "lr": cfg.optim.lr}
     assert gb._config(16, 0, "default", task=gb._task("default", gb.VERIFIER)).task["verifier"] == gb.VERIFIER
 
 

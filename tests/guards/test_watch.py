@@ -80,6 +80,17 @@ def test_every_preset_parses_and_reads_known_metrics():
         GuardConfig(preset=name).resolve().check_metrics(set(KNOWN_METRICS))
 
 
+def test_every_preset_is_documented_with_its_rule_and_window():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    table = (root / "docs" / "guards.md").read_text()
+    configs = (root / "docs" / "configs.md").read_text()
+    for name, p in PRESETS.items():
+        assert f"| `{name}` | `{p.rule}` | {p.window} | {p.action} |" in table, name
+        assert name in configs.split("A preset by name", 1)[1].split("|", 1)[0], name
+
+
 REWARD_HACKED = [0.656, 0.695, 0.734, 0.852, 0.781, 0.781]
 """`rollout/reward_mean` of the bench's reward-hacking run on the small organism (a reward paying answers of
 at most 2 characters), steps 1-6; its held-out pass@1 (the true verifier) at steps 2, 4, 6 below."""
@@ -119,4 +130,23 @@ def test_reward_hacking_fires_when_the_reward_rises_and_the_held_out_score_falls
     for step, r in enumerate(HACKED_FULL, start=1):
         m = {"rollout/reward_mean": r, "rollout/length_mean": 3.5, **({"eval/pass1": pass1[step]} if step in pass1 else {})}
         out += [(f.guard.name, f.first_step, f.step) for f in w.step(step, m)]
+    assert out == fires
+
+
+LR_X100 = [0.365, 0.436, 0.484, 0.436, 0.479, 0.436, 0.398, 0.352, 0.422, 0.42, 0.363, 0.398, 0.447, 0.031, 0.002,
+           0.002, 0.006]
+"""`rollout/reward_mean` of the bench's lr_x100 run on the default organism, steps 108-124: the learning rate
+x100 from step 120 on breaks the policy in one update (the entropy falls a little, so no entropy guard sees it)."""
+
+
+@pytest.mark.parametrize("rewards, fires", [
+    (LR_X100, [("reward_collapse", 121, 122)]),
+    ([0.30, 0.25, 0.33, 0.27, 0.31, 0.24, 0.35, 0.28, 0.30, 0.26, 0.29, 0.14, 0.30, 0.27, 0.33], []),  # one bad step
+    ([0.06, 0.03, 0.05, 0.09, 0.04, 0.05, 0.06, 0.03, 0.05, 0.04, 0.0, 0.02, 0.05], []),  # a low reward's noise
+])
+def test_reward_collapse_fires_when_the_reward_falls_to_half_its_recent_level(rewards, fires):
+    w = Watch({"reward_collapse": GuardConfig(preset="reward_collapse").resolve()})
+    out = []
+    for step, r in enumerate(rewards, start=108):
+        out += [(f.guard.name, f.first_step, f.step) for f in w.step(step, {"rollout/reward_mean": r})]
     assert out == fires

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.config import RunConfig, apply_overrides
+from workbench.experiments.intervals import T90
 
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "organism.toml"
 WARMUP_STEPS = 2
@@ -85,10 +86,6 @@ def _run(cfg: Any, cache: Path) -> list[dict[str, Any]]:
 def _med(marks: list[dict[str, Any]], key: str) -> float:
     xs = [float(m[key]) for m in marks if key in m]
     return float(statistics.median(xs)) if xs else 0.0
-
-
-T90 = {1: 6.314, 2: 2.920, 3: 2.353, 4: 2.132, 5: 2.015, 6: 1.943, 7: 1.895, 8: 1.860, 9: 1.833, 10: 1.812}
-"""Student's t quantile for a two-sided 90% interval, by degrees of freedom (1.645 beyond)."""
 
 
 def paired_interval(a: list[float], b: list[float]) -> tuple[float, list[float]]:

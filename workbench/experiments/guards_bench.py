@@ -18,6 +18,10 @@ Faults (F = half-way):
   first optimiser step moves the policy so far that the second one's exp(ref - logp) overflows, the
   loss is infinite and the gradient NaN, as in the NaN reports the `nan` preset cites.
 
+A rollback counts as recovered when the run finishes with a held-out pass@1 at or above the low end of
+the 90% prediction interval of one clean run of the default experiment (from its clean seeds; the
+fault runs are seed 0, so a rollback that undoes its fault exactly ends on the clean seed 0's figure).
+
 Prints `faults`, `detected`, `max_detection_delay_steps`, `false_alarms`, `recovered`, with per-fault
 and per-run details. A fault counts as detected when an alert's first step is at or after the fault;
 its delay is the alert's step minus the fault's, and it is within "window + 1" when that is at most one
@@ -34,14 +38,15 @@ from pathlib import Path
 from typing import Any
 
 from workbench.config import RunConfig
-from workbench.experiments.intervals import bootstrap_mean
+from workbench.experiments.intervals import prediction_interval
 from workbench.guards.watch import metrics_map
 
 def guards(lr: float) -> list[dict[str, Any]]:
     """The bench's guard set on top of the defaults (the same for clean and faulty runs): entropy
-    blow-up rolls back with the run's own temperature and learning rate (`lr`), so a learning-rate
-    fault is not carried on from a checkpoint that holds it; `reward_hacking` alerts."""
-    return [{"preset": "entropy_blowup", "action": "rollback", "settings": {"temperature": 1.0, "lr": lr}},
+    blow-up and reward collapse roll back with the run's own temperature and learning rate (`lr`), so
+    a learning-rate fault is not carried on from a checkpoint that holds it; `reward_hacking` alerts."""
+    back = {"action": "rollback", "settings": {"temperature": 1.0, "lr": lr}}
+    return [{"preset": "entropy_blowup", **back}, {"preset": "reward_collapse", **back},
             {"preset": "reward_hacking"}]
 
 
@@ -228,7 +233,8 @@ def summarise(clean: dict[str, list[dict[str, Any]]], runs: dict[str, tuple[int,
     """The bench's figures from the clean runs by profile and the fault runs (fault step, run record)."""
     profiles = list(clean)
     finals = [c["final_pass1"] for c in clean.get("default", []) if c["final_pass1"] is not None]
-    interval = bootstrap_mean(finals) if len(finals) >= 2 else ([finals[0], finals[0]] if finals else None)
+    # a fault run is one run: it is judged against where one clean run lands, not the clean mean's interval
+    interval = prediction_interval(finals) if len(finals) >= 2 else ([finals[0], finals[0]] if finals else None)
     faults = [_fault(name, out, fs, interval) for name, (fs, out) in runs.items()]
     delays = [f["delay_steps"] for f in faults if f["delay_steps"] is not None]
     rollbacks = [f for f in faults if "recovered" in f]
@@ -242,6 +248,6 @@ def summarise(clean: dict[str, list[dict[str, Any]]], runs: dict[str, tuple[int,
                                               for a in c["alerts"])),
         "recovered": sum(bool(f["recovered"]) for f in rollbacks), "rollbacks": len(rollbacks),
         "steps": steps, "clean_seeds": seeds, "profiles": profiles, "organism": organism,
-        "clean_final_pass1_interval": interval,
+        "clean_final_pass1_interval": interval, "clean_final_pass1": finals,
         "details": {"faults": faults, "clean": clean},
     }

@@ -110,6 +110,20 @@ def bootstrap_saving(reference: Sequence[Sequence[dict[str, Any]]], other: Seque
             "real": bool(ci[0] > 1.0 and measured), "extrapolated": not measured}
 
 
+T90 = {1: 6.314, 2: 2.920, 3: 2.353, 4: 2.132, 5: 2.015, 6: 1.943, 7: 1.895, 8: 1.860, 9: 1.833, 10: 1.812}
+"""Student's t quantile for a two-sided 90% interval, by degrees of freedom (1.645 beyond)."""
+
+
+def prediction_interval(values: Sequence[float]) -> list[float]:
+    """Where one more run of the same kind lands, 90% of the time (Student's t prediction interval:
+    mean +- t * s * sqrt(1 + 1/n)), from n >= 2 runs; the interval of a mean (`bootstrap_mean`) is
+    narrower by sqrt(n + 1) and misses single runs, its own included."""
+    n = len(values)
+    mean, sd = float(np.mean(values)), float(np.std(values, ddof=1))
+    half = T90.get(n - 1, 1.645) * sd * (1 + 1 / n) ** 0.5
+    return [mean - half, mean + half]
+
+
 def bootstrap_mean(values: Sequence[float], replicates: int = REPLICATES, seed: int = 0) -> list[float]:
     """90% percentile-bootstrap interval of the mean of `values` (one per seed)."""
     v = np.asarray(values, dtype=float)

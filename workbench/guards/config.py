@@ -50,9 +50,9 @@ class GuardConfig:
     """The guard's name (letters, digits, `_.-`); empty: the preset's name. A guard named like a default
     preset replaces it."""
     preset: str = ""
-    """A preset by name (nan, entropy_collapse, entropy_blowup, length_blowup, truncation,
-    degenerate_text, reward_hacking, zero_signal; see docs/guards.md); the fields set here override its
-    rule, window and action."""
+    """A preset by name (nan, entropy_collapse, entropy_blowup, length_blowup, reward_collapse,
+    truncation, degenerate_text, reward_hacking, zero_signal; see docs/guards.md); the fields set here
+    override its rule, window and action."""
     rule: str = ""
     """A one-line condition over step metrics or the step's rollouts, e.g.
     "rollout/entropy_mean < 0.5 * baseline(rollout/entropy_mean, 10)" (grammar in docs/guards.md)."""

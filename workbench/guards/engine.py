@@ -74,20 +74,29 @@ def guard_step(s: Any, store: Any, run_id: str, step: int, metrics: dict[str, An
     for r in rows or []:
         r["step"] = step
     fired = rg.watch.step(step, metrics, rows)
-    outcome = None
-    for f in fired:
+    alerts = []
+    for f in fired:  # every alert first: a rollback moves its steps, and every alert's, to the attempt
         try:
-            outcome = _act(s, store, run_id, rg, f) or outcome
+            alerts.append((f, store.add_alert(run_id, alert_row(f), f.rollouts)))
+            log.warning(alert_message(f))
         except Exception:  # noqa: BLE001 - a guard must never kill the run it watches
+            log.exception("guard %s failed to record its alert at step %d", f.guard.name, step)
+    rolled_by = None
+    for f, alert_id in alerts:
+        try:
+            if rolled_by is not None and f.guard.action == "rollback":  # one rollback per step
+                store.set_alert_status(alert_id, "acted", outcome=f"the run was rolled back at this step by "
+                                                                   f"guard {rolled_by!r}")
+            elif _act(s, store, run_id, rg, f, alert_id) == "rollback":
+                rolled_by = f.guard.name
+        except Exception:  # noqa: BLE001
             log.exception("guard %s failed to act at step %d", f.guard.name, step)
-    return outcome
+    return "rollback" if rolled_by is not None else None
 
 
-def _act(s: Any, store: Any, run_id: str, rg: RunGuards, f: Firing) -> str | None:
+def _act(s: Any, store: Any, run_id: str, rg: RunGuards, f: Firing, alert_id: str) -> str | None:
     action = f.guard.action
     who = f"guard:{f.guard.name}"
-    alert_id = store.add_alert(run_id, alert_row(f), f.rollouts)
-    log.warning(alert_message(f))
     if action == "alert":
         return None
     if action == "rollback":

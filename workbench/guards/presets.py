@@ -61,6 +61,11 @@ PRESETS: dict[str, Preset] = {
         "the training reward pays far more often than the held-out evaluation passes (a reward that pays "
         "for something the task does not, from the first steps on), or it rises while the evaluation falls "
         "or while responses shrink to a trick", "trl #5790, Visual-RFT #176"),
+    "reward_collapse": Preset(
+        "rollout/reward_mean < 0.5 * mean(rollout/reward_mean, 10) - 0.02", 2, "alert",
+        "the training reward falls below half its level over the last 10 steps: the policy broke (an "
+        "update too large, a bad batch); the reward rarely comes back by itself",
+        "ZeroSearch #23, open-r1 #257, Agent-R1 #8"),
     "zero_signal": Preset(
         "rollout/zero_signal_frac > 0.95", 5, "alert",
         "nearly every group's rewards agree, so it carries no gradient: the rollout budget is wasted",
@@ -68,5 +73,6 @@ PRESETS: dict[str, Preset] = {
 }
 """Every preset by name."""
 
-DEFAULT = ("nan", "entropy_collapse", "entropy_blowup", "truncation", "degenerate_text", "zero_signal")
+DEFAULT = ("nan", "entropy_collapse", "entropy_blowup", "reward_collapse", "truncation", "degenerate_text",
+           "zero_signal")
 """Presets on for every run unless a `[[guards]]` entry of the same name turns one off."""
