@@ -23,7 +23,7 @@ from waiting import wait_until
 CHROMIUM = "/usr/bin/chromium"
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
-PAGES = ["runs", "live", "rollouts", "prompt", "allocation", "compare", "compare-prompts"]
+PAGES = ["runs", "live", "rollouts", "alerts", "prompt", "allocation", "compare", "compare-prompts"]
 IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
 
 pytestmark = [
