@@ -106,10 +106,11 @@ def policy_update(s: Setup, r: Rollouts, adv: np.ndarray, used: np.ndarray, sign
 
 
 def weights_finite(model: torch.nn.Module) -> bool:
-    """Every parameter finite (one reduction per tensor; a non-finite loss or gradient makes an
-    optimiser step write NaN into all of them)."""
+    """Every parameter finite (a non-finite loss or gradient makes an optimiser step write NaN into all
+    of them): one reduction per tensor, and one read of the answer (on a GPU, one synchronisation per
+    step rather than one per tensor)."""
     with torch.no_grad():
-        return all(bool(torch.isfinite(p).all()) for p in model.parameters())
+        return bool(torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all())
 
 
 def _micro_batches(rows: list[int], temps: np.ndarray, size: int) -> list[list[int]]:
