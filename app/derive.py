@@ -12,7 +12,9 @@ from typing import Any
 
 import polars as pl
 
+from workbench.analysis.terms import metric_items
 from workbench.correctness import correct_expr, is_correct
+from workbench.metrics import CATALOGUE, lookup
 
 
 def _ks(max_samples: int) -> list[int]:
@@ -203,6 +205,33 @@ def zero_signal_groups(steps: pl.DataFrame) -> pl.DataFrame:
         "step", (pl.col("zero_signal_frac") * pl.col("prompts")).round(0).alias("zero_signal_groups"),
         "zero_signal_frac",
     ).sort("step")
+
+
+def metric_choices(steps: pl.DataFrame) -> list[str]:
+    """The metric picker's names for a run: the numbers it recorded, in the catalogue's order
+    (`workbench/metrics.py`), then those the catalogue does not declare (an imported run's own)."""
+    seen: set[str] = set()
+    if "metrics" in steps.columns:
+        for m in steps["metrics"].to_list():
+            seen |= {k for k, v in metric_items(m) if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    order = {m.name: i for i, m in enumerate(CATALOGUE)}
+
+    def rank(name: str) -> tuple[int, str]:
+        m = lookup(name)
+        return (order[m.name] if m is not None else len(order), name)
+
+    return sorted(seen, key=rank)
+
+
+def metric_series(steps: pl.DataFrame, name: str) -> pl.DataFrame:
+    """Columns step and `name`: one metric of the steps' `metrics` map (steps that lack it left out)."""
+    rows = []
+    if "metrics" in steps.columns:
+        for step, m in zip(steps["step"].to_list(), steps["metrics"].to_list()):
+            value = dict(metric_items(m)).get(name)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                rows.append({"step": int(step), name: float(value)})
+    return pl.DataFrame(rows, schema={"step": pl.Int64, name: pl.Float64}).sort("step")
 
 
 def cumulative_axes(steps: pl.DataFrame) -> pl.DataFrame:

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -83,3 +84,76 @@ def test_test_files_have_unique_names():
 
     names = Counter(p.name for p in (ROOT / "tests").rglob("test_*.py"))
     assert [n for n, k in names.items() if k > 1] == []
+
+
+def package_edges(graph: Any, root: str = "workbench") -> dict[str, dict[str, str]]:
+    """Between the top-level packages (and modules) of `root` in an import graph (grimp's): importer ->
+    imported -> one importing module's line ("workbench.a.x -> workbench.b.y")."""
+    def top(module: str) -> str | None:
+        parts = module.split(".")
+        return parts[1] if len(parts) > 1 and parts[0] == root else None
+
+    edges: dict[str, dict[str, str]] = {}
+    for module in sorted(graph.modules):
+        for imported in sorted(graph.find_modules_directly_imported_by(module)):
+            a, b = top(module), top(imported)
+            if a and b and a != b:
+                edges.setdefault(a, {}).setdefault(b, f"{module} -> {imported}")
+    return edges
+
+
+def package_cycles(edges: dict[str, dict[str, str]]) -> list[list[str]]:
+    """Each strongly connected group of two or more packages (sorted): the cycles. The layers contract
+    only checks the packages it lists; this checks every one."""
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        order[v] = low[v] = len(order)
+        stack.append(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in order:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], order[w])
+        if low[v] == order[v]:
+            group: list[str] = []
+            while not group or group[-1] != v:
+                group.append(stack.pop())
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for v in sorted(edges):
+        if v not in order:
+            visit(v)
+    return sorted(groups)
+
+
+def test_no_import_cycle_between_top_level_packages():
+    """No package of the library imports (directly or through others) a package that imports it back;
+    a failure names each import inside the cycle."""
+    import grimp
+
+    edges = package_edges(grimp.build_graph("workbench"))
+    cycles = package_cycles(edges)
+    assert cycles == [], "\n".join(
+        " <-> ".join(c) + ": " + "; ".join(edges[a][b] for a in c for b in c if b in edges.get(a, {}))
+        for c in cycles)
+
+
+def test_the_cycle_check_can_fail():
+    import grimp
+
+    graph = grimp.ImportGraph()
+    for m in ("workbench", "workbench.a", "workbench.a.x", "workbench.b", "workbench.c", "workbench.d"):
+        graph.add_module(m)
+    graph.add_import(importer="workbench.a.x", imported="workbench.b")
+    graph.add_import(importer="workbench.b", imported="workbench.c")
+    graph.add_import(importer="workbench.c", imported="workbench.a")
+    graph.add_import(importer="workbench.d", imported="workbench.a")  # into the cycle, not part of it
+    edges = package_edges(graph)
+    assert edges["a"] == {"b": "workbench.a.x -> workbench.b"}
+    assert package_cycles(edges) == [["a", "b", "c"]]

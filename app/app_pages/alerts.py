@@ -6,7 +6,8 @@ import json
 
 import streamlit as st
 
-from app import components, data
+from app import charts, components, data, derive
+from workbench.metrics import PRESENT, lookup
 
 PAGE = "alerts"
 STATUSES = ["open", "acknowledged", "acted", "any"]
@@ -51,6 +52,15 @@ for row in frame.to_dicts():
 st.subheader("Add a guard to a run")
 run_id = components.pick_run(f"{PAGE}_form", label="run to guard")
 if run_id:
+    run_steps = data.steps((run_id,))
+    choices = derive.metric_choices(run_steps)
+    if choices:  # what a rule may read, with its meaning, and the run's values so far (a threshold)
+        metric = st.selectbox("metric a rule may read", choices, key=f"{PAGE}_metric")
+        info = lookup(metric)
+        st.caption(f"{info.meaning} ({info.unit}; {PRESENT[info.present]}; recorded by {info.recorder})"
+                   if info else "recorded by this run; not in the catalogue of step metrics (docs/metrics.md)")
+        st.plotly_chart(charts.line_chart(derive.metric_series(run_steps, metric), [(metric, metric)], metric),
+                        key=f"{PAGE}_metric_chart")
     with st.form(f"{PAGE}_guard"):
         name = st.text_input("name", key=f"{PAGE}_guard_name", placeholder="loss_spike")
         rule = st.text_input("rule (one line)", key=f"{PAGE}_guard_rule",
@@ -64,7 +74,7 @@ if run_id:
                              key=f"{PAGE}_guard_lr")
         submitted = st.form_submit_button("Check and add", icon=":material/add_alert:")
     if submitted:
-        from workbench.guards.live import issue_guard
+        from workbench.control.guards import issue_guard
 
         spec = {"name": name.strip(), "rule": rule.strip(), "window": int(window), "action": action}
         settings = {k: float(v) for k, v in (("temperature", temperature), ("lr", lr)) if v is not None}

@@ -266,3 +266,16 @@ def test_store_location_is_shown_relative_to_where_the_dashboard_started(tmp_pat
     monkeypatch.chdir("/")
     assert data.shown_location(str(tmp_path / "home" / "runs" / "s")) == "~/runs/s"
     assert data.shown_location("postgres:dbname=lake") == "postgres:dbname=lake"
+
+
+def test_alerts_page_metric_picker_reads_the_catalogue(app, lake):
+    """The guard form's metric picker: the run's recorded numbers in the catalogue's order, each with
+    its meaning from `workbench/metrics.py`, and the run's values drawn."""
+    from workbench.metrics import lookup
+
+    at = page(app, "alerts")
+    (picker,) = [s for s in at.selectbox if s.label == "metric a rule may read"]
+    assert picker.options[0] == "rollout/count" and "rollout/reward_mean" in picker.options
+    picker.set_value("rollout/reward_mean").run()
+    assert not at.exception, at.exception
+    assert any(c.value.startswith(lookup("rollout/reward_mean").meaning) for c in at.caption)

@@ -6,9 +6,23 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from workbench.errors import ConfigError
-from workbench.guards.rules import Context, evaluate, matching_rollouts, metric_names, parse_rule
+from workbench.guards.rules import (
+    ROLLOUT_FIELDS,
+    Context,
+    Rollouts,
+    evaluate,
+    evaluate_rows,
+    holds,
+    matching_rollouts,
+    metric_names,
+    parse_rule,
+    predicate_mask,
+    rollout_predicates,
+)
 
 
 def value(rule: str, metrics=None, history=None, rollouts=None):
@@ -93,3 +107,40 @@ def test_bad_rules_are_one_clear_line(rule, says):
         parse_rule(rule)
     msg = str(exc.value)
     assert msg.startswith("guards.rule") and "\n" not in msg and says in msg, msg
+
+
+_FIELD = st.one_of(st.none(), st.sampled_from([0.0, 1.0, -2.5, 0.75, 6.0]), st.just(math.nan), st.just(math.inf))
+PREDICATES = [
+    "truncated", "not truncated", "repeat_frac >= 0.75 and chars >= 6", "reward == 1 or truncated",
+    "not (reward > 0 and length < 3)", "abs(reward - 1) < 0.5", "min(reward, length) > 0 or max(chars, 1) == 1",
+    "reward / length > 0.1", "-reward <= 0", "entropy_mean is not finite", "(reward and truncated) or not chars",
+    "length * 2 + 1 != 13",
+]
+
+
+@given(rows=st.lists(st.fixed_dictionaries({f: _FIELD for f in ROLLOUT_FIELDS}), max_size=12),
+       pred=st.sampled_from(PREDICATES))
+def test_rollout_predicates_over_columns_equal_the_plain_loop(rows, pred):
+    """The columns (numpy over every rollout) against `evaluate` on each row: same values, same
+    unknowns, for every predicate shape the grammar has, NaN, infinities and missing fields included."""
+    tree = parse_rule(f"count({pred}) >= 0")
+    p = rollout_predicates(tree)[0]
+    r = Rollouts.from_rows(rows)
+    values, known = evaluate_rows(p, r)
+    for i, row in enumerate(rows):
+        want = evaluate(p, Context({}, {}), r.row(i))
+        assert known[i] == (want is not None), (pred, row)
+        if want is not None:
+            got = float(values[i])
+            assert got == float(want) or (math.isnan(got) and math.isnan(float(want))), (pred, row, got, want)
+        assert predicate_mask(p, r)[i] == holds(want)
+    loop_hits = [i for i, row in enumerate(rows) if holds(evaluate(p, Context({}, {}), r.row(i)))]
+    assert matching_rollouts(tree, Context({}, {}, r)) == loop_hits
+
+
+def test_a_bare_field_is_a_predicate():
+    """`share(truncated)` counts the truncated rollouts (a field's value 1.0 holds; before the columns, only
+    a comparison's True did, and the `truncation` preset never fired)."""
+    rows = [dict(truncated=1.0), dict(truncated=1.0), dict(truncated=0.0), dict(truncated=None)]
+    assert value("share(truncated) == 0.5", rollouts=rows) is True  # an unknown one counts in the share, not as a hit
+    assert value("count(truncated) == 2", rollouts=rows) is True

@@ -4,12 +4,14 @@ neither extend nor break a streak, a rewind forgets regenerated steps; the confi
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from workbench.config import RunConfig
 from workbench.errors import ConfigError
 from workbench.guards.config import Guard, GuardConfig, guard_set
 from workbench.guards.presets import DEFAULT, PRESETS
-from workbench.guards.watch import Watch, repeat_frac, rollout_rows
+from workbench.guards.watch import Watch, repeat_frac, repeat_fracs, rollout_rows
 
 
 def _fires(watch, series):
@@ -74,10 +76,8 @@ def test_bad_guard_config_is_one_line_naming_the_field(entry, says):
 
 
 def test_every_preset_parses_and_reads_known_metrics():
-    from workbench.guards.metrics import KNOWN_METRICS
-
     for name in PRESETS:
-        GuardConfig(preset=name).resolve().check_metrics(set(KNOWN_METRICS))
+        GuardConfig(preset=name).resolve().check_metrics()  # the catalogue's metrics, none recorded
 
 
 def test_every_preset_is_documented_with_its_rule_and_window():
@@ -150,3 +150,20 @@ def test_reward_collapse_fires_when_the_reward_falls_to_half_its_recent_level(re
     for step, r in enumerate(rewards, start=108):
         out += [(f.guard.name, f.first_step, f.step) for f in w.step(step, {"rollout/reward_mean": r})]
     assert out == fires
+
+
+@settings(max_examples=200, deadline=None)
+@given(texts=st.lists(st.text(alphabet="ab! \u00e9\U0001F600\x00", max_size=300), max_size=20),
+       window=st.sampled_from([0, 3, 8, 128]))
+def test_repeat_fracs_over_columns_equal_the_plain_counter(texts, window):
+    """The packed, row-sorted n-grams of every response at once against a Counter per response."""
+    got = repeat_fracs(texts, window)
+    assert got.tolist() == [repeat_frac(t, window) for t in texts]
+
+
+def test_repeat_frac_reads_the_tail_of_a_long_response():
+    good = "".join(f"{i} + {i} = {2 * i}; " for i in range(60))  # ~800 characters, no loop
+    looping = good + "the " * 40
+    assert repeat_frac(good) < 0.5 and repeat_frac(looping) >= 0.75  # what `degenerate_text` counts
+    assert repeat_frac(looping, window=0) < 0.5  # the whole text: its good head hides the loop
+    assert repeat_fracs([good, looping]).tolist() == [repeat_frac(good), repeat_frac(looping)]

@@ -1,5 +1,6 @@
 """Guards from the command line: `workbench ctl RUN guard add|set|remove|list`, `workbench alerts`,
-`workbench bench guards`. Each parses, calls one function of `workbench.guards`, prints."""
+`workbench metrics` (what a rule may read), `workbench bench guards` and `workbench bench guard-cost`.
+Each parses, calls one library function, prints."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ def _settings(items: list[str] | None) -> dict[str, Any]:
 
 def _issue(ctx: typer.Context, store: Any, as_json: bool, args: dict[str, Any]) -> None:
     from workbench.control import api
-    from workbench.guards.live import issue_guard
+    from workbench.control.guards import issue_guard
 
     run_id = ctx.obj["run"]
     with _open(store) as st:
@@ -84,7 +85,7 @@ def remove(ctx: typer.Context, name: str = typer.Argument(..., help="The guard's
 @guard_app.command("list")
 def list_(ctx: typer.Context, store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     """The guards in force: the config's (with the defaults) and every applied guard command."""
-    from workbench.guards.live import guards_in_force
+    from workbench.control.guards import guards_in_force
 
     with _open(store) as st:
         guards = guards_in_force(st, ctx.obj["run"])
@@ -150,3 +151,40 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         else:
             for k, v in result.items():
                 typer.echo(f"{k}: {v}")
+
+    @bench.command("guard-cost")
+    def bench_guard_cost(
+        rollouts: int = typer.Option(512, "--rollouts", help="Rollouts per step."),
+        steps: int = typer.Option(12, "--steps", help="Timed steps per response shape."),
+        as_json: JsonOpt = False,
+    ) -> None:
+        """The default guards' cost per step, on organism-sized and on long (400-token) responses, beside
+        the plain per-rollout loop."""
+        from workbench.experiments.guard_cost import guard_cost
+
+        result = guard_cost(rollouts_per_step=rollouts, steps=steps)
+        if as_json:
+            print_json(result)
+        else:
+            for k, v in result.items():
+                typer.echo(f"{k}: {v}")
+
+    @app.command("metrics")
+    def metrics_cmd(
+        markdown: bool = typer.Option(False, "--markdown", help="The catalogue as docs/metrics.md."),
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Every step metric a run records: name, meaning, unit, who records it, when it is present
+        (the catalogue in workbench/metrics.py that guards' rules, the store and the dashboard read)."""
+        import dataclasses
+
+        from workbench.metrics import CATALOGUE, PRESENT, metrics_markdown
+
+        if markdown:
+            typer.echo(metrics_markdown(), nl=False)
+        elif as_json:
+            print_json([dataclasses.asdict(m) for m in CATALOGUE])
+        else:
+            for m in CATALOGUE:
+                typer.echo(f"{m.name:<34} {m.unit:<12} {PRESENT[m.present]:<24.24} {m.meaning}")
+

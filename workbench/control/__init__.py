@@ -29,6 +29,7 @@ from workbench.control.api import (
     stop,
     wait,
 )
+from workbench.control.guards import guards_in_force, issue_guard
 from workbench.control.launch import launch
 from workbench.control.liveness import refresh_statuses, runs_with_status
 from workbench.control.protocol import COMMANDS, Controllable
@@ -38,7 +39,9 @@ __all__ = [
     "Controllable",
     "allocator_in_force",
     "checkpoint",
+    "guards_in_force",
     "issue",
+    "issue_guard",
     "launch",
     "outcome",
     "pause",

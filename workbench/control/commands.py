@@ -30,6 +30,7 @@ from typing import Any
 
 from workbench.control.protocol import COMMANDS
 from workbench.errors import ConfigError, ControlError
+from workbench.guards.changes import validate_guard_command
 from workbench.vllm_limits import TEMPERATURE_RANGE, uses_vllm
 
 STAGE_COMMANDS = frozenset({"set_temperature"})
@@ -174,8 +175,6 @@ def validate(
             check_allocator(allocator, {**(allocator_params or {}), **params}, command=command)
         return {"params": params}
     if command == "guard":
-        from workbench.guards.live import validate_guard_command
-
         return validate_guard_command(args)
     if command == "set_temperature":
         _no_extra(command, args, ("temperature",))

@@ -26,7 +26,7 @@ COMMANDS = (
     "guard",
 )
 """Every command a user can issue (the `command` column of `controls`). `guard` reaches engines that also
-offer `change_guard(args)` (add, change or remove a guard, see `workbench.guards.live`); others reject it."""
+offer `change_guard(args)` (add, change or remove a guard, see `workbench.guards.changes`); others reject it."""
 
 
 @runtime_checkable

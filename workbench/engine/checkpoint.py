@@ -72,6 +72,30 @@ def list_checkpoints(directory: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+def checkpoint_step(path: Path) -> int:
+    """The step whose state the checkpoint file `path` holds."""
+    m = _NAME.match(path.name)
+    if m is None:
+        raise ValueError(f"{path.name!r} is not a checkpoint file name (step-NNNNNN.pt)")
+    return int(m.group(1))
+
+
+def checkpoint_steps(directory: Path) -> list[int]:
+    """The steps that have a checkpoint, oldest first."""
+    return [checkpoint_step(p) for p in list_checkpoints(directory)]
+
+
+def set_aside(directory: Path, after: int, folder: str) -> list[Path]:
+    """Move the checkpoints of steps after `after` into `directory/folder` (a rollback's abandoned
+    attempt keeps them there, never loaded again); returns their new paths."""
+    moved = []
+    for p in list_checkpoints(directory):
+        if checkpoint_step(p) > after:
+            (directory / folder).mkdir(exist_ok=True)
+            moved.append(p.rename(directory / folder / p.name))
+    return moved
+
+
 def latest_checkpoint(directory: Path) -> Path | None:
     found = list_checkpoints(directory)
     return found[-1] if found else None

@@ -18,6 +18,8 @@ from workbench.allocators import make_allocator
 from workbench.allocators.base import Allocator
 from workbench.errors import ConfigError, StoreError
 from workbench.faults import fault_point
+from workbench.guards.changes import apply_guard_change
+from workbench.guards.config import Guard, guard_set
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +53,9 @@ class LiveSettings:
         narrow the temperature, see `workbench.control.commands.control_limits`)."""
         self.replay: dict[int, list[dict[str, Any]]] = {}
         """Commands to apply again at their step while a resumed run regenerates it (see `plan_replay`)."""
-        self.guards: dict[str, Any] | None = None
-        """The guards in force by name (`workbench.guards`); None until the loop first reads them."""
+        self.guards: dict[str, Guard] | None = None
+        """The guards in force by name (`workbench.guards`): the engine's set-up puts the config's here;
+        None (a `LiveSettings` made without a config): the default presets."""
         self.optimizer: Any = None
         self.scheduler: Any = None
         """The trainer's optimiser and its `LambdaLR` schedule (`bind_optimizer`), what `set_lr` changes."""
@@ -117,9 +120,6 @@ class LiveSettings:
         self.staleness = eta
 
     def change_guard(self, args: dict[str, Any]) -> None:
-        from workbench.guards.config import guard_set
-        from workbench.guards.live import apply_guard_change
-
         self.guards = apply_guard_change(self.guards if self.guards is not None else guard_set(()), args)
         fault_point("control")
 
@@ -163,8 +163,6 @@ class LiveSettings:
         self.applied_controls = [int(c) for c in state.get("applied_controls") or []]
         self._legacy = "applied_controls" not in state
         if state.get("guards") is not None:
-            from workbench.guards.config import Guard
-
             self.guards = {d["name"]: Guard.from_dict(d) for d in state["guards"]}
 
     # -- controls in the run's history ----------------------------------------------------------

@@ -62,6 +62,7 @@ from workbench.config import RunConfig
 from workbench.engine.batch import Batch, rollout_stage, stage_seeds  # noqa: F401 (re-exported)
 from workbench.engine.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from workbench.engine.evaluate import evaluate
+from workbench.engine.guards import guard_step
 from workbench.engine.producer import Producer, make_producer
 from workbench.engine.setup import Setup, StepState, apply_controls, build_setup
 from workbench.engine.steplog import StepWriter, rollouts_table
@@ -69,7 +70,6 @@ from workbench.engine.timing import PhaseTimer
 from workbench.engine.update import policy_update, weights_finite
 from workbench.errors import WorkbenchError
 from workbench.faults import fault_point
-from workbench.guards.engine import guard_step
 from workbench.tasks.rewards import term_means
 
 

@@ -21,6 +21,7 @@ from workbench.engine.checkpoint import checkpoint_dir
 from workbench.control.commands import control_limits
 from workbench.engine.control import LiveSettings
 from workbench.engine.sampler import PromptSampler
+from workbench.guards.config import guard_set
 from workbench.tasks import get_task
 from workbench.rollout.base import RolloutBackend
 from workbench.tasks.base import Prompt, Task
@@ -28,6 +29,7 @@ from workbench.tasks.base import Prompt, Task
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
+    from workbench.engine.guards import RunGuards
     from workbench.engine.steplog import StepWriter
 
 
@@ -64,8 +66,8 @@ class Setup:
     """A frozen copy of the initial policy, only when `algorithm.kl_coef` > 0."""
     control_token: str | None = None
     """The store's control signal at the last step-boundary poll (see `apply_controls`)."""
-    guards: Any = None
-    """The run's guards as this process evaluates them (`workbench.guards.engine.RunGuards`)."""
+    guards: RunGuards | None = None
+    """The run's guards as this process evaluates them (built by the first `guard_step`)."""
     nonfinite_step: int | None = None
     """The step whose update left weights that are not finite (None: they are finite); cleared when a
     checkpoint is restored."""
@@ -188,6 +190,7 @@ def build_setup(cfg: RunConfig, *, store_dir: str | Path, run_id: str, store: An
                         allocator=make_allocator(cfg.allocator.name, dict(cfg.allocator.params), seed=cfg.seed),
                         temperature=cfg.sampling.temperature, eval_every=cfg.eval.every, seed=cfg.seed,
                         staleness=cfg.pipeline.max_staleness, staleness_bound=cfg.pipeline.bound)
+    live.guards = guard_set(cfg.guards)  # the defaults and the config's; `guard` commands change them
     live.bind_optimizer(optimizer, scheduler)  # `set_lr` changes the rate on both
     live.control_limits = control_limits(cfg.rollout)  # vLLM runs: only temperatures vLLM samples at
     prompt_rows = [dict(prompt_id=p.id, split=p.split, level=p.level, text=p.text, answer=p.answer,

@@ -1,7 +1,11 @@
 """A zygote: a process that imports the workbench (and torch) once, then forks one child per command,
 so that each of many short `workbench ...` commands starts in milliseconds instead of 1-3 s of imports
 while still being its own process (own session, exit code, stdout and stderr; a hang is killed with its
-session, a crash is its own). Used by the bad-input corpus (`workbench/experiments/badinput.py`)."""
+session, a crash is its own). Used by the bad-input corpus (`workbench/experiments/badinput.py`).
+
+The zygote serves whatever entry point its process is started with (`zygote(main)`); it never imports
+the command line itself: `Zygote` starts `python -c "<ENTRY>"`, a program that imports the CLI's `main`
+and hands it over, as `python -m workbench.cli` would run it."""
 
 from __future__ import annotations
 
@@ -10,21 +14,27 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 from workbench.errors import WorkbenchError
 
 PRELOAD = ("torch", "polars", "duckdb", "pyarrow.parquet", "workbench.config",
            "workbench.allocators", "workbench.algorithms", "workbench.store", "workbench.tasks",
-           "workbench.control", "workbench.cli", "math_verify")
+           "workbench.control", "math_verify")
 """Modules a zygote imports once, so that each forked case starts in milliseconds instead of seconds."""
 
 
-def zygote() -> None:
+ENTRY = "from workbench.cli import main; from workbench.experiments.zygote import zygote; zygote(main)"
+"""The zygote process's program: the `workbench` command's entry point, served."""
+
+
+def zygote(main: Callable[[], None]) -> None:
     """Serve cases on stdin/stdout (one JSON object a line): for each `{"args", "out", "err"}`, fork a
-    child that runs `workbench <args>` exactly as the `workbench` entry point does (own session, stdin
-    /dev/null, stdout and stderr to the given files; an uncaught exception prints its traceback and
-    exits 1), reply `{"pid"}` at once and `{"exit"}` when it ends (negative: killed by that signal).
-    The child is a real process: a hang is killed by its session, a crash is its own."""
+    child that runs `main()` with `sys.argv = ["workbench", *args]`, exactly as the `workbench` entry
+    point does (own session, stdin /dev/null, stdout and stderr to the given files; an uncaught
+    exception prints its traceback and exits 1), reply `{"pid"}` at once and `{"exit"}` when it ends
+    (negative: killed by that signal). The child is a real process: a hang is killed by its session, a
+    crash is its own."""
     import importlib
     import json
 
@@ -56,8 +66,6 @@ def zygote() -> None:
                     import faulthandler
 
                     faulthandler.dump_traceback_later(float(os.environ["WORKBENCH_BADINPUT_DEBUG"]))
-                from workbench.cli import main
-
                 try:
                     main()
                     code = 0
@@ -87,7 +95,7 @@ class Zygote:
 
     def __init__(self, env: dict[str, str], cwd: Path):
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from workbench.experiments.zygote import zygote; zygote()"],
+            [sys.executable, "-c", ENTRY],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=cwd)
 
     def wait_ready(self) -> None:

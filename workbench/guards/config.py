@@ -23,10 +23,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from workbench.checks import check, require
 from workbench.errors import ConfigError
-from workbench.guards.metrics import KNOWN_METRICS
 from workbench.guards.presets import DEFAULT, PRESETS
 from workbench.guards.rules import metric_names, parse_rule
+from workbench.metrics import RULE_METRICS, rule_metric
 
 ACTIONS = ("alert", "pause", "rollback", "stop")
 """What a guard does when its rule holds for its window."""
@@ -42,6 +43,7 @@ def setting_command(key: str, value: Any, budget_kind: str = "rollouts") -> tupl
     return SETTINGS[key], {key: float(value)}
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,63}$")
+_NAME_RULE = "letters, digits and _.-, at most 64"
 
 
 @dataclass(frozen=True)
@@ -68,18 +70,13 @@ class GuardConfig:
     """false turns the guard (e.g. a default preset of the same name) off."""
 
     def __post_init__(self) -> None:
-        if self.preset and self.preset not in PRESETS:
-            raise ConfigError(f"guards.preset: {self.preset!r} is not allowed (one of {', '.join(PRESETS)})")
-        if not self.preset and not self.rule:
-            raise ConfigError("guards.rule: missing (write a rule, or name a preset with guards.preset)")
-        if not self.preset and not self.name:
-            raise ConfigError("guards.name: missing (a guard with its own rule needs a name)")
-        if self.window < 0:
-            raise ConfigError(f"guards.window: {self.window!r} is not allowed (an integer >= 1; 0: the preset's)")
-        if self.action and self.action not in ACTIONS:
-            raise ConfigError(f"guards.action: {self.action!r} is not allowed (one of {', '.join(ACTIONS)})")
-        if self.name and not _NAME.match(self.name):
-            raise ConfigError(f"guards.name: {self.name!r} is not allowed (letters, digits and _.-, at most 64)")
+        check(not self.preset or self.preset in PRESETS, "guards.preset", f"one of {', '.join(PRESETS)}", self.preset)
+        require(bool(self.preset or self.rule), "guards.rule",
+                "missing (write a rule, or name a preset with guards.preset)")
+        require(bool(self.preset or self.name), "guards.name", "missing (a guard with its own rule needs a name)")
+        check(self.window >= 0, "guards.window", "an integer >= 1; 0: the preset's", self.window)
+        check(not self.action or self.action in ACTIONS, "guards.action", f"one of {', '.join(ACTIONS)}", self.action)
+        check(not self.name or bool(_NAME.match(self.name)), "guards.name", _NAME_RULE, self.name)
         self.resolve()  # rule syntax, settings
 
     def resolve(self) -> "Guard":
@@ -104,32 +101,29 @@ class Guard:
     enabled: bool = True
 
     def __post_init__(self) -> None:
-        if not self.name or not _NAME.match(self.name):
-            raise ConfigError(f"guards.name: {self.name!r} is not allowed (letters, digits and _.-, at most 64)")
-        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1:
-            raise ConfigError(f"guards.window: {self.window!r} is not allowed (an integer >= 1)")
-        if self.action not in ACTIONS:
-            raise ConfigError(f"guards.action: {self.action!r} is not allowed (one of {', '.join(ACTIONS)})")
-        if self.settings and self.action != "rollback":
-            raise ConfigError("guards.settings: only a rollback changes settings (set action = \"rollback\")")
+        check(bool(self.name) and bool(_NAME.match(self.name)), "guards.name", _NAME_RULE, self.name)
+        check(not isinstance(self.window, bool) and isinstance(self.window, int) and self.window >= 1,
+              "guards.window", "an integer >= 1", self.window)
+        check(self.action in ACTIONS, "guards.action", f"one of {', '.join(ACTIONS)}", self.action)
+        require(not self.settings or self.action == "rollback", "guards.settings",
+                "only a rollback changes settings (set action = \"rollback\")")
         for key, value in self.settings.items():
-            if key not in SETTINGS:
-                raise ConfigError(f"guards.settings.{key}: unknown setting (allowed: {', '.join(SETTINGS)})")
+            require(key in SETTINGS, f"guards.settings.{key}", f"unknown setting (allowed: {', '.join(SETTINGS)})")
             ok = (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
                   and value > 0 and (key != "budget" or float(value).is_integer()))
-            if not ok:
-                raise ConfigError(f"guards.settings.{key}: {value!r} is not allowed "
-                                  f"({'an integer >= 1' if key == 'budget' else 'a number > 0'})")
+            check(ok, f"guards.settings.{key}", "an integer >= 1" if key == "budget" else "a number > 0", value)
         object.__setattr__(self, "tree", parse_rule(self.rule))
 
-    def check_metrics(self, known: set[str]) -> None:
-        """ConfigError naming the first metric the rule reads that is not in `known`."""
-        unknown = sorted(metric_names(self.tree) - known)  # type: ignore[attr-defined]
+    def check_metrics(self, recorded: set[str] | frozenset[str] = frozenset()) -> None:
+        """ConfigError naming the first metric the rule reads that is neither in the catalogue
+        (`workbench/metrics.py`) nor in `recorded` (what the run has recorded)."""
+        reads = metric_names(self.tree)  # type: ignore[attr-defined]
+        unknown = sorted(m for m in reads if not rule_metric(m) and m not in recorded)
         if unknown:
-            close = difflib.get_close_matches(unknown[0], sorted(known), n=3)
+            close = difflib.get_close_matches(unknown[0], sorted(RULE_METRICS | set(recorded)), n=3)
             hint = f"did you mean {', '.join(close)}? " if close else ""
             raise ConfigError(f"guards.rule {self.rule!r}: unknown metric {unknown[0]!r} ({hint}the metrics "
-                              "a rule may read are listed in docs/guards.md)")
+                              "a rule may read are listed in docs/metrics.md)")
 
     def to_dict(self) -> dict[str, Any]:
         return dict(name=self.name, rule=self.rule, window=self.window, action=self.action,
@@ -151,10 +145,9 @@ def guard_set(entries: tuple[GuardConfig, ...] | list[GuardConfig], *,
     seen: set[str] = set()
     for e in entries:
         g = e.resolve()
-        if g.name in seen:
-            raise ConfigError(f"guards.name: {g.name!r} appears twice (each guard needs its own name)")
+        require(g.name not in seen, "guards.name", f"{g.name!r} appears twice (each guard needs its own name)")
         seen.add(g.name)
         if check_metrics and g.enabled:
-            g.check_metrics(KNOWN_METRICS)
+            g.check_metrics()
         out[g.name] = g
     return {k: g for k, g in out.items() if g.enabled}

@@ -13,15 +13,25 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from workbench.guards.config import Guard
-from workbench.guards.rules import Context, evaluate, matching_rollouts, metric_names, rollout_predicates
+from workbench.guards.rules import Context, Rollouts, evaluate, matching_rollouts, metric_names, rollout_predicates
 
 MAX_EVIDENCE_ROLLOUTS = 200
 """Most rollouts an alert lists as its evidence per step (the first ones, in generation order)."""
 
+REPEAT_WINDOW = 128
+"""`repeat_frac` reads a response's last this many characters (all of a shorter one): a loop shows at
+the end of a response, and the cost per rollout stays the same whatever its length."""
 
-def repeat_frac(text: str) -> float:
-    """Share of `text`'s characters taken by its most repeated character, bigram or trigram."""
+
+def repeat_frac(text: str, window: int = REPEAT_WINDOW) -> float:
+    """Share of the characters of `text`'s last `window` taken by its most repeated character, bigram or
+    trigram. The plain reference of `repeat_fracs` (one response, a Counter per n-gram size)."""
+    text = text[-window:] if window else text
     n = len(text)
     if n == 0:
         return 0.0
@@ -35,33 +45,81 @@ def repeat_frac(text: str) -> float:
     return best
 
 
+def repeat_fracs(texts: list[str], window: int = REPEAT_WINDOW) -> np.ndarray:
+    """`repeat_frac` of every text at once: the code points of each text's tail in one [n, width] array,
+    each n-gram packed into one integer (21 bits a code point), each row sorted and its longest run of
+    equal n-grams counted."""
+    n = len(texts)
+    out = np.zeros(n)
+    tails = [t[-window:] for t in texts] if window else list(texts)
+    lens = np.fromiter(map(len, tails), dtype=np.int64, count=n)
+    width = int(lens.max()) if n else 0
+    if width < 2:
+        return out
+    codes = np.frombuffer("".join(t.ljust(width, "\0") for t in tails).encode("utf-32-le", "surrogatepass"),
+                          dtype=np.uint32).reshape(n, width).astype(np.uint64)
+    pos = np.arange(width, dtype=np.uint64)
+    for k in (1, 2, 3):
+        m = width - k + 1
+        if m < 1:
+            break
+        gram = codes[:, :m].copy()
+        for j in range(1, k):
+            gram = (gram << np.uint64(21)) | codes[:, j:j + m]
+        inside = np.arange(m)[None, :] <= (lens - k)[:, None]
+        gram = np.where(inside, gram, pos[:m][None, :] | np.uint64(1 << 63))  # padding: each its own, seen once
+        gram.sort(axis=1)
+        starts = np.ones((n, m), dtype=bool)
+        starts[:, 1:] = gram[:, 1:] != gram[:, :-1]
+        first = np.flatnonzero(starts.ravel())
+        runs = np.diff(np.append(first, n * m))
+        count = np.maximum.reduceat(runs, np.searchsorted(first, np.arange(n) * m))
+        ok = (lens >= 2 * k) & ((k == 1) | (count >= 2))
+        out = np.where(ok, np.maximum(out, np.minimum(1.0, count * k / np.maximum(lens, 1))), out)
+    return out
+
+
 ROLLOUT_COLUMNS = ("step", "stage", "prompt_id", "idx", "response", "length", "reward", "finish_reason",
                    "entropy_mean")
 """The store's rollout columns the rule language reads."""
 
 
-def rollout_rows(table: Any) -> list[dict[str, Any]]:
-    """A step's rollouts (an Arrow table with the store's rollout columns, or a list of dicts) as rows
-    of the rule language's rollout fields, keyed by (step, stage, prompt_id, idx)."""
+def rollout_rows(table: Any, step: int | None = None) -> Rollouts:
+    """A step's rollouts (an Arrow table with the store's rollout columns, or a list of dicts) as the
+    rule language's rollout fields (`Rollouts`, columns), keyed by (step, stage, prompt_id, idx); `step`
+    fills the key's step where the table has none."""
     if table is None:
-        return []
-    if hasattr(table, "select"):  # an Arrow table: only the columns read (not the per-token lists)
-        table = table.select([c for c in ROLLOUT_COLUMNS if c in table.column_names])
-    rows = table.to_pylist() if hasattr(table, "to_pylist") else list(table)
-    out = []
-    for r in rows:
-        text = r.get("response") or ""
-        out.append(dict(
-            step=r.get("step"), stage=r.get("stage", 0), prompt_id=r.get("prompt_id"), idx=r.get("idx", 0),
-            length=float(r.get("length") or 0), reward=_f(r.get("reward")),
-            truncated=None if r.get("finish_reason") is None else float(r.get("finish_reason") == "length"),
-            repeat_frac=repeat_frac(text),
-            entropy_mean=_f(r.get("entropy_mean")), chars=float(len(text))))
-    return out
+        return Rollouts(0, {})
+    if not hasattr(table, "select"):
+        table = pa.Table.from_pylist(list(table)) if len(table) else pa.table({})
+    table = table.select([c for c in ROLLOUT_COLUMNS if c in table.column_names])  # not the per-token lists
+    n = table.num_rows
 
+    def col(name: str) -> tuple[np.ndarray, np.ndarray]:
+        if name not in table.column_names:
+            return np.full(n, np.nan), np.zeros(n, dtype=bool)
+        c = table.column(name)
+        known = ~np.asarray(c.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+        return np.asarray(c.cast(pa.float64()).fill_null(np.nan).to_numpy(), dtype=np.float64), known
 
-def _f(v: Any) -> float | None:
-    return None if v is None else float(v)
+    texts = table.column("response").fill_null("").to_pylist() if "response" in table.column_names else [""] * n
+    length, has_length = col("length")
+    reward, has_reward = col("reward")
+    entropy, has_entropy = col("entropy_mean")
+    finish = table.column("finish_reason") if "finish_reason" in table.column_names else pa.nulls(n, pa.string())
+    truncated = np.asarray(pc.equal(finish, "length").fill_null(False).to_numpy(zero_copy_only=False), bool)
+    chars = np.fromiter(map(len, texts), dtype=np.float64, count=n)
+    columns = dict(length=np.where(has_length, length, 0.0), reward=reward, truncated=truncated.astype(np.float64),
+                   repeat_frac=repeat_fracs(texts), entropy_mean=entropy, chars=chars)
+    known = dict(reward=has_reward, entropy_mean=has_entropy,
+                 truncated=~np.asarray(finish.is_null().to_numpy(zero_copy_only=False), dtype=bool))
+
+    def keys(name: str, default: Any) -> Any:  # read only for the rollouts an alert lists
+        return table.column(name) if name in table.column_names else pa.array([default] * n)
+
+    return Rollouts(n, columns, known, dict(step=pa.array([step] * n) if step is not None else keys("step", None),
+                                            stage=keys("stage", 0), prompt_id=keys("prompt_id", None),
+                                            idx=keys("idx", 0)))
 
 
 @dataclass
@@ -117,7 +175,7 @@ class Watch:
     def last_step(self) -> int:
         return max(self.history, default=0)
 
-    def step(self, step: int, metrics: dict[str, Any], rollouts: list[dict[str, Any]] | None = None) -> list[Firing]:
+    def step(self, step: int, metrics: dict[str, Any], rollouts: Rollouts | None = None) -> list[Firing]:
         if step <= self.last_step():
             self.rewind(step - 1)
         self.history[step] = _numeric(metrics)
@@ -150,17 +208,13 @@ class Watch:
         if ctx.rollouts and rollout_predicates(tree):
             hits = matching_rollouts(tree, ctx)
             st.values[step].update(rollouts=len(ctx.rollouts), matched=len(hits))
-            st.rollouts[step] = [_key(ctx.rollouts[i]) for i in hits[:MAX_EVIDENCE_ROLLOUTS]]
+            st.rollouts[step] = [ctx.rollouts.key(i) for i in hits[:MAX_EVIDENCE_ROLLOUTS]]
         if st.fired or len(st.streak) < guard.window:
             return None
         st.fired = True
         steps = st.streak[-guard.window:]
         return Firing(guard, step, steps[0], steps, {str(s): st.values[s] for s in steps},
                       [r for s in steps for r in st.rollouts.get(s, [])])
-
-
-def _key(r: dict[str, Any]) -> dict[str, Any]:
-    return dict(step=r["step"], stage=r["stage"], prompt_id=r["prompt_id"], idx=r["idx"])
 
 
 def _numeric(metrics: dict[str, Any]) -> dict[str, float]:

@@ -90,6 +90,7 @@ def bench_import(rollouts: int = 1_000_000, *, prompts_per_step: int = 512, grou
             "seconds": round(wall, 2), "rollouts_per_s": round(report.rollouts / wall, 1),
             "parse_s": round(report.parse_s, 2), "write_s": round(report.write_s, 2),
             "parse_share": round(report.parse_s / wall, 3), "write_share": round(report.write_s / wall, 3),
+            "guards_s": round(report.guards_s, 3), "guards_share": round(report.guards_s / wall, 3),
             "cpu_s": round(report.cpu_s, 2),
             "rollouts_per_cpu_s": round(report.rollouts / max(report.cpu_s, 1e-9), 1),
             "load_avg_1m": round(os.getloadavg()[0], 1), "cores": os.cpu_count(),

@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from workbench.errors import DataError
+from workbench.metrics import STEP_COLUMNS, TEXT_COLUMNS
 from workbench.store.schema import TABLES, arrow_schema, json_columns
 
 
@@ -43,33 +44,10 @@ class StepRecord:
     """Prompts first seen this step (text and answer are stored once per run)."""
 
 
-# steps column -> metric keys that fill it (first present wins).
-STEP_METRIC_KEYS: dict[str, tuple[str, ...]] = {
-    "policy_version": ("policy_version",),
-    "rollouts": ("rollouts", "rollout/count"),
-    "prompts": ("prompts", "rollout/prompts"),
-    "tokens_generated": ("tokens_generated", "rollout/tokens_generated"),
-    "reward_mean": ("reward_mean", "rollout/reward_mean"),
-    "reward_std": ("reward_std", "rollout/reward_std"),
-    "entropy_mean": ("entropy_mean", "rollout/entropy_mean"),
-    "zero_signal_frac": ("zero_signal_frac", "rollout/zero_signal_frac"),
-    "loss": ("loss", "train/loss"),
-    "kl": ("kl", "train/kl"),
-    "clip_frac": ("clip_frac", "train/clip_frac"),
-    "grad_norm": ("grad_norm", "train/grad_norm"),
-    "lr": ("lr", "train/lr"),
-    "temperature": ("temperature", "rollout/temperature"),
-    "budget_kind": ("budget_kind", "alloc/budget_kind"),
-    "budget": ("budget", "alloc/budget"),
-    "allocator": ("allocator", "alloc/allocator"),
-    "allocator_params": ("allocator_params", "alloc/params"),
-    "time_generate_s": ("time_generate_s", "timing_s/generate"),
-    "time_verify_s": ("time_verify_s", "timing_s/verify"),
-    "time_train_s": ("time_train_s", "timing_s/train"),
-    "time_log_s": ("time_log_s", "timing_s/log"),
-    "step_time_s": ("step_time_s", "timing_s/step"),
-}
-_TEXT_COLUMNS = {"budget_kind", "allocator", "allocator_params"}
+STEP_METRIC_KEYS: dict[str, tuple[str, ...]] = {column: tuple(dict.fromkeys((column, name)))
+                                                   for column, name in STEP_COLUMNS.items()}
+"""steps column -> metric keys that fill it (first present wins): the column's own name, then the metric
+the catalogue (`workbench/metrics.py`) says fills it."""
 
 
 def now_utc() -> datetime:
@@ -154,8 +132,8 @@ def step_row(run_id: str, step: int, metrics: dict[str, Any]) -> dict[str, Any]:
             numeric[str(key)] = float(value)
         elif key not in used and value is not None:
             raise DataError(f"steps metric {key!r}: value {value!r} is not a number; only "
-                            f"{sorted(_TEXT_COLUMNS)} (or their aliases) may hold text or JSON")
-    for column in _TEXT_COLUMNS - {"allocator_params"}:
+                            f"{sorted(TEXT_COLUMNS)} (or their aliases) may hold text or JSON")
+    for column in TEXT_COLUMNS - {"allocator_params"}:
         if column in row and not isinstance(row[column], str):
             row[column] = str(row[column])
     row["metrics"] = list(numeric.items())

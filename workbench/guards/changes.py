@@ -1,5 +1,6 @@
 """Guards changed live: the `guard` control command (add, set, remove), recorded in `controls` like
-every other command and applied by the engine at its next step boundary.
+every other command and applied by the engine at its next step boundary. Pure: checking a command and
+the guard set after it; issuing one for a run is `workbench.control.guards`.
 
     args = {"op": "add", "guard": {"name": "spike", "rule": "train/loss > 10", "window": 2, ...}}
     args = {"op": "set", "name": "entropy_collapse", "changes": {"action": "rollback"}}
@@ -9,7 +10,6 @@ every other command and applied by the engine at its next step boundary.
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any
 
 from workbench.errors import ConfigError, ControlError
@@ -36,8 +36,10 @@ def _config(spec: dict[str, Any]) -> GuardConfig:
         raise ControlError(f"guard: {exc}") from None
 
 
-def validate_guard_command(args: dict[str, Any], known_metrics: set[str] | None = None) -> dict[str, Any]:
-    """Check a `guard` command's arguments; return them canonical or raise ControlError naming the field."""
+def validate_guard_command(args: dict[str, Any], recorded: set[str] | None = None) -> dict[str, Any]:
+    """Check a `guard` command's arguments; return them canonical or raise ControlError naming the field.
+    With `recorded` (the metrics the run has recorded), an added rule's metrics are checked too: each
+    must be in the catalogue (`workbench/metrics.py`) or in `recorded`."""
     op = args.get("op")
     if op not in OPS:
         raise _err("op", f"{op!r} is not allowed (one of {', '.join(OPS)})")
@@ -62,9 +64,9 @@ def validate_guard_command(args: dict[str, Any], known_metrics: set[str] | None 
     g = _config(spec).resolve()
     if hint and isinstance(hint, str):
         g = dataclasses.replace(g, hint=hint)
-    if known_metrics is not None:
+    if recorded is not None:
         try:
-            g.check_metrics(known_metrics)
+            g.check_metrics(recorded)
         except ConfigError as exc:
             raise ControlError(f"guard: {exc}") from None
     return {"op": "add", "guard": g.to_dict()}
@@ -91,55 +93,3 @@ def apply_guard_change(guards: dict[str, Guard], args: dict[str, Any]) -> dict[s
     merged.pop("preset", None)
     out[name] = Guard.from_dict(merged)
     return out
-
-
-def guards_in_force(store: Any, run_id: str) -> dict[str, Guard]:
-    """A run's guards: those of its config (with the defaults), then every applied `guard` command."""
-    from workbench.config import RunConfig
-
-    run = store.run(run_id)
-    cfg = run.get("config") or {}
-    try:
-        entries = RunConfig.from_dict(cfg).guards if run.get("source") in (None, "", "workbench") else ()
-    except ConfigError:
-        entries = ()
-    guards = guard_set(entries)
-    controls = store.controls(run_id)
-    for c in controls.sort("control_id").to_dicts() if len(controls) else []:
-        if c["command"] != "guard" or c["status"] != "applied":
-            continue
-        args = json.loads(c["args"]) if isinstance(c["args"], str) else c["args"]
-        try:
-            guards = apply_guard_change(guards, args)
-        except ConfigError:
-            continue
-    return guards
-
-
-def recorded_metrics(store: Any, run_id: str) -> set[str]:
-    """Metric names a run has recorded in its latest steps."""
-    from workbench.guards.watch import metrics_map
-
-    steps = store.run_steps(run_id)
-    names: set[str] = set()
-    for m in steps.tail(5)["metrics"].to_list() if len(steps) else []:
-        names |= set(metrics_map(m))
-    return names
-
-
-def issue_guard(store: Any, run_id: str, args: dict[str, Any], *, who: str = "api") -> int:
-    """Validate a `guard` command for a run (its rule's metrics against the engine's and the run's
-    own) and queue it; returns the control id. ControlError naming the field, nothing stored."""
-    from workbench.control.api import issue
-    from workbench.guards.metrics import KNOWN_METRICS
-
-    clean = validate_guard_command(dict(args), KNOWN_METRICS | recorded_metrics(store, run_id))
-    if clean["op"] != "add":
-        in_force = guards_in_force(store, run_id)
-        if clean["name"] not in in_force:
-            raise ControlError(f"run {run_id}: guard: name: no guard {clean['name']!r} in force "
-                               f"(guards: {', '.join(in_force) or 'none'})")
-    elif clean["guard"]["name"] in guards_in_force(store, run_id):
-        raise ControlError(f"run {run_id}: guard: name: {clean['guard']['name']!r} exists already "
-                           "(change it with `guard set`)")
-    return issue(store, run_id, "guard", clean, who=who)

@@ -1,4 +1,5 @@
-"""Guards inside the engine: one call after each step is handed to the store's writer.
+"""The engine's side of the guards (the rules and the watch are `workbench.guards`): one call after each
+step is handed to the store's writer.
 
     if guard_step(s, store, run_id, step, metrics, table) == "rollback":
         return "rollback"            # the loop goes on from the checkpoint (train() re-enters it)
@@ -18,12 +19,19 @@ Each firing guard's alert is recorded with its evidence, then its action runs:
 
 from __future__ import annotations
 
+import json
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from workbench.guards.config import Guard, guard_set, setting_command
+from workbench.control.commands import validate
+from workbench.engine.checkpoint import checkpoint_steps, set_aside
+from workbench.engine.evaluate import eval_metrics
+from workbench.guards.config import Guard, setting_command
 from workbench.guards.rules import rollout_predicates
 from workbench.guards.watch import Firing, Watch, alert_message, alert_row, metrics_map, rollout_rows
+
+if TYPE_CHECKING:
+    from workbench.engine.setup import Setup
 
 log = logging.getLogger(__name__)
 
@@ -53,16 +61,14 @@ class RunGuards:
         return any(rollout_predicates(g.tree) for g in self.watch.guards.values())  # type: ignore[attr-defined]
 
 
-def guard_step(s: Any, store: Any, run_id: str, step: int, metrics: dict[str, Any], table: Any) -> str | None:
+def guard_step(s: Setup, store: Any, run_id: str, step: int, metrics: dict[str, Any], table: Any) -> str | None:
     """Evaluate the run's guards on the step just recorded and act; "rollback" when the loop must go
     on from a checkpoint (the Setup `s` is already set for it), else None."""
-    live = s.live
-    if getattr(live, "guards", None) is None:
-        live.guards = guard_set(s.cfg.guards)
-    rg: RunGuards | None = getattr(s, "guards", None)
-    if rg is None:
-        rg = s.guards = RunGuards(live.guards)
-    rg.sync(live.guards)
+    in_force = s.live.guards or {}  # the config's guards (set by build_setup) and the live changes
+    if s.guards is None:
+        s.guards = RunGuards(in_force)
+    rg = s.guards
+    rg.sync(in_force)
     if not rg.loaded:
         rg.loaded = True
         steps = store.run_steps(run_id)
@@ -70,9 +76,7 @@ def guard_step(s: Any, store: Any, run_id: str, step: int, metrics: dict[str, An
         rg.watch.load_history([*_evaluation_at_start(store, run_id),
                                *((r["step"], metrics_map(r["metrics"])) for r in earlier.to_dicts())])
         rg.rollbacks = rollbacks_made(store, run_id)
-    rows = rollout_rows(table) if table is not None and rg.needs_rollouts() else None
-    for r in rows or []:
-        r["step"] = step
+    rows = rollout_rows(table, step) if table is not None and rg.needs_rollouts() else None
     fired = rg.watch.step(step, metrics, rows)
     alerts = []
     for f in fired:  # every alert first: a rollback moves its steps, and every alert's, to the attempt
@@ -94,7 +98,7 @@ def guard_step(s: Any, store: Any, run_id: str, step: int, metrics: dict[str, An
     return "rollback" if rolled_by is not None else None
 
 
-def _act(s: Any, store: Any, run_id: str, rg: RunGuards, f: Firing, alert_id: str) -> str | None:
+def _act(s: Setup, store: Any, run_id: str, rg: RunGuards, f: Firing, alert_id: str) -> str | None:
     action = f.guard.action
     who = f"guard:{f.guard.name}"
     if action == "alert":
@@ -102,7 +106,7 @@ def _act(s: Any, store: Any, run_id: str, rg: RunGuards, f: Firing, alert_id: st
     if action == "rollback":
         done = rg.rollbacks.setdefault(f.guard.name, [])
         before = min(f.first_step, done[-1]) if done else f.first_step  # fired again: further back
-        target = _checkpoint_before(s.ckpt_dir, before)
+        target = _checkpoint_before(s, before)
         if target is not None and len(done) < MAX_ROLLBACKS:
             done.append(target)
             return _rollback(s, store, run_id, rg, f, alert_id, target, again=len(done) > 1)
@@ -120,8 +124,6 @@ def _evaluation_at_start(store: Any, run_id: str) -> list[tuple[int, dict[str, f
     """The run's evaluation before its first step (`eval.at_start`) as the history's step 0, so a rule
     over `eval/` metrics reads it from step 1 on (`reward_hacking` compares the first training reward with
     it); none when the run took none."""
-    from workbench.engine.evaluate import eval_metrics
-
     ev = store.evals(run_id)
     at0 = ev.filter(ev["step"] == 0).to_dicts() if len(ev) else []
     return [(0, eval_metrics(at0))] if at0 else []
@@ -131,8 +133,6 @@ def rollbacks_made(store: Any, run_id: str) -> dict[str, list[int]]:
     """The rollbacks guards made in a run before this process watched it (a resumed run), by guard:
     the checkpoint steps they went back to, oldest first (from the `guard_rollback` events of the
     run and of its earlier attempts, which a later rollback moves there)."""
-    import json
-
     ids = [*store.attempts(run_id)["run_id"].to_list(), run_id]
     found: list[tuple[Any, str, int]] = []
     for rid in ids:
@@ -147,29 +147,20 @@ def rollbacks_made(store: Any, run_id: str) -> dict[str, list[int]]:
     return out
 
 
-def _checkpoint_before(ckpt_dir: Any, first_step: int) -> int | None:
-    from workbench.engine.checkpoint import list_checkpoints
-
-    steps = [int(p.stem.split("-")[1]) for p in list_checkpoints(ckpt_dir)]
-    earlier = [k for k in steps if k < first_step]
+def _checkpoint_before(s: Setup, first_step: int) -> int | None:
+    earlier = [k for k in checkpoint_steps(s.ckpt_dir) if k < first_step]
     return max(earlier) if earlier else None
 
 
-def _rollback(s: Any, store: Any, run_id: str, rg: RunGuards, f: Firing, alert_id: str, target: int, *,
+def _rollback(s: Setup, store: Any, run_id: str, rg: RunGuards, f: Firing, alert_id: str, target: int, *,
               again: bool = False) -> str:
-    from workbench.control.commands import validate
-    from workbench.engine.checkpoint import list_checkpoints
-
+    assert s.writer is not None
     s.writer.flush()  # every step handed over is committed before its rows move
     reason = f"rolled back by guard {f.guard.name!r} (fired at step {f.step}) to the checkpoint of step {target}"
     if again:
         reason += " (it fired again after its last rollback, so one checkpoint further back)"
-    attempt = store.archive_attempt(run_id, target, reason)
-    aside = s.ckpt_dir / attempt.rsplit(".", 1)[-1]
-    for p in list_checkpoints(s.ckpt_dir):
-        if int(p.stem.split("-")[1]) > target:
-            aside.mkdir(exist_ok=True)
-            p.rename(aside / p.name)
+    attempt = store.archive_attempt(run_id, target, reason)  # "<run_id>.attemptN"
+    set_aside(s.ckpt_dir, target, attempt.removeprefix(f"{run_id}."))  # checkpoints/attemptN/
     queued = []
     for key, value in f.guard.settings.items():
         command, args = setting_command(key, value, s.live.budget_kind)

@@ -1,4 +1,4 @@
-"""Guards on runs imported from other engines (verl, TRL, NeMo-RL, generic files), including one being
+"""The guards of runs imported from other engines (verl, TRL, NeMo-RL, generic files), including one being
 followed with `workbench import --follow`: the same rules over the imported steps and rollouts, alert
 only (we cannot act on another engine's run). "Your verl run's entropy is collapsing" appears while that
 run trains elsewhere."""
@@ -30,21 +30,13 @@ class ImportWatch:
             steps = self.store.run_steps(self.run_id)
             earlier = steps.filter(steps["step"] < step) if len(steps) else steps
             self.watch.load_history([(r["step"], metrics_map(r["metrics"])) for r in earlier.to_dicts()])
-        rows = rollout_rows(rollouts)
-        for r in rows:
-            r["step"] = step
+        rows = rollout_rows(rollouts, step)
         ids = []
         for f in self.watch.step(step, metrics, rows):
             ids.append(self.store.add_alert(self.run_id, alert_row(f, outcome=OUTCOME), f.rollouts))
         return ids
 
-
-def watch_records(importer: Any, records: list[Any]) -> None:
-    """After an importer committed `records` (StepRecords of one run): evaluate its guards."""
-    if not records:
-        return
-    w = getattr(importer, "guard_watch", None)
-    if w is None or w.run_id != records[0].run_id:
-        w = importer.guard_watch = ImportWatch(importer.store, records[0].run_id)
-    for r in sorted(records, key=lambda r: r.step):
-        w.observe(r.step, r.metrics, r.rollouts)
+    def observe_records(self, records: list[Any]) -> list[str]:
+        """After an importer committed `records` (StepRecords of this run): evaluate the guards on each
+        step in order; returns the ids of the alerts raised."""
+        return [a for r in sorted(records, key=lambda r: r.step) for a in self.observe(r.step, r.metrics, r.rollouts)]
