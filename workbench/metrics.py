@@ -88,9 +88,9 @@ CATALOGUE: tuple[Metric, ...] = (
            column="zero_signal_frac"),
     Metric("rollout/temperature", "sampling temperature in force", "1", _BATCH, column="temperature"),
     Metric("rollout/staleness_mean", "mean staleness of the on-policy rollouts: policy versions the trainer "
-           "was ahead of the one that began each", "versions", _LOOP, "pipeline"),
-    Metric("rollout/staleness_max", "largest staleness of the step's on-policy rollouts (at most eta)",
-           "versions", _LOOP, "pipeline"),
+           "was ahead of the one that began each (0 without the pipeline)", "versions", _LOOP),
+    Metric("rollout/staleness_max", "largest staleness of the step's on-policy rollouts (at most eta; 0 "
+           "without the pipeline)", "versions", _LOOP),
     Metric("rollout/queued_batches", "batches made by the generator and not yet taken by the trainer",
            "batches", _PIPE, "pipeline"),
     Metric("rollout/workers", "Ray rollout workers alive", "workers", "Ray backend (workbench/rollout/ray_backend.py)",

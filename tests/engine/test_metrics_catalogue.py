@@ -5,10 +5,12 @@ the catalogue's own text."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
+from workbench.analysis.terms import metric_items
 from workbench.config import RunConfig
 from workbench.engine import run
 from workbench.metrics import CATALOGUE, STEP_COLUMNS, lookup, metrics_markdown, rule_metric
@@ -20,25 +22,25 @@ NOT_RUN_HERE = {"ray", "vllm"}
 """Metrics present only with Ray workers or vLLM: the runs below use neither (a Ray run is a slow test
 of its own, vLLM needs a GPU)."""
 
-STALE = {"name": "stale", "rule": "rollout/staleness_max >= 0 and train/is_weight_mean > 0", "window": 2}
-"""A guard on the pipeline's metrics: refused when the config loaded before the catalogue held them."""
+STALE = {"name": "stale", "rule": "rollout/staleness_max >= 0", "window": 2}
+"""A guard on the pipeline's staleness (recorded at every step of a pipelined run): refused when the
+config loaded before the catalogue held the pipeline's metrics."""
 
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory, new_store):
     """Metric names recorded by the runs the tests use, by run: a synchronous run with an evaluation,
     reward terms and a multi-stage allocator; an asynchronous one (eta = 1, the generator process) with a
-    guard on its staleness; and an imported verl dump."""
+    guard on its staleness; and an imported file of rollouts (the generic JSONL format)."""
     from workbench.experiments.tiny import tiny_run
     from workbench.integrations import get_format
-    from workbench.integrations.bench import write_verl_dump
     from workbench.integrations.common import Importer
 
     out: dict[str, set[str]] = {}
     runs = {
-        "sync": {"steps": 2, "eval.every": 2, "allocator.name": "dynamic_sampling",
+        "sync": {"steps": 2, "eval.every": 2, "eval.at_start": False, "allocator.name": "dynamic_sampling",
                  "rewards": {"terms": [{"kind": "verifier"}, {"kind": "format", "weight": 0.25, "pattern": r"\d"}]}},
-        "eta1": {"steps": 3, "eval.every": 0, "eval.at_start": False, "pipeline.max_staleness": 1, "guards": [STALE]},
+        "eta1": {"steps": 2, "eval.every": 0, "eval.at_start": False, "pipeline.max_staleness": 1, "guards": [STALE]},
     }
     alerts = {}
     for name, over in runs.items():
@@ -47,14 +49,18 @@ def recorded(tmp_path_factory, new_store):
         run_id = run(tiny_run(over), store=str(store), on_step=lambda step, m: seen.update(m))
         with open_store(store) as st:
             for m in st.run_steps(run_id)["metrics"].to_list():
-                seen |= {kv["key"] for kv in m} if isinstance(m, list) else set(m)
+                seen |= {k for k, _ in metric_items(m)}
             alerts[name] = st.alerts(run_id).to_dicts()
         out[name] = seen
     tmp = tmp_path_factory.mktemp("imported")
-    write_verl_dump(tmp / "dump", rollouts=64, prompts_per_step=8, group=4, response_chars=40)
+    rows = [{"prompt": f"{p} + {p}", "response": f"{2 * p + i % 2}", "reward": float(i % 2 == 0), "step": s,
+             "length": 2, "advantage": 0.5 - i % 2} for s in (1, 2) for p in range(4) for i in range(4)]
+    (tmp / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     with open_store(tmp / "store") as st:
-        report = Importer(st, get_format("verl"), tmp / "dump").run_once()
-        out["import"] = {kv["key"] for m in st.run_steps(report.run_id)["metrics"].to_list() for kv in m}
+        report = Importer(st, get_format("jsonl"), tmp / "rollouts.jsonl", options={
+            "map": "prompt=prompt,response=response,reward=reward,step=step,length=length,advantage=advantage"}
+        ).run_once()
+        out["import"] = {k for m in st.run_steps(report.run_id)["metrics"].to_list() for k, _ in metric_items(m)}
     return out, alerts
 
 
@@ -82,8 +88,9 @@ def test_when_a_metric_is_present_is_what_the_runs_show(recorded):
 
 def test_a_guard_on_the_pipelines_staleness_loads_and_fires(recorded):
     _, alerts = recorded
-    assert rule_metric("rollout/staleness_max") and rule_metric("train/is_weight_mean")
-    RunConfig.from_dict({"guards": [STALE]})  # loads (was refused: "unknown metric")
+    for rule in ("rollout/staleness_max > 2", "train/is_weight_mean > 3", "timing_s/trainer_idle > 1"):
+        RunConfig.from_dict({"guards": [{"name": "g", "rule": rule}]})  # loads (was refused: "unknown metric")
+    assert rule_metric("rollout/staleness_max") and not rule_metric("alloc/allocator")  # a name, not a number
     (alert,) = [a for a in alerts["eta1"] if a["guard"] == "stale"]
     assert (alert["first_step"], alert["step"]) == (1, 2)
     assert '"rollout/staleness_max"' in alert["evidence"]
