@@ -45,38 +45,65 @@ def repeat_frac(text: str, window: int = REPEAT_WINDOW) -> float:
     return best
 
 
-def repeat_fracs(texts: list[str], window: int = REPEAT_WINDOW) -> np.ndarray:
-    """`repeat_frac` of every text at once: the code points of each text's tail in one [n, width] array,
-    each n-gram packed into one integer (21 bits a code point), each row sorted and its longest run of
+def repeat_fracs(texts: list[str] | pa.Array | pa.ChunkedArray, window: int = REPEAT_WINDOW) -> np.ndarray:
+    """`repeat_frac` of every text at once (a list, or an Arrow string column: null is ""). Each text's
+    tail becomes a row of small integers (its characters ranked in the batch's own alphabet), each
+    n-gram one integer (32 bits while the alphabet's cube fits), each row sorted, and its longest run of
     equal n-grams counted."""
-    n = len(texts)
+    codes, lens = _tail_codes(texts, window)
+    n = len(lens)
     out = np.zeros(n)
-    tails = [t[-window:] for t in texts] if window else list(texts)
-    lens = np.fromiter(map(len, tails), dtype=np.int64, count=n)
-    width = int(lens.max()) if n else 0
+    width = codes.shape[1]
     if width < 2:
         return out
-    codes = np.frombuffer("".join(t.ljust(width, "\0") for t in tails).encode("utf-32-le", "surrogatepass"),
-                          dtype=np.uint32).reshape(n, width).astype(np.uint64)
-    pos = np.arange(width, dtype=np.uint64)
+    present = np.zeros(int(codes.max()) + 1, dtype=bool)
+    present[codes] = True
+    rank = np.cumsum(present, dtype=np.int32) - 1
+    alphabet = int(rank[-1]) + 1
+    dense = rank[codes].view(np.uint32)  # [n, width], each character's rank in the batch's alphabet
     for k in (1, 2, 3):
         m = width - k + 1
         if m < 1:
             break
-        gram = codes[:, :m].copy()
-        for j in range(1, k):
-            gram = (gram << np.uint64(21)) | codes[:, j:j + m]
-        inside = np.arange(m)[None, :] <= (lens - k)[:, None]
-        gram = np.where(inside, gram, pos[:m][None, :] | np.uint64(1 << 63))  # padding: each its own, seen once
-        gram.sort(axis=1)
-        starts = np.ones((n, m), dtype=bool)
-        starts[:, 1:] = gram[:, 1:] != gram[:, :-1]
-        first = np.flatnonzero(starts.ravel())
-        runs = np.diff(np.append(first, n * m))
-        count = np.maximum.reduceat(runs, np.searchsorted(first, np.arange(n) * m))
+        count = _longest_runs(dense, lens, k, m, alphabet)
         ok = (lens >= 2 * k) & ((k == 1) | (count >= 2))
         out = np.where(ok, np.maximum(out, np.minimum(1.0, count * k / np.maximum(lens, 1))), out)
     return out
+
+
+def _tail_codes(texts: list[str] | pa.Array | pa.ChunkedArray, window: int) -> tuple[np.ndarray, np.ndarray]:
+    """The code points of each text's last `window` characters as a [n, width] array (padded with 0),
+    and each tail's length (one byte a character when the batch is ASCII, else UTF-32)."""
+    if isinstance(texts, (pa.Array, pa.ChunkedArray)):
+        texts = texts.to_pylist()
+    tails = [(t or "")[-window:] if window else (t or "") for t in texts]
+    n = len(tails)
+    lens = np.fromiter(map(len, tails), dtype=np.int64, count=n)
+    width = int(lens.max()) if n else 0
+    joined = "".join(t.ljust(width, "\0") for t in tails)
+    if joined.isascii():
+        return np.frombuffer(joined.encode("ascii"), dtype=np.uint8).reshape(n, width), lens
+    return np.frombuffer(joined.encode("utf-32-le", "surrogatepass"), dtype=np.uint32).reshape(n, width), lens
+
+
+def _longest_runs(dense: np.ndarray, lens: np.ndarray, k: int, m: int, alphabet: int) -> np.ndarray:
+    """[n] the count of each row's most frequent k-gram among those wholly inside its text."""
+    n = len(dense)
+    pad = alphabet ** k  # the n-grams that run past a text's end: one value, never counted
+    dtype = np.uint32 if pad < 2 ** 32 else np.uint64  # numpy sorts 32-bit keys fastest (SIMD)
+    gram = dense[:, :m].astype(dtype)
+    for j in range(1, k):
+        gram = gram * dtype(alphabet) + dense[:, j:j + m].astype(dtype)
+    gram[np.arange(m)[None, :] > (lens - k)[:, None]] = pad
+    gram.sort(axis=1)
+    pos = np.arange(m, dtype=np.int32)
+    starts = np.empty((n, m), dtype=np.int32)  # where each position's run of equal n-grams began
+    starts[:, 0] = 0
+    np.multiply(gram[:, 1:] != gram[:, :-1], pos[1:], out=starts[:, 1:])
+    np.maximum.accumulate(starts, axis=1, out=starts)
+    run = pos - starts + 1  # the run's length so far
+    run[gram == pad] = 0
+    return run.max(axis=1)
 
 
 ROLLOUT_COLUMNS = ("step", "stage", "prompt_id", "idx", "response", "length", "reward", "finish_reason",
@@ -102,13 +129,13 @@ def rollout_rows(table: Any, step: int | None = None) -> Rollouts:
         known = ~np.asarray(c.is_null().to_numpy(zero_copy_only=False), dtype=bool)
         return np.asarray(c.cast(pa.float64()).fill_null(np.nan).to_numpy(), dtype=np.float64), known
 
-    texts = table.column("response").fill_null("").to_pylist() if "response" in table.column_names else [""] * n
+    texts = table.column("response") if "response" in table.column_names else pa.nulls(n, pa.string())
     length, has_length = col("length")
     reward, has_reward = col("reward")
     entropy, has_entropy = col("entropy_mean")
     finish = table.column("finish_reason") if "finish_reason" in table.column_names else pa.nulls(n, pa.string())
     truncated = np.asarray(pc.equal(finish, "length").fill_null(False).to_numpy(zero_copy_only=False), bool)
-    chars = np.fromiter(map(len, texts), dtype=np.float64, count=n)
+    chars = np.asarray(pc.fill_null(pc.utf8_length(texts), 0).to_numpy(zero_copy_only=False), dtype=np.float64)
     columns = dict(length=np.where(has_length, length, 0.0), reward=reward, truncated=truncated.astype(np.float64),
                    repeat_frac=repeat_fracs(texts), entropy_mean=entropy, chars=chars)
     known = dict(reward=has_reward, entropy_mean=has_entropy,
