@@ -32,6 +32,7 @@ PRESENT = {
     "ray": "with Ray rollout workers (`rollout.backend = \"ray\"`)",
     "vllm": "with the vLLM backend",
     "import": "on runs imported from other engines (`workbench import`)",
+    "trl": "on runs logged live from TRL's trainer (`workbench.integrations.trl`)",
 }
 """When a metric is present, by key (`Metric.present`)."""
 
@@ -196,6 +197,8 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("rollout/response_chars_mean", "mean characters per response", "chars", _IMPORT, "import"),
     Metric("rollout/length_max", "longest response", "tokens", _IMPORT, "import"),
     Metric("rollout/advantage_abs_mean", "mean absolute advantage the other engine logged", "1", _IMPORT, "import"),
+    Metric("trl/<key>", "each number TRL's trainer logs, under its own key (`trl/loss`, `trl/reward`, ...)", "1",
+           "TRL live logging (workbench/integrations/trl.py)", "trl"),
 )
 """Every step metric, grouped by namespace."""
 

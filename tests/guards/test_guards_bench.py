@@ -55,3 +55,13 @@ def test_an_unknown_fault_or_profile_is_one_line_and_runs_nothing(tmp_path):
     with pytest.raises(ConfigError, match=r"^bench guards: --profile: 'short' is not allowed"):
         gb.run_bench(tmp_path, steps=4, profiles=("short",))
     assert not any(tmp_path.iterdir())
+
+
+def test_guard_cost_bench_times_both_shapes():
+    """`workbench bench guard-cost` on a small size: each shape timed on the columns' path and the plain loop."""
+    from workbench.experiments.guard_cost import guard_cost
+
+    out = guard_cost(rollouts_per_step=32, steps=2, plain_steps=1)
+    assert out["organism"]["chars_per_response"] <= 3 and out["long"]["chars_per_response"] == 1600
+    for shape in ("organism", "long"):
+        assert out[shape]["cpu_ms_per_step"] >= 0 and out[shape]["plain_cpu_ms_per_step"] > 0

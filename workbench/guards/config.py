@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.checks import check, require
-from workbench.errors import ConfigError
 from workbench.guards.presets import DEFAULT, PRESETS
 from workbench.guards.rules import metric_names, parse_rule
 from workbench.metrics import RULE_METRICS, rule_metric
@@ -122,8 +121,8 @@ class Guard:
         if unknown:
             close = difflib.get_close_matches(unknown[0], sorted(RULE_METRICS | set(recorded)), n=3)
             hint = f"did you mean {', '.join(close)}? " if close else ""
-            raise ConfigError(f"guards.rule {self.rule!r}: unknown metric {unknown[0]!r} ({hint}the metrics "
-                              "a rule may read are listed in docs/metrics.md)")
+            require(False, f"guards.rule {self.rule!r}", f"unknown metric {unknown[0]!r} ({hint}the metrics "
+                    "a rule may read are listed in docs/metrics.md, `workbench metrics`)")
 
     def to_dict(self) -> dict[str, Any]:
         return dict(name=self.name, rule=self.rule, window=self.window, action=self.action,

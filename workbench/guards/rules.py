@@ -45,8 +45,8 @@ ROLLOUT_FIELDS = {
     "length": "generated tokens of the response",
     "reward": "the response's reward",
     "truncated": "1 when the response hit the token limit (no end-of-sequence), else 0",
-    "repeat_frac": "share of the response's characters taken by its most repeated character, bigram or "
-                   "trigram (1.0 for '!!!!!!', ~0.25 for '1357')",
+    "repeat_frac": "share of the response's last 64 characters (all of a shorter one) taken by its most "
+                   "repeated character, bigram or trigram (1.0 for '!!!!!!', 0.25 for '1357')",
     "entropy_mean": "mean per-token entropy of the response",
     "chars": "characters of the response text",
 }

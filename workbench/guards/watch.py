@@ -23,9 +23,10 @@ from workbench.guards.rules import Context, Rollouts, evaluate, matching_rollout
 MAX_EVIDENCE_ROLLOUTS = 200
 """Most rollouts an alert lists as its evidence per step (the first ones, in generation order)."""
 
-REPEAT_WINDOW = 128
-"""`repeat_frac` reads a response's last this many characters (all of a shorter one): a loop shows at
-the end of a response, and the cost per rollout stays the same whatever its length."""
+REPEAT_WINDOW = 64
+"""`repeat_frac` reads a response's last this many characters (all of a shorter one): a loop of a
+character, a bigram or a trigram shows at the end of a response, and the cost per rollout stays the
+same whatever its length."""
 
 
 def repeat_frac(text: str, window: int = REPEAT_WINDOW) -> float:

@@ -415,7 +415,7 @@ class Importer:
         self.store.write_steps(batch)
         t1 = time.perf_counter()
         if self.guard_watch is None or self.guard_watch.run_id != batch[0].run_id:
-            self.guard_watch = ImportWatch(self.store, batch[0].run_id)
+            self.guard_watch = ImportWatch(self.store, batch[0].run_id, new_run=self.created)
         self.guard_watch.observe_records(batch)  # guards, alert only (an imported run is steered elsewhere)
         report.guards_s += time.perf_counter() - t1
         report.write_s += time.perf_counter() - t0

@@ -17,11 +17,12 @@ OUTCOME = "alert only: the run is imported from another engine, which we cannot 
 class ImportWatch:
     """The guards of one imported run (the default set, every action turned into an alert)."""
 
-    def __init__(self, store: Any, run_id: str) -> None:
+    def __init__(self, store: Any, run_id: str, *, new_run: bool = False) -> None:
         self.store, self.run_id = store, run_id
         guards = {n: dataclasses.replace(g, action="alert", settings={}) for n, g in guard_set(()).items()}
         self.watch = Watch(guards)
-        self.loaded = False
+        self.loaded = new_run
+        """True once the steps recorded before this watch began are read (none for a run it saw created)."""
 
     def observe(self, step: int, metrics: dict[str, Any], rollouts: Any) -> list[str]:
         """Evaluate the guards on one imported step; returns the ids of the alerts raised."""
