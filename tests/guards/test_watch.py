@@ -156,9 +156,16 @@ def test_reward_collapse_fires_when_the_reward_falls_to_half_its_recent_level(re
 @given(texts=st.lists(st.text(alphabet="ab! \u00e9\U0001F600\x00", max_size=300), max_size=20),
        window=st.sampled_from([0, 3, 8, 64]))
 def test_repeat_fracs_over_columns_equal_the_plain_counter(texts, window):
-    """The packed, row-sorted n-grams of every response at once against a Counter per response."""
-    got = repeat_fracs(texts, window)
-    assert got.tolist() == [repeat_frac(t, window) for t in texts]
+    """The packed, row-sorted n-grams of every response at once against a Counter per response, from a
+    list and from an Arrow column (an ASCII column is read from its bytes, any other through UTF-32)."""
+    import pyarrow as pa
+
+    want = [repeat_frac(t, window) for t in texts]
+    assert repeat_fracs(texts, window).tolist() == want
+    assert repeat_fracs(pa.array(texts, pa.string()), window).tolist() == want
+    ascii_texts = [t.encode("ascii", "replace").decode() for t in texts]
+    column = pa.chunked_array([pa.array(ascii_texts[:2], pa.string()), pa.array(ascii_texts[2:], pa.string())])
+    assert repeat_fracs(column, window).tolist() == [repeat_frac(t, window) for t in ascii_texts]
 
 
 def test_repeat_frac_reads_the_tail_of_a_long_response():

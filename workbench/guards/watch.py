@@ -74,9 +74,24 @@ def repeat_fracs(texts: list[str] | pa.Array | pa.ChunkedArray, window: int = RE
 
 def _tail_codes(texts: list[str] | pa.Array | pa.ChunkedArray, window: int) -> tuple[np.ndarray, np.ndarray]:
     """The code points of each text's last `window` characters as a [n, width] array (padded with 0),
-    and each tail's length (one byte a character when the batch is ASCII, else UTF-32)."""
+    and each tail's length: an Arrow column of ASCII text straight from its bytes, anything else through
+    Python's UTF-32."""
     if isinstance(texts, (pa.Array, pa.ChunkedArray)):
-        texts = texts.to_pylist()
+        col = texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else texts
+        col = pc.fill_null(col, "")
+        if window and len(col) and pc.all(pc.string_is_ascii(col)).as_py():  # one byte a character
+            tails = pc.binary_slice(col.cast(pa.large_binary()), -window)
+            offsets = np.frombuffer(tails.buffers()[1], dtype=np.int64)[tails.offset:tails.offset + len(tails) + 1]
+            data = tails.buffers()[2]
+            lens = np.diff(offsets)
+            width = int(lens.max())
+            if data is None or width == 0:
+                return np.zeros((len(lens), width), dtype=np.uint8), lens
+            flat = np.frombuffer(data, dtype=np.uint8)
+            at = offsets[:-1, None] + np.arange(width)[None, :]
+            inside = np.arange(width)[None, :] < lens[:, None]
+            return np.where(inside, flat[np.minimum(at, len(flat) - 1)], 0).astype(np.uint8), lens
+        texts = col.to_pylist()
     tails = [(t or "")[-window:] if window else (t or "") for t in texts]
     n = len(tails)
     lens = np.fromiter(map(len, tails), dtype=np.int64, count=n)
