@@ -10,19 +10,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from workbench.errors import ConfigError
-from workbench.guards.rules import (
-    ROLLOUT_FIELDS,
+from workbench.guards.evaluate import (
     Context,
     Rollouts,
     evaluate,
     evaluate_rows,
     holds,
     matching_rollouts,
-    metric_names,
-    parse_rule,
     predicate_mask,
-    rollout_predicates,
 )
+from workbench.guards.rules import ROLLOUT_FIELDS, metric_names, parse_rule, rollout_predicates
 
 
 def value(rule: str, metrics=None, history=None, rollouts=None):

@@ -15,7 +15,8 @@ import numpy as np
 import pyarrow as pa
 
 from workbench.guards.config import guard_set
-from workbench.guards.rules import Context, evaluate, holds, rollout_predicates
+from workbench.guards.evaluate import Context, evaluate, holds
+from workbench.guards.rules import rollout_predicates
 from workbench.guards.watch import Watch, repeat_frac, rollout_rows
 
 SHAPES = {"organism": 3, "long": 400}

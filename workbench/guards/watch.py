@@ -18,7 +18,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from workbench.guards.config import Guard
-from workbench.guards.rules import Context, Rollouts, evaluate, matching_rollouts, metric_names, rollout_predicates
+from workbench.guards.evaluate import Context, Rollouts, evaluate, matching_rollouts
+from workbench.guards.rules import metric_names, rollout_predicates
 
 MAX_EVIDENCE_ROLLOUTS = 200
 """Most rollouts an alert lists as its evidence per step (the first ones, in generation order)."""
