@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -113,28 +114,82 @@ def test_behaviour_logprobs_equal_the_trainers(loaded):
     assert int(mask.sum()) >= 8
 
 
-def test_two_engine_steps_reach_the_store(smollm2_dir, store_dir):
+@pytest.fixture(scope="module")
+def two_steps(smollm2_dir, new_store, tmp_path_factory):
+    """Two engine steps of configs/smollm2.toml, shrunk (2 prompts x 2 rollouts, 8 new tokens, a final
+    evaluation of 2 prompts x 2 samples): (store, run id)."""
     from workbench.engine import run
     from workbench.engine.checkpoint import checkpoint_dir
     from workbench.experiments.real_model import smollm2_config
-    from workbench.store import open_store
 
+    store = new_store(tmp_path_factory.mktemp("smollm2") / "store")
     cfg = smollm2_config(["steps=2", "allocator.prompts_per_step=2", "allocator.budget=4", "allocator.params.n=2",
                           "sampling.max_new_tokens=8", "eval.at_start=false", "eval.every=0", "eval.max_prompts=2",
                           "eval.samples=2", "model.threads=1", "model.device=\"cpu\"", "logging.heartbeat_s=0.5"])
-    rid = run(cfg, store=str(store_dir), store_dir=store_dir)
-    with open_store(str(store_dir)) as st:
+    rid = run(cfg, store=str(store), store_dir=store)
+    ckpt = checkpoint_dir(store, rid)
+    assert any(ckpt.iterdir())  # the final checkpoint was written ...
+    shutil.rmtree(ckpt)  # ... and is ~1.6 GB (weights and AdamW state): not kept in the temporary folder
+    return store, rid
+
+
+def test_two_engine_steps_reach_the_store(two_steps):
+    from workbench.store import open_store
+
+    store, rid = two_steps
+    with open_store(str(store)) as st:
         info = st.run(rid)
         steps = st.run_steps(rid)
         rollouts = st.rollouts(rid, limit=100)
         prompts = st.prompts(rid)
         evals = st.evals(rid)
-    shutil.rmtree(checkpoint_dir(store_dir, rid), ignore_errors=True)  # ~1.6 GB of weights and AdamW state
     assert info["status"] == "finished" and steps.height == 2
     assert rollouts.height == 8
     assert set(rollouts["finish_reason"]) <= {"stop", "length"}
-    assert all(1 <= n <= 8 for n in rollouts["length"]) and all(len(t) == n for t, n in
-                                                              zip(rollouts["token_ids"], rollouts["length"]))
+    assert all(1 <= n <= 8 for n in rollouts["length"])
+    assert all(len(t) == n for t, n in zip(rollouts["token_ids"], rollouts["length"]))
+    stops = rollouts.filter(rollouts["finish_reason"] == "stop")
+    assert all(t[-1] == 2 for t in stops["token_ids"])  # <|im_end|> ends every stopped response
     assert set(rollouts["reward"]) <= {0.0, 1.0}
-    assert any("Answer with the number only." in t for t in prompts["text"])
+    assert all(t.startswith("What is ") and t.endswith("Answer with the number only.") for t in prompts["text"])
     assert evals.height == 2 and set(evals["samples"]) == {2}
+
+
+def test_rollouts_page_shows_or_hides_the_chat_template(two_steps, monkeypatch):
+    pytest.importorskip("streamlit")
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    store, rid = two_steps
+    monkeypatch.setenv("WORKBENCH_STORE", str(store))
+    st.cache_data.clear()
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[2] / "app" / "main.py"), default_timeout=120)
+    at.run()
+    at.switch_page("app_pages/rollouts.py").run()
+    at.selectbox(key="rollouts_run").set_value(rid).run()
+    assert not at.exception, [e.value for e in at.exception]
+    plain = "".join(h.proto.body for h in at.get("html"))
+    assert "What is " in plain and "im_start" not in plain and "&lt;|im_end|&gt;" not in plain
+    at.toggle(key="rollouts_template").set_value(True).run()
+    assert not at.exception, [e.value for e in at.exception]
+    shown = "".join(h.proto.body for h in at.get("html"))
+    assert "&lt;|im_start|&gt;system" in shown and "&lt;|im_start|&gt;assistant" in shown
+
+
+def test_rollouts_page_reads_its_tokens(smollm2_dir):
+    """The Rollouts page's token pieces on SmolLM2's byte-level BPE: 'Ġ'/'Ċ' read as space and
+    newline, an en dash of three byte tokens whole on its last one, <|im_end|> shown or left out."""
+    from tokenizers import Tokenizer
+
+    from app.derive import token_pieces
+
+    tok = Tokenizer.from_file(str(smollm2_dir / "tokenizer.json"))
+    response = "3 + 7 = 10.\nThe answer \u2013 ten \U0001F600"
+    ids = tok.encode(response, add_special_tokens=False).ids + [tok.token_to_id("<|im_end|>")]
+    assert any(t.startswith("Ġ") for t in (tok.id_to_token(i) for i in ids))
+    decode = lambda part, special=True: tok.decode(list(part), skip_special_tokens=not special)  # noqa: E731
+    shown = token_pieces(response, ids, decode, special=True)
+    assert len(shown) == len(ids) and "".join(shown) == response + "<|im_end|>"
+    assert not any(mark in "".join(shown) for mark in "ĠĊ\ufffd")
+    assert "\u2013" in shown or " \u2013" in shown
+    assert token_pieces(response, ids, decode, special=False)[-1] == ""

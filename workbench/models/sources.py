@@ -172,6 +172,18 @@ def model_dir(source: str, store_dir: str | os.PathLike, recipe: Any = None) -> 
     return Path(source)
 
 
+def cached_dir(source: str, store_dir: str | os.PathLike, recipe: Any = None) -> Path:
+    """Where `model_dir` finds (or would put) a source's directory, without building or converting
+    anything (readers such as the dashboard look for the tokenizer there)."""
+    if source == "organism":
+        from workbench.models.organism import organism_dir
+
+        return organism_dir(store_dir, recipe)
+    if source == SMOLLM2:
+        return smollm2_dir(store_dir)
+    return Path(source)
+
+
 def source_info(source: str, store_dir: str | os.PathLike) -> dict[str, Any]:
     """What `workbench model show` prints: the source, its directory, whether it is there, its size
     and its metadata (never builds or converts anything)."""
