@@ -337,11 +337,17 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         seeds: Annotated[int, typer.Option("--seeds", help="Runs with seeds 0..N-1.")] = 3,
         store: StoreOpt = None,
         set_: SetOpt = None,
+        model: Annotated[str, typer.Option("--model", help='"organism" (the default experiment) or "smollm2" '
+                                           "(configs/smollm2.toml: about a minute per step on 2 CPU cores).")]
+        = "organism",
     ) -> None:
         """Does the default experiment learn? Held-out pass@1 (T=1) gain over the warm start, per seed."""
+        from workbench.errors import ConfigError
         from workbench.experiments.engine_bench import bench_learn as run_bench
 
-        out = run_bench(seeds=seeds, store=store, overrides=list(set_ or []))
+        if model not in ("organism", "smollm2"):
+            raise ConfigError(f"--model: {model!r} is not allowed ('organism' or 'smollm2')")
+        out = run_bench(seeds=seeds, store=store, overrides=list(set_ or []), model=model)
         if json_:
             print_json(out)
         else:
