@@ -64,7 +64,7 @@ def pass_figures(correct: Sequence[int], samples: int, ks: Sequence[int] = (1, 8
 
     c = np.asarray(correct, dtype=np.int64)
     out: dict[str, Any] = {"prompts": int(len(c)), "samples": samples}
-    for k in ks:
+    for k in sorted({*ks, samples}):
         if k <= samples:
             per = np.asarray(pass_at_k(np.full(len(c), samples), c, k), dtype=float)
             out[f"pass{k}"] = round(float(per.mean()), 4)
@@ -226,10 +226,12 @@ def speed(cache: str | Path, *, steps: int = 3, repeats: int = 2, overrides: Seq
         shutil.rmtree(root, ignore_errors=True)
     phases = {k: statistics.median(m.get(f"timing_s/{k}", 0.0) for m in marks)
               for k in ("generate", "verify", "train", "log")}
-    step_s = statistics.median(m["wall_s"] for m in marks)
+    step_s = statistics.median(m.get("timing_s/step", m["wall_s"]) for m in marks)  # the step alone, not the
+    # set-up before step 1 nor the final evaluation and checkpoint after the last (they are in wall_s)
     return {"model": cfg.model.path, "batch": f"{cfg.allocator.prompts_per_step} prompts x "
             f"{cfg.allocator.params.get('n')} rollouts, max_new_tokens {cfg.sampling.max_new_tokens}",
             "threads": _threads(), "rollout_vs_bare": bare, "steps": len(marks), "step_s": round(step_s, 2),
+            "step_wall_s": [round(m["wall_s"], 1) for m in marks],
             "phase_s": {k: round(v, 2) for k, v in phases.items()},
             "phase_share": {k: round(v / step_s, 3) for k, v in phases.items()},
             "tokens_per_step": statistics.median(m.get("rollout/tokens_generated", 0) for m in marks),
