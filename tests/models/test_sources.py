@@ -91,3 +91,15 @@ def test_model_commands_show_and_remove(tmp_path):
     assert "nothing cached" in cli("remove", "smollm2").stdout
     bad = cli("remove", str(tmp_path))
     assert isinstance(bad.exception, DataError) and "model remove:" in str(bad.exception)
+
+
+@pytest.mark.parametrize("command", [["demo", "--no-app"], ["bench", "learn"]])
+def test_commands_name_the_models_they_take(command, tmp_path):
+    from typer.testing import CliRunner
+
+    from workbench.cli import app
+    from workbench.errors import ConfigError
+
+    result = CliRunner().invoke(app, [*command, "--model", "gpt-5", "--store", str(tmp_path)])
+    assert isinstance(result.exception, ConfigError) and "'organism' or 'smollm2'" in str(result.exception)
+    assert not (tmp_path / "models").exists()  # refused before anything was built or converted
