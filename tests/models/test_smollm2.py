@@ -23,8 +23,10 @@ QUESTION = "What is {a} + {b}? Answer with the number only."
 def loaded(smollm2_dir):
     from workbench.models import load_model
 
-    torch.set_num_threads(1)
-    return load_model(smollm2_dir)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the suite runs two workers on two cores
+    yield load_model(smollm2_dir)
+    torch.set_num_threads(threads)
 
 
 def _ids(tokenizer, texts):
