@@ -144,10 +144,12 @@ def show_text(label: str, value: Any) -> None:
 
 
 def rollout_groups(page: str, run_id: str, frame, *, link_prompt: bool = True, term: str | None = None,
-                   pipelined: bool = False, colour_gap: bool = False) -> None:
+                   pipelined: bool = False, colour_gap: bool = False, chat_template: bool = False) -> None:
     """Rollouts grouped by prompt within a step, each response's tokens coloured by entropy (with
     `colour_gap`, by the trainer's minus the behaviour log-probability), its reward terms' cell by
-    `term` when given, and with `pipelined` each rollout's version span, staleness and weight."""
+    `term` when given, and with `pipelined` each rollout's version span, staleness and weight. With
+    `chat_template`, each prompt as the model saw it (the template's turns and markers) and the
+    responses' special tokens (the end of turn); without, the question and the text only."""
     from app import derive
     from app.terms import term_range
 
@@ -166,6 +168,9 @@ def rollout_groups(page: str, run_id: str, frame, *, link_prompt: bool = True, t
         gap_max = derive.gap_scale([g for r in frame.iter_rows(named=True) for g in token_logprob_gaps(
             r.get("token_logprobs"), r.get("token_trainer_logprobs"))])
     texts = data.prompt_texts(run_id, tuple(sorted({g[1] for g in groups})))
+    if chat_template:
+        templated = data.chat_prompts(run_id, tuple(sorted(set(texts.values()))))
+        texts = {pid: templated.get(t, t) for pid, t in texts.items()}
     for i, (step, prompt_id, rows) in enumerate(groups):
         with st.container(border=True):
             st.html(derive.group_header(step, prompt_id, rows, texts.get(prompt_id)))
@@ -173,7 +178,7 @@ def rollout_groups(page: str, run_id: str, frame, *, link_prompt: bool = True, t
                 st.page_link("app_pages/prompt.py", label="this prompt's story", icon=":material/timeline:",
                              query_params={"run": run_id, "prompt": str(prompt_id)})
             st.html(derive.group_html(rows, decode, h_max, term=term, term_span=span, pipelined=pipelined,
-                                      gap_max=gap_max))
+                                      gap_max=gap_max, special=chat_template))
     colours = (f"entropy colour scale: white 0 → red ≥ {h_max:.2f} nats (98th percentile on this page)"
                if gap_max is None else
                f"token colour: trainer − behaviour log-prob, red ≤ −{gap_max:.3g} < white 0 < green ≥ +{gap_max:.3g} "

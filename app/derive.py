@@ -322,19 +322,47 @@ def entropy_colour(h: float, h_max: float) -> str:
     return f"rgb({r},{g},{b})"
 
 
-def token_pieces(response: str, token_ids: list[int] | None, decode: Any | None) -> list[str]:
-    """The response split into one piece per generated token: decoded one id at a time by the run's
-    tokenizer when there is one, else one character per token when the lengths agree (character
+def token_pieces(response: str, token_ids: list[int] | None, decode: Any | None, *, special: bool = True) -> list[str]:
+    """The response split into one piece per generated token: with the run's tokenizer (`decode(ids,
+    special)` decodes a list of ids, special tokens kept or dropped), each token as a person reads it
+    (`readable_pieces`); without one, one character per token when the lengths agree (character
     tokenizers), else the whole response as a single piece."""
     ids = list(token_ids or [])
     if decode is not None and ids:
         try:
-            return [decode(i) for i in ids]
+            return readable_pieces(ids, lambda part: decode(part, special))
         except Exception:  # noqa: BLE001 - a tokenizer that can't decode an id: fall back below
             pass
     if ids and len(response) == len(ids):
         return list(response)
     return [response]
+
+
+BYTES_PER_CHARACTER = 4
+"""The most byte tokens one character can take (UTF-8)."""
+
+
+def readable_pieces(ids: list[int], decode: Any) -> list[str]:
+    """Each token's text as it reads in the decoded response: what the token adds to the text decoded
+    so far (decoded after the token before it, so that a byte-level BPE 'Ġ' or a SentencePiece '▁' is
+    the space it stands for, 'Ċ' the newline, and a SentencePiece word keeps its leading space), and
+    a character split over several byte tokens (an emoji, a dash) shown whole on its last token, the
+    earlier ones empty. `decode(ids)` returns the text of a list of ids; the pieces joined are the
+    response as `decode` gives it (up to a character the response was cut in the middle of)."""
+    pieces: list[str] = []
+    before: list[int] = []  # the last whole token (or character) before the pending ones
+    pending: list[int] = []
+    for n, tid in enumerate(ids):
+        pending.append(int(tid))
+        head = decode(before) if before else ""
+        text = decode(before + pending)
+        piece = text[len(head):] if text.startswith(head) else decode(pending)
+        if piece.endswith("\ufffd") and len(pending) < BYTES_PER_CHARACTER and n + 1 < len(ids):
+            pieces.append("")  # a byte of a character that the next tokens complete
+            continue
+        pieces.append(piece)
+        before, pending = pending, []
+    return pieces
 
 
 GAP_FLOOR = 0.05
@@ -361,7 +389,7 @@ def token_html(pieces: list[str], entropies: list[float] | None, h_max: float = 
     spans = []
     for i, piece in enumerate(pieces):
         h = ents[i] if i < len(ents) and len(pieces) == len(ents) else None
-        text = html.escape(piece).replace("\n", "⏎<br>") or "&#8203;"
+        text = html.escape(piece).replace("\n", "⏎<br>").replace("\t", "⇥\t") or "&#8203;"
         if gaps is not None:
             g = gs[i] if i < len(gs) and len(pieces) == len(gs) else None
             title = "trainer log-prob not stored" if g is None else f"trainer − behaviour = {g:+.4f} nats"
@@ -415,13 +443,14 @@ def _fmt(fmt: str, value: Any) -> str:
 
 def group_html(rows: list[dict], decode: Any | None = None, h_max: float = 2.0, *, term: str | None = None,
                term_span: tuple[float, float] = (0.0, 0.0), pipelined: bool = False,
-               gap_max: float | None = None) -> str:
+               gap_max: float | None = None, special: bool = True) -> str:
     """One prompt's rollouts within a step as an HTML table: the rollout's fields (with `pipelined`, its
     version span, staleness and importance weight), its reward terms (the cell coloured by `term`'s
     value on the scale `term_span`, when a term is picked), then its response with each token coloured
     by entropy (with `gap_max`, by the trainer's minus the behaviour log-probability on that scale), and
     the environment's turns of a multi-turn rollout under it (`observations`, kept apart from the
-    response). Every value is escaped."""
+    response). `special`: the response's special tokens (a chat model's end of turn) shown, else
+    left out. Every value is escaped."""
     from app.terms import terms_cell
     from workbench.analysis.pipeline import token_logprob_gaps
 
@@ -437,7 +466,7 @@ def group_html(rows: list[dict], decode: Any | None = None, h_max: float = 2.0, 
             cells += cell.format(html.escape(version_span(r)))
             cells += "".join(cell.format(html.escape(_fmt(fmt, r.get(col)))) for col, _, fmt in PIPELINE_FIELDS)
         cells += terms_cell(r, term, term_span) if with_terms else ""
-        pieces = token_pieces(r.get("response") or "", r.get("token_ids"), decode)
+        pieces = token_pieces(r.get("response") or "", r.get("token_ids"), decode, special=special)
         gaps = token_logprob_gaps(r.get("token_logprobs"), r.get("token_trainer_logprobs")) \
             if gap_max is not None else None
         tokens = token_html(pieces, r.get("token_entropy"), h_max, gaps=gaps, gap_max=gap_max or GAP_FLOOR)
@@ -468,6 +497,6 @@ def group_header(step: int, prompt_id: str, rows: list[dict], text: str | None) 
     """A group's one-line header as escaped HTML: step, prompt, correct count, prompt text."""
     correct = sum(1 for r in rows if (r["correct"] if r.get("correct") is not None
                                       else is_correct(r.get("reward") or 0)))
-    t = f" — <code>{html.escape(text)}</code>" if text else ""
+    t = (f" — <code style='white-space:pre-wrap'>{html.escape(text)}</code>" if text else "")
     return (f"<div style='margin-top:0.6rem'><b>step {step}</b> · prompt <code>{html.escape(str(prompt_id))}</code>"
             f" · {correct}/{len(rows)} correct on this page{t}</div>")

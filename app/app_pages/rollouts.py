@@ -1,7 +1,9 @@
 """Rollouts: every sampled response, filtered by run, step range, prompt, reward, verdict, length,
 entropy, a reward term's value and (asynchronous runs) staleness; grouped by prompt within a step;
-tokens coloured by their entropy or by the trainer's minus the behaviour log-probability, each
-rollout's reward terms coloured by a picked term, its version span shown in a pipelined run; paged."""
+tokens coloured by their entropy or by the trainer's minus the behaviour log-probability (subword
+tokens shown as they read: spaces, newlines, whole characters), a chat model's template shown or
+hidden by a switch, each rollout's reward terms coloured by a picked term, its version span shown in
+a pipelined run; paged."""
 
 import streamlit as st
 
@@ -99,6 +101,10 @@ p3.text(f"{total} rollouts match · page {page} of {pages}"
 
 frame = data.rollouts(run_id, key, size, (page - 1) * size)
 colour_gap = False
+v1, v2 = st.columns([3, 2])
 if "token_trainer_logprobs" in frame.columns and frame["token_trainer_logprobs"].null_count() < frame.height:
-    colour_gap = st.radio("colour tokens by", COLOURS, horizontal=True, key=f"{PAGE}_colour") == COLOURS[1]
-components.rollout_groups(PAGE, run_id, frame, term=term, pipelined=pipelined, colour_gap=colour_gap)
+    colour_gap = v1.radio("colour tokens by", COLOURS, horizontal=True, key=f"{PAGE}_colour") == COLOURS[1]
+# a chat model's prompts as it saw them (system turn, role markers) and its end-of-turn tokens, or the text only
+template = data.uses_chat_template(run_id) and v2.toggle("show the chat template", key=f"{PAGE}_template")
+components.rollout_groups(PAGE, run_id, frame, term=term, pipelined=pipelined, colour_gap=colour_gap,
+                          chat_template=template)

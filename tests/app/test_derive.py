@@ -4,6 +4,7 @@ import math
 from datetime import datetime, timedelta, timezone
 
 import polars as pl
+import pytest
 
 from app import derive
 
@@ -91,8 +92,8 @@ def test_token_html_escapes_every_piece():
     out = derive.token_html(pieces, [0.1] * 25)
     assert "<script>" not in out and "&lt;" in out and "&gt;" in out
     assert out.count("<span ") == 25
-    # a tokenizer decoding ids one at a time wins over the character split
-    assert derive.token_pieces("ab", [7, 8], lambda i: f"<{i}>") == ["<7>", "<8>"]
+    # a tokenizer wins over the character split
+    assert derive.token_pieces("ab", [7, 8], lambda ids, special: "".join(f"<{i}>" for i in ids)) == ["<7>", "<8>"]
     # lengths that disagree and no tokenizer: the whole response, uncoloured
     assert derive.token_pieces("abc", [1], None) == ["abc"]
     assert "<span>abc</span>" in derive.token_html(["abc"], [0.5, 0.7])
@@ -167,3 +168,56 @@ def test_runs_without_step_times_have_no_wall_time_and_every_run_has_its_source(
     assert row["a"]["source"] == derive.OWN_SOURCE and row["b"]["source"] == "verl"
     assert row["a"]["train_time_s"] == 4.0 and row["a"]["wall_time_s"] == 90.0
     assert row["b"]["train_time_s"] is None and row["b"]["wall_time_s"] is None  # not timed: no 0 shown
+
+
+def _bpe(pre, decoder, texts):
+    """A real subword tokenizer (the `tokenizers` library's BPE) trained on `texts`."""
+    from tokenizers import Tokenizer, models, trainers
+
+    tok = Tokenizer(models.BPE(unk_token=None if decoder == "bytes" else "<unk>"))
+    from tokenizers import decoders, pre_tokenizers
+
+    if decoder == "bytes":  # GPT-2 / SmolLM2 style: 'Ġ' for a space, 'Ċ' for a newline, byte tokens
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<|im_end|>"],
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    else:  # SentencePiece / Llama style: '▁' before a word
+        tok.pre_tokenizer = pre_tokenizers.Metaspace()
+        tok.decoder = decoders.Metaspace()
+        trainer = trainers.BpeTrainer(vocab_size=200, special_tokens=["<unk>", "</s>"])
+    tok.train_from_iterator(texts, trainer)
+    return tok
+
+
+@pytest.mark.parametrize("kind", ["bytes", "metaspace"])
+def test_subword_tokens_read_as_text(kind):
+    """Markers become the spaces and newlines they stand for; a character of several bytes is shown
+    whole on its last byte token; the pieces join to the decoded response."""
+    texts = ["the cat sat on the mat", "3 + 7 = 10", "a line\nand another"] * 20
+    tok = _bpe(kind, kind, texts)
+    response = "the cat = 10\nthe mat" if kind == "metaspace" else "the cat – 10 😀\nthe mat"
+    ids = tok.encode(response).ids
+    decode = lambda part, special=True: tok.decode(list(part), skip_special_tokens=not special)  # noqa: E731
+    pieces = derive.token_pieces(response, ids, decode)
+    assert len(pieces) == len(ids)
+    assert "".join(pieces) == tok.decode(ids)
+    assert not any(mark in "".join(pieces) for mark in "ĠĊ▁�")
+    if kind == "bytes":
+        assert "".join(pieces) == response
+        dash = pieces.index("–") if "–" in pieces else next(i for i, p in enumerate(pieces) if "–" in p)
+        assert pieces[dash - 1] == "" or len(tok.encode("–").ids) == 1  # its first bytes are empty pieces
+        assert any("😀" in p for p in pieces)
+    else:
+        assert " cat" in pieces or any(p.startswith(" ") for p in pieces[1:])  # a word keeps its leading space
+
+
+def test_special_tokens_shown_or_left_out():
+    tok = _bpe("bytes", "bytes", ["10 is the answer"] * 20)
+    ids = tok.encode("10").ids + [tok.token_to_id("<|im_end|>")]
+    decode = lambda part, special=True: tok.decode(list(part), skip_special_tokens=not special)  # noqa: E731
+    assert derive.token_pieces("10", ids, decode, special=True)[-1] == "<|im_end|>"
+    assert derive.token_pieces("10", ids, decode, special=False)[-1] == ""
+    html_out = derive.group_html([{"idx": 0, "response": "10", "token_ids": ids, "token_entropy": [0.1] * len(ids)}],
+                                 decode, special=True)
+    assert "&lt;|im_end|&gt;" in html_out

@@ -65,7 +65,14 @@ def _run_foreground(cfg, store: Path, run_id: Optional[str], quiet: bool = False
 
 
 def _announce_organism_build(cfg, store: Path) -> None:
-    """Say so before the organism is built: minutes with no progress bar otherwise."""
+    """Say so before the organism is built (or SmolLM2 converted): minutes with no progress bar otherwise."""
+    if cfg.model.path == "smollm2":
+        from workbench.models.sources import META_FILE as CONVERTED, smollm2_dir
+
+        if not (smollm2_dir(store) / CONVERTED).is_file():
+            typer.echo(f"Converting SmolLM2-135M-Instruct (4-bit GGUF -> safetensors) into {smollm2_dir(store)} "
+                       "first (about a minute on 2 CPU cores; cached for later runs).", err=True)
+        return
     if cfg.model.path != "organism":
         return
     from workbench.engine.setup import organism_recipe
@@ -178,15 +185,30 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         store: StoreOpt = None,
         steps: Annotated[Optional[int], typer.Option("--steps", help="Training steps.")] = None,
         no_app: Annotated[bool, typer.Option("--no-app", help="Do not start the dashboard afterwards.")] = False,
+        model: Annotated[str, typer.Option("--model", help='"organism" (the default experiment) or "smollm2" '
+                                           "(SmolLM2-135M-Instruct on one-digit additions in words, "
+                                           "configs/smollm2.toml).")] = "organism",
     ) -> None:
-        """The main job: the default experiment on the model organism, then the dashboard on it."""
+        """The main job: the default experiment on the model organism (or a real model), then the
+        dashboard on it."""
         from workbench.config import load_config
+        from workbench.errors import ConfigError
 
         root = store_path(store)
-        default = Path("configs/organism.toml")
-        cfg = load_config(default if default.is_file() else None, [f"steps={steps}"] if steps else [])
-        typer.echo(f"Training the default experiment ({cfg.steps} steps, allocator {cfg.allocator.name}) "
-                   f"into {root}; the organism is built first if missing.")
+        over = [f"steps={steps}"] if steps else []
+        if model == "organism":
+            default = Path("configs/organism.toml")
+            cfg = load_config(default if default.is_file() else None, over)
+            what = "the organism is built first if missing"
+        elif model == "smollm2":
+            from workbench.experiments.real_model import smollm2_config
+
+            cfg = smollm2_config(over)
+            what = "SmolLM2 is converted first if missing; a step takes about a minute on 2 CPU cores"
+        else:
+            raise ConfigError(f"--model: {model!r} is not allowed ('organism' or 'smollm2')")
+        typer.echo(f"Training {cfg.name} ({cfg.steps} steps, allocator {cfg.allocator.name}) "
+                   f"into {root}; {what}.")
         rid = _run_foreground(cfg, root, None)
         _summary(root, rid)
         if not no_app and importlib.util.find_spec("streamlit") is not None:
@@ -315,11 +337,17 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         seeds: Annotated[int, typer.Option("--seeds", help="Runs with seeds 0..N-1.")] = 3,
         store: StoreOpt = None,
         set_: SetOpt = None,
+        model: Annotated[str, typer.Option("--model", help='"organism" (the default experiment) or "smollm2" '
+                                           "(configs/smollm2.toml: about a minute per step on 2 CPU cores).")]
+        = "organism",
     ) -> None:
         """Does the default experiment learn? Held-out pass@1 (T=1) gain over the warm start, per seed."""
+        from workbench.errors import ConfigError
         from workbench.experiments.engine_bench import bench_learn as run_bench
 
-        out = run_bench(seeds=seeds, store=store, overrides=list(set_ or []))
+        if model not in ("organism", "smollm2"):
+            raise ConfigError(f"--model: {model!r} is not allowed ('organism' or 'smollm2')")
+        out = run_bench(seeds=seeds, store=store, overrides=list(set_ or []), model=model)
         if json_:
             print_json(out)
         else:

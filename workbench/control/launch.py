@@ -180,13 +180,15 @@ def check_config_path(path: str | os.PathLike, config_dirs: list[Path]) -> Path:
 
 def preflight(cfg: Any) -> None:
     """Check what would otherwise fail only after the run's row exists, so that a bad input is
-    refused before anything is written: the model directory exists (unless it is the organism), and
+    refused before anything is written: the model directory exists (unless it is a built-in source), and
     the task's data set loads (every row read and validated; a bad file names its path and rows)."""
     from workbench.config import task_config
     from workbench.errors import ConfigError, DataError
     from workbench.tasks import get_task
 
-    if cfg.model.path != "organism":
+    from workbench.models.sources import SOURCES
+
+    if cfg.model.path not in SOURCES:  # "organism" and "smollm2" are built or converted by the engine
         path = Path(cfg.model.path).expanduser()
         if not path.is_dir():
             what = "is a file, not a model directory" if path.exists() else "does not exist"

@@ -109,12 +109,12 @@ def organism_recipe(cfg: RunConfig) -> Any:
 
 
 def model_path(cfg: RunConfig, store_dir: str | Path) -> Path:
-    """The model directory in force: the organism (built under the store when missing) or a path."""
-    if cfg.model.path == "organism":
-        from workbench.models.organism import ensure_organism
+    """The model directory in force, from `workbench.models.sources`: the organism (built under the
+    store when missing), SmolLM2 (converted once under the store) or a user's directory."""
+    from workbench.models.sources import model_dir
 
-        return Path(ensure_organism(store_dir, organism_recipe(cfg)))
-    return Path(cfg.model.path)
+    recipe = organism_recipe(cfg) if cfg.model.path == "organism" else None
+    return model_dir(cfg.model.path, store_dir, recipe)
 
 
 def encode_prompts(tokenizer: Any, prompts: list[Prompt], chat_template: bool) -> list[list[int]]:

@@ -269,12 +269,21 @@ def _threads() -> int:
 
 
 def bench_learn(*, seeds: int = 3, store: str | os.PathLike | None = None, overrides: list[str] | None = None,
-                cache: str | os.PathLike | None = None) -> dict[str, Any]:
-    """The default experiment once per seed: held-out pass@1 (T=1) before and after, in points."""
+                cache: str | os.PathLike | None = None, model: str = "organism") -> dict[str, Any]:
+    """The default experiment (`model` "organism") or the real-model run (`model` "smollm2",
+    configs/smollm2.toml) once per seed: held-out pass@1 (T=1) before and after, in points, with the
+    90% bootstrap interval of the mean gain over seeds."""
     from workbench.store import default_store_path
     from workbench.engine import run
 
-    cfgs = [base_config([f"seed={seed}", "eval.every=0"] + list(overrides or [])) for seed in range(seeds)]
+    def config(over: list[str]):
+        if model == "smollm2":
+            from workbench.experiments.real_model import smollm2_config
+
+            return smollm2_config(over)
+        return base_config(over)
+
+    cfgs = [config([f"seed={seed}", "eval.every=0"] + list(overrides or [])) for seed in range(seeds)]
     cache_dir = Path(cache) if cache else default_store_path()
     warm, final, minutes, run_ids = [], [], [], []
 
@@ -298,12 +307,16 @@ def bench_learn(*, seeds: int = 3, store: str | os.PathLike | None = None, overr
         with temp_store(cache_dir, cfgs[0]) as root:
             for cfg in cfgs:
                 one(cfg, root)
+    from workbench.experiments.intervals import bootstrap_mean
+
     gains = [100 * (f - w) for f, w in zip(final, warm)]
     return {
         "warm_pass1": statistics.mean(warm),
         "final_pass1": final,
         "gain_points_mean": statistics.mean(gains),
         "gain_points_std": statistics.stdev(gains) if len(gains) > 1 else 0.0,
+        "gain_points_ci90": bootstrap_mean(gains) if len(gains) > 1 else None,
+        "model": cfgs[0].model.path,
         "minutes": statistics.mean(minutes),
         "minutes_max": max(minutes),
         "steps": cfgs[0].steps,

@@ -44,3 +44,11 @@ def tiny_run(overrides: dict[str, Any] | None = None) -> Any:
         "logging": {"heartbeat_s": 0.5},
     }
     return resolve_config(base, overrides or {})
+
+
+def shared_smollm2(root: str | Path = SMALL_ORGANISMS) -> Path:
+    """SmolLM2-135M-Instruct converted once per machine into the same shared `models/` folder as the
+    small organism (about a minute, once), so every store that links that folder finds it too."""
+    from workbench.models.sources import ensure_smollm2
+
+    return ensure_smollm2(root)

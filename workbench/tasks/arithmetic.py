@@ -72,9 +72,11 @@ class ArithmeticTaskConfig:
     eval_per_level: int = 32
     """Held-out eval prompts per level."""
     template: str = "{expr}="
-    """Prompt text; `{expr}` is replaced by the expression (e.g. "37+5")."""
+    """Prompt text; `{expr}` is replaced by the expression (e.g. "37+5"), `{expr_spaced}` by the
+    expression with spaced operators ("37 + 5", for questions in words to a chat model)."""
     verifier: str = "exact"
-    """"exact", "math" or a user verifier "module:function"."""
+    """"exact", "math", "number" (the number after the last "=", else the last one: answers in words)
+    or a user verifier "module:function"."""
     verify_timeout_s: float = 5.0
     """Per-call timeout of the verifier (seconds)."""
 
@@ -97,10 +99,11 @@ class ArithmeticTaskConfig:
         require(len(set(self.levels)) == len(self.levels), "task.levels", "has a duplicate level")
         require(self.train_size >= 1, "task.train_size", f"must be >= 1, got {self.train_size}")
         require(self.eval_per_level >= 1, "task.eval_per_level", f"must be >= 1, got {self.eval_per_level}")
-        require("{expr}" in self.template, "task.template", f"must contain '{{expr}}', got {self.template!r}")
+        require("{expr}" in self.template or "{expr_spaced}" in self.template, "task.template",
+                f"must contain '{{expr}}' or '{{expr_spaced}}', got {self.template!r}")
         require(self.verify_timeout_s > 0, "task.verify_timeout_s", "must be > 0")
         if self.verifier not in BUILTIN_METHODS and ":" not in self.verifier:
-            raise ConfigError(f"task.verifier: {self.verifier!r}; allowed: exact, math or 'module:function'")
+            raise ConfigError(f"task.verifier: {self.verifier!r}; allowed: exact, math, number or 'module:function'")
 
     @classmethod
     def from_dict(cls, data: dict) -> "ArithmeticTaskConfig":
@@ -137,6 +140,11 @@ def worked_answer(expr: str, final: str) -> str:
 def final_value(response: str) -> str:
     """What the "long" profile verifies: the text after the last "=" (the whole response when none)."""
     return response.rsplit("=", 1)[-1]
+
+
+def spaced(expr: str) -> str:
+    """The expression with a space either side of each operator: "37+5" -> "37 + 5"."""
+    return re.sub(r"([+\-*])", r" \1 ", expr)
 
 
 def _evaluate(expr: str) -> int:
@@ -185,7 +193,7 @@ class ArithmeticTask:
         spec = self.cfg.levels[level - 1]
         return Prompt(
             id=f"arith-{split}-{i:06d}",
-            text=self.cfg.template.format(expr=expr),
+            text=self.cfg.template.format(expr=expr, expr_spaced=spaced(expr)),
             answer=answer,
             level=level,
             split=split,

@@ -54,6 +54,26 @@ def last_number(text: str) -> str | None:
     return found[-1].strip().rstrip(",")
 
 
+_TURN_END = re.compile(r"<\|[a-z_]+\|>|</s>")
+
+
+def number_answer(text: str) -> str | None:
+    """The numeric answer of a short response, as an instruction-tuned model writes one to "What is
+    3 + 7? Answer with the number only.": the first number after the last "=" ("3 + 7 = 10.",
+    "So, 3 + 7 = 10. Easy!"), else the last number ("The answer is 10", "10"); None when there is no
+    number ("The answer is ten"). Special tokens left in the text ("<|im_end|>") are ignored.
+
+    Known leniency: a response that only restates "0 + 6" gets 6, the answer when one operand is 0."""
+    text = _TURN_END.sub(" ", text)
+    head, eq, tail = text.rpartition("=")
+    if eq:
+        found = _NUMBER.search(tail)
+        if found is not None:
+            return found.group(0).strip().rstrip(",")
+        text = head
+    return last_number(text)
+
+
 def final_answer(text: str) -> str | None:
     """The final answer of a free-form response, by precedence.
 

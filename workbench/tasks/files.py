@@ -65,7 +65,8 @@ class FileTaskConfig:
     """Prompt text; `{prompt}` is replaced by the prompt field (chat templates are applied by the
     engine with the model's tokenizer)."""
     verifier: str = "math"
-    """"math", "exact" or a user verifier "module:function"."""
+    """"math", "exact", "number" (the number after the last "=", else the last one) or a user verifier
+    "module:function"."""
     verify_timeout_s: float = 5.0
     """Per-call timeout of the verifier (seconds)."""
     max_bad_frac: float = 0.05
@@ -97,7 +98,7 @@ class FileTaskConfig:
         require(self.verify_timeout_s > 0, "task.verify_timeout_s", "must be > 0")
         require(self.max_row_bytes >= 1, "task.max_row_bytes", "must be >= 1")
         if self.verifier not in BUILTIN_METHODS and ":" not in self.verifier:
-            raise ConfigError(f"task.verifier: {self.verifier!r}; allowed: math, exact or 'module:function'")
+            raise ConfigError(f"task.verifier: {self.verifier!r}; allowed: math, exact, number or 'module:function'")
 
     @classmethod
     def from_dict(cls, data: dict) -> "FileTaskConfig":

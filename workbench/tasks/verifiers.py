@@ -1,6 +1,6 @@
 """Verifiers: turn a response and a reference answer into a reward and a verdict.
 
-Three methods:
+Four methods:
 
 - "exact": equal after normalisation (surrounding whitespace, runs of whitespace, case, a trailing
   period). The organism's path: a string compare, microseconds per call.
@@ -8,6 +8,9 @@ Three methods:
   `A: x`, else the last number) and compared with the reference's: first as exact rationals
   (fast: "1,000" == "1000.0", "0.5" == "1/2"), then through `math-verify` (LaTeX, fractions, sets,
   symbolic equality) in a worker process killed when a comparison outlives the time limit.
+- "number": the number a short free-text answer gives (the first after the last "=", else the last
+  one; `workbench.tasks.extract.number_answer`) equal to the reference as an exact rational. For
+  chat models answering a question in words ("What is 3 + 7?" -> "3 + 7 = 10.", "The answer is 10").
 - "module:function": a user verifier, called as `fn(response, reference)` (or with a third keyword
   `prompt=` when it declares one), returning a bool or a float reward.
 
@@ -33,12 +36,12 @@ from typing import Any, Callable
 from workbench.correctness import is_correct
 from workbench.errors import ConfigError
 from workbench.tasks.base import Prompt, VerifyResult
-from workbench.tasks.extract import final_answer, last_boxed
+from workbench.tasks.extract import final_answer, last_boxed, number_answer
 
 CORRECT = VerifyResult(1.0, "correct", True)
 WRONG = VerifyResult(0.0, "wrong", False)
 NO_ANSWER = VerifyResult(0.0, "no_answer", False)
-BUILTIN_METHODS = ("exact", "math")
+BUILTIN_METHODS = ("exact", "math", "number")
 DEFAULT_TIMEOUT_S = 5.0
 
 
@@ -279,6 +282,18 @@ def verify_math(response: str, reference: str, timeout_s: float | None = DEFAULT
     return CORRECT if ok else WRONG
 
 
+def verify_number(response: str, reference: str) -> VerifyResult:
+    """The response's number (`number_answer`: after the last "=", else the last number) equal to the
+    reference as an exact rational ("10" == "10.0"); "no_answer" when the response has no number."""
+    pred = number_answer(response)
+    if pred is None:
+        return NO_ANSWER
+    p, r = _as_rational(pred), _as_rational(reference.strip())
+    if p is not None and r is not None:
+        return CORRECT if p == r else WRONG
+    return CORRECT if normalize_exact(pred) == normalize_exact(reference) else WRONG
+
+
 # ---------------------------------------------------------------- user verifiers
 
 
@@ -337,6 +352,8 @@ class Verifier:
                 return verify_exact(response, reference)
             if self.method == "math":
                 return verify_math(response, reference, self.timeout_s)
+            if self.method == "number":
+                return verify_number(response, reference)
             fn = self._user
             if self._user_prompt:
                 call = lambda: fn(response, reference, prompt=prompt)  # noqa: E731
@@ -355,7 +372,7 @@ _CACHE: dict[tuple[str, float | None], Verifier] = {}
 def verify(
     response: str, reference: str, method: str = "math", *, timeout_s: float | None = DEFAULT_TIMEOUT_S
 ) -> VerifyResult:
-    """Judge `response` against `reference` with `method` ("exact", "math" or "module:function")."""
+    """Judge `response` against `reference` with `method` ("exact", "math", "number" or "module:function")."""
     key = (method, timeout_s)
     verifier = _CACHE.get(key)
     if verifier is None:

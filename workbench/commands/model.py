@@ -1,0 +1,124 @@
+"""`workbench model show|convert|remove`: the built-in model sources ("organism", "smollm2") and a
+user's directory, as `workbench.models.sources` resolves them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from workbench.commands.common import JsonOpt, StoreOpt, print_json, store_path
+from workbench.commands.engine import SetOpt
+
+SourceArg = Annotated[str, typer.Argument(help='"smollm2", "organism" or a model directory.')]
+
+
+def register(app: typer.Typer, bench: typer.Typer) -> None:
+    """Add the `model` group (show, convert, remove) to the top-level app."""
+    model = typer.Typer(help="Model sources: the organism, SmolLM2-135M-Instruct (converted once), your own directory.",
+                        no_args_is_help=True)
+    app.add_typer(model, name="model")
+
+    @model.command("show")
+    def show(source: SourceArg = "smollm2", store: StoreOpt = None, json_out: JsonOpt = False) -> None:
+        """Where a source's directory is (or would be), whether it is there, its size and metadata."""
+        from workbench.models.sources import source_info
+
+        info = source_info(source, store_path(store))
+        if json_out:
+            print_json(info)
+            return
+        for key, value in info.items():
+            typer.echo(f"{key:>10}: {value}")
+
+    @model.command("convert")
+    def convert(
+        source: SourceArg = "smollm2",
+        store: StoreOpt = None,
+        force: Annotated[bool, typer.Option("--force", help="Convert again even when cached.")] = False,
+        json_out: JsonOpt = False,
+    ) -> None:
+        """Make a built-in source's local directory under the store (SmolLM2: de-quantise its GGUF once,
+        about a minute; the organism: build it) and print where it is."""
+        from workbench.errors import ConfigError
+        from workbench.models.sources import SMOLLM2, ensure_smollm2, model_dir, source_info
+
+        if source == SMOLLM2:
+            typer.echo("Converting SmolLM2-135M-Instruct (4-bit GGUF -> float32 safetensors) into the store's "
+                       "models/ (about a minute on 2 CPU cores; cached for later runs).", err=True)
+            path = ensure_smollm2(store_path(store), force=force)
+        elif source == "organism":
+            path = model_dir(source, store_path(store))
+        else:
+            raise ConfigError(f"model convert: {source!r} is not a built-in source (smollm2, organism)")
+        info = source_info(source, store_path(store))
+        if json_out:
+            print_json(info)
+        else:
+            typer.echo(f"{path}  ({info.get('bytes', 0) / 1e6:.0f} MB)")
+
+    @model.command("remove")
+    def remove(source: SourceArg = "smollm2", store: StoreOpt = None) -> None:
+        """Delete a built-in source's cached directory from the store (the next run converts or builds
+        it again). A directory of your own is never deleted."""
+        from workbench.models.sources import remove_source
+
+        path = remove_source(source, store_path(store))
+        typer.echo(f"removed {path}" if path else f"{source}: nothing cached in this store")
+
+    real = typer.Typer(help="The real model (SmolLM2-135M-Instruct): step-0 pass rates, GSM8K, log-prob "
+                       "agreement, speed. Each prints one JSON object.", no_args_is_help=True)
+    bench.add_typer(real, name="real-model")
+
+    @real.command("step0")
+    def bench_step0(
+        store: StoreOpt = None,
+        samples: Annotated[int, typer.Option("--samples", help="Samples per held-out prompt.")] = 8,
+        prompts: Annotated[int, typer.Option("--prompts", help="Held-out prompts (0: all).")] = 0,
+        seed: Annotated[int, typer.Option("--seed", help="Sampling seed.")] = 0,
+        set_: SetOpt = None,
+    ) -> None:
+        """Held-out pass@1 and pass@8 of the untrained model on configs/smollm2.toml's task (90% intervals)."""
+        from workbench.experiments.real_model import step0
+
+        print_json(step0(store_path(store), samples=samples, prompts=prompts, seed=seed, overrides=list(set_ or [])))
+
+    @real.command("gsm8k")
+    def bench_gsm8k(
+        data: Annotated[Path, typer.Argument(help="A GSM8K-format JSONL (question, answer ending '#### x').")],
+        store: StoreOpt = None,
+        items: Annotated[int, typer.Option("--items", help="First N rows.")] = 16,
+        samples: Annotated[int, typer.Option("--samples", help="Samples per row.")] = 4,
+        max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Response length cap.")] = 256,
+        seed: Annotated[int, typer.Option("--seed", help="Sampling seed.")] = 0,
+    ) -> None:
+        """GSM8K pass@1 (and pass@k for k <= samples) of the untrained model, chat template, math verifier."""
+        from workbench.experiments.real_model import gsm8k
+
+        print_json(gsm8k(store_path(store), data, items=items, samples=samples, max_new_tokens=max_new_tokens,
+                         seed=seed))
+
+    @real.command("agreement")
+    def bench_agreement(
+        store: StoreOpt = None,
+        prompts: Annotated[int, typer.Option("--prompts", help="Train prompts.")] = 4,
+        samples: Annotated[int, typer.Option("--samples", help="Samples per prompt.")] = 4,
+        set_: SetOpt = None,
+    ) -> None:
+        """Behaviour log-probs at generation vs the trainer's of the same tokens: |diff| and k3 KL."""
+        from workbench.experiments.real_model import agreement
+
+        print_json(agreement(store_path(store), prompts=prompts, samples=samples, overrides=list(set_ or [])))
+
+    @real.command("speed")
+    def bench_speed(
+        store: StoreOpt = None,
+        steps: Annotated[int, typer.Option("--steps", help="Training steps timed.")] = 3,
+        repeats: Annotated[int, typer.Option("--repeats", help="Rollout-vs-bare pairs after the warm-up.")] = 2,
+        set_: SetOpt = None,
+    ) -> None:
+        """Rollout phase vs bare model.generate, step time by phase, peak resident memory."""
+        from workbench.experiments.real_model import speed
+
+        print_json(speed(store_path(store), steps=steps, repeats=repeats, overrides=list(set_ or [])))
