@@ -105,7 +105,7 @@ def test_console_reads_the_store_and_nothing_else(s3, tmp_path):
         compact(st, older_than_s=0)  # every table in Parquet files on the bucket
         assert int(st.sql("SELECT count(*) AS n FROM rollouts")["n"][0]) == 16
         for query in ("SELECT * FROM 's3://other-bucket/x/a.csv'", "SELECT * FROM read_csv('s3://other-bucket/x/a.csv')",
-                      f"SELECT * FROM '{tmp_path / 'local.csv'}'"):
+                      f"SELECT * FROM '{tmp_path / 'local.csv'}'", "SELECT * FROM duckdb_secrets()"):
             with pytest.raises(StoreError, match="refused"):
                 st.sql(query)
         st.sql("SELECT 1")  # the locked-down connection exists now; past the statement check, DuckDB refuses too
