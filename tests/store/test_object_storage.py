@@ -184,3 +184,26 @@ def test_engine_run_rollback_resume_and_guard_on_s3(s3, new_store, tmp_path, tin
         assert st.run(gid)["status"] == "stopped" and st.alerts(gid)["guard"].to_list() == ["always"]
     assert any(k.startswith("engine/main/rollouts/") for k in _keys(s3, "engine/"))
     assert _holds_secret(local.resolve()) == []
+
+
+def test_commands_and_launch_hand_the_url_and_catalog_on(tmp_path, monkeypatch):
+    """What the CLI and the launcher give a child process for an s3:// store: the URL (not the folded
+    `s3:/...` a Path makes of it), the catalog, and a local folder for logs and checkpoints."""
+    from workbench.commands.common import store_home, store_spec
+    from workbench.control.launch import _store_spec, run_dir
+    from workbench.store.objectstore import local_dir
+
+    catalog = tmp_path / "node" / "catalog.sqlite"
+    monkeypatch.setenv("WORKBENCH_CATALOG", str(catalog))
+    folded = Path("s3://bucket-a/runs")  # what Typer's Path option makes of the URL
+    assert str(folded) == "s3:/bucket-a/runs"
+    assert store_spec(folded) == "s3://bucket-a/runs/" and store_home(folded) == catalog.parent
+    assert _store_spec("s3://bucket-a/runs") == ("s3://bucket-a/runs/", {})
+    assert run_dir("s3://bucket-a/runs", "r1") == catalog.parent / "runs" / "r1"
+    monkeypatch.setenv("WORKBENCH_CATALOG", "postgresql://wb:pw@db/workbench")
+    monkeypatch.setenv("WORKBENCH_LOCAL_DIR", str(tmp_path / "work"))
+    assert local_dir("s3://bucket-a/runs") == tmp_path / "work"
+    monkeypatch.setenv("WORKBENCH_STORE", "s3://bucket-a/runs")
+    from workbench.store import default_store_path
+
+    assert str(default_store_path()) == "s3://bucket-a/runs"
