@@ -155,6 +155,7 @@ def bench_object_storage(*, data: str = "s3", steps: int = 120, rounds: int = 4,
         rate = {name: n / wall for name, (n, wall) in totals.items()}
         out["ingest_rollouts_per_s"] = rate
         out["s3_vs_local"] = rate["s3"] / rate["local"]
+        out["reader_p95_ms"] = _readers(runs, rounds * per_block, shape, seed)
         for name in ("local", "s3"):  # the same pattern on both, one after the other
             st, syn = runs[name]
             paced = _paced(st, syn, range(rounds * per_block, rounds * per_block + engine_steps), engine_period_s)
@@ -169,6 +170,19 @@ def bench_object_storage(*, data: str = "s3", steps: int = 120, rounds: int = 4,
 
     shutil.rmtree(root, ignore_errors=True)
     out["load_average_at_end"] = os.getloadavg()
+    return out
+
+
+def _readers(runs: dict[str, Any], steps: int, shape: Shape, seed: int, repeats: int = 10) -> dict[str, Any]:
+    """The store bench's reader queries (the dashboard's reads: a rollouts page, prompt history, ...),
+    p95 ms on each store, one store after the other; before any compaction (one file per commit)."""
+    from workbench.store.bench import time_queries
+
+    out: dict[str, Any] = {}
+    for name, (st, syn) in runs.items():
+        p95, _median, _cpu = time_queries(st, syn.run_id, steps, shape, np.random.default_rng(seed), repeats)
+        out[name] = p95
+    out["s3_over_local"] = {q: out["s3"][q] / out["local"][q] for q in out["s3"] if out["local"][q]}
     return out
 
 
