@@ -191,6 +191,7 @@ def test_commands_and_launch_hand_the_url_and_catalog_on(tmp_path, monkeypatch):
     `s3:/...` a Path makes of it), the catalog, and a local folder for logs and checkpoints."""
     from workbench.commands.common import store_home, store_spec
     from workbench.control.launch import _store_spec, run_dir
+    from workbench.store.connection import Location
     from workbench.store.objectstore import local_dir
 
     catalog = tmp_path / "node" / "catalog.sqlite"
@@ -203,6 +204,13 @@ def test_commands_and_launch_hand_the_url_and_catalog_on(tmp_path, monkeypatch):
     monkeypatch.setenv("WORKBENCH_CATALOG", "postgresql://wb:pw@db/workbench")
     monkeypatch.setenv("WORKBENCH_LOCAL_DIR", str(tmp_path / "work"))
     assert local_dir("s3://bucket-a/runs") == tmp_path / "work"
+
+    class Opened:  # what the dashboard hands launch(): an open Store on a PostgreSQL catalog
+        location = Location("postgres:dbname=wb host=db password=pw", "s3://bucket-a/runs/")
+
+    assert run_dir(Opened(), "r2") == tmp_path / "work" / "runs" / "r2"
+    assert _store_spec(Opened()) == ("s3://bucket-a/runs/", {"WORKBENCH_CATALOG": Opened.location.catalog})
+    assert "pw" not in Opened.location.describe()
     monkeypatch.setenv("WORKBENCH_STORE", "s3://bucket-a/runs")
     from workbench.store import default_store_path
 

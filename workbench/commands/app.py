@@ -250,7 +250,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         unknown = sorted(set(chosen or []) - set(PAGES))
         if unknown:
             raise typer.BadParameter(f"unknown page(s) {unknown}; pages are {', '.join(PAGES)}", param_hint="--pages")
-        path = (store or Path("store") / f"bench-{rollouts}").resolve()
+        path = (store or Path("store") / f"bench-{rollouts}").resolve() if not (
+            store and _on_object_storage(store)) else store  # s3://: docs/object-storage.md
         t0 = time.perf_counter()
         info = ensure_bench_store(path, rollouts, runs=2)
         build_s = time.perf_counter() - t0

@@ -37,10 +37,11 @@ def store_root(store: Any) -> Path:
     if isinstance(store, (str, os.PathLike)):
         return local_dir(store) if is_object_url(store) else Path(store).expanduser().absolute()
     location = getattr(store, "location", None)
-    root = getattr(location, "root", None) or getattr(location, "lock_dir", None) or getattr(store, "path", None)
+    if location is not None and getattr(location, "root", None) is None and is_object_url(location.data_path):
+        return local_dir(location.data_path, location.catalog)  # this machine's folder for the store
+    root = getattr(location, "root", None) or getattr(store, "path", None)
     if root is None:
-        raise ControlError("launch: a store on object storage with a PostgreSQL catalog launches runs from "
-                           "`workbench run --detach --store s3://...` on the training node")
+        raise ControlError("launch: runs can only be launched on a local store directory or an s3:// store")
     return Path(root)
 
 
