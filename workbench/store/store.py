@@ -107,8 +107,9 @@ def open_store(path: str | os.PathLike[str] | None = None, *, catalog: str | Non
     inlined rows, merge adjacent files, drop what no snapshot of the last hour needs; see
     `maintenance.upkeep`). Each step adds one file per table; left alone, a 1M-rollout store took
     5-8x longer per filtered query (dev/LOG.md). 0 turns it off. Default: `UPKEEP_EVERY` for a store
-    directory; 0 for a catalog given by URL, whose readers on other machines cannot take the read lock
-    that keeps them away from maintenance (see `connection.py`): run `compact` there when none read.
+    directory and for an s3:// store with a SQLite catalog (its lock files sit beside the catalog); 0
+    for a shared catalog, whose readers on other machines cannot take the read lock that keeps them
+    away from maintenance (see `connection.py`): run `compact` there when none read.
 
     `threads` caps DuckDB's worker threads for this store's connections (default: one per core). The
     engine opens its store with `threads=1`: on a small machine DuckDB's ingest threads fight torch's
