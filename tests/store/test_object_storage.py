@@ -78,6 +78,24 @@ def test_group_commit_compaction_and_no_secret_anywhere(s3, tmp_path):
         assert SECRET.encode() not in s3.client().get_object(Bucket=BUCKET, Key=key)["Body"].read()
 
 
+def test_a_commit_waits_out_a_server_that_stops_answering(s3, tmp_path):
+    """The S3 server down for 2 s while a step commits: the writer retries and the step lands once."""
+    import threading
+
+    with open_store(f"s3://{BUCKET}/outage", catalog=str(tmp_path / "catalog.sqlite"), upkeep_every=0) as st:
+        run_id = st.create_run("outage", {}, seed=0)
+        syn = SyntheticRun(run_id, SMALL, seed=0)
+        st.write_step(syn.step(0))
+        s3.stop()
+        restart = threading.Timer(2.0, s3.start)
+        restart.start()
+        try:
+            st.write_steps([syn.step(1), syn.step(2)])  # its Parquet file cannot be written until the server is back
+        finally:
+            restart.join()
+        assert st.run_steps(run_id)["step"].to_list() == [0, 1, 2] and st.count_rollouts(run_id) == 3 * 16
+
+
 def test_bad_locations_are_refused_in_one_line(s3, tmp_path, monkeypatch):
     monkeypatch.delenv("WORKBENCH_CATALOG", raising=False)
     for spec, words in ((f"s3://{BUCKET}", "not the bucket's root"), (f"s3://{BUCKET}/", "not the bucket's root"),

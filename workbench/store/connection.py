@@ -48,10 +48,12 @@ ALIAS = "lake"
 
 _RETRYABLE = ("database is locked", "conflict", "busy", "could not serialize", "deadlock",
               "could not obtain lock", "current transaction is aborted")
-_RETRYABLE_REMOTE = ("http", "connection", "timed out", "timeout", "could not establish", "unable to connect",
-                     "slow down", "service unavailable", "internal error", "network")
-"""Also retried on object storage: a server that stops answering for a while (the transaction failed
-before its catalog commit, so replaying it neither loses nor doubles a row)."""
+_RETRYABLE_REMOTE = ("could not connect", "connection", "timed out", "timeout", "could not establish",
+                     "unable to connect", "slow down", "service unavailable", "internal error", "network",
+                     "http 500", "http 502", "http 503", "http 504")
+"""Also retried on object storage: a server that stops answering for a while or answers 5xx (the
+transaction failed before its catalog commit, so replaying it neither loses nor doubles a row). A 403
+or 404 is not retried: refused credentials or a missing bucket fail at once."""
 _PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)|(://[^:/@\s]+:)([^@\s]+)(@)", re.I)
 _PARQUET_PATH = re.compile(r"""["']?([^"'\s]+\.parquet)["']?""")
 
