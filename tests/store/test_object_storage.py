@@ -96,6 +96,26 @@ def test_a_commit_waits_out_a_server_that_stops_answering(s3, tmp_path):
         assert st.run_steps(run_id)["step"].to_list() == [0, 1, 2] and st.count_rollouts(run_id) == 3 * 16
 
 
+def test_a_duckdb_secret_of_the_user_serves_without_keys_in_the_environment(s3, tmp_path, monkeypatch):
+    import duckdb
+
+    from workbench.store.extensions import load_extension
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # DuckDB's persistent secrets live under ~/.duckdb
+    con = duckdb.connect()
+    load_extension(con, "httpfs")
+    con.execute(f"CREATE PERSISTENT SECRET mine (TYPE s3, SCOPE 's3://{BUCKET}', KEY_ID 'AKIAWORKBENCHTEST', "
+                f"SECRET '{SECRET}', ENDPOINT '127.0.0.1:{s3.port}', URL_STYLE 'path', USE_SSL false)")
+    con.close()
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(name)
+    with open_store(f"s3://{BUCKET}/persisted", catalog=str(tmp_path / "catalog.sqlite")) as st:
+        st.create_run("p", {}, seed=0)
+        compact(st, older_than_s=0)  # the rows go to the bucket through the user's secret
+    assert any(k.startswith("persisted/main/runs/") for k in _keys(s3, "persisted/"))
+    assert _holds_secret(tmp_path / "catalog.sqlite") == []
+
+
 def test_bad_locations_are_refused_in_one_line(s3, tmp_path, monkeypatch):
     monkeypatch.delenv("WORKBENCH_CATALOG", raising=False)
     for spec, words in ((f"s3://{BUCKET}", "not the bucket's root"), (f"s3://{BUCKET}/", "not the bucket's root"),

@@ -145,25 +145,29 @@ def _literal(text: str) -> str:
 def configure_s3(con: object, data_path: str, settings: S3Settings | None = None) -> None:
     """Load httpfs into `con` and make a temporary S3 secret (this connection only, in memory)
     scoped to the store's bucket, from `settings` (default: the environment). Without keys in the
-    environment, the secret carries no keys: a DuckDB secret the user created serves instead when
-    its scope matches (DuckDB picks the longest matching scope), else the access is anonymous."""
+    environment no secret is made: a DuckDB secret the user created serves (persistent secrets load
+    from DuckDB's secret directory) with its own endpoint and style, and the environment's endpoint,
+    region, style and TLS go into DuckDB's `s3_*` settings, used where no secret matches."""
     from workbench.store.extensions import load_extension
 
     settings = settings or s3_settings()
     load_extension(con, "httpfs")  # type: ignore[arg-type]
     bucket = data_path.split("/")[2]
-    if settings.key_id is None and not (settings.endpoint or settings.region):
-        return  # nothing to say: DuckDB's own secrets (or anonymous access) serve
+    if settings.key_id is None:
+        for name, value in (("s3_endpoint", settings.endpoint), ("s3_region", settings.region),
+                            ("s3_url_style", settings.url_style), ("s3_use_ssl", settings.use_ssl)):
+            if value is not None:
+                con.execute(f"SET {name} = ?", [value])  # type: ignore[attr-defined]
+        return
     options = ["TYPE s3", f"SCOPE {_literal(f's3://{bucket}')}", f"URL_STYLE {_literal(settings.url_style)}",
-               f"USE_SSL {'true' if settings.use_ssl else 'false'}"]
+               f"USE_SSL {'true' if settings.use_ssl else 'false'}",
+               f"KEY_ID {_literal(settings.key_id)}", f"SECRET {_literal(settings.secret or '')}"]
     if settings.endpoint:
         options.append(f"ENDPOINT {_literal(settings.endpoint)}")
     if settings.region:
         options.append(f"REGION {_literal(settings.region)}")
-    if settings.key_id:
-        options += [f"KEY_ID {_literal(settings.key_id)}", f"SECRET {_literal(settings.secret or '')}"]
-        if settings.session_token:
-            options.append(f"SESSION_TOKEN {_literal(settings.session_token)}")
+    if settings.session_token:
+        options.append(f"SESSION_TOKEN {_literal(settings.session_token)}")
     con.execute(f"CREATE OR REPLACE TEMPORARY SECRET {SECRET_NAME} ({', '.join(options)})")  # type: ignore[attr-defined]
 
 
