@@ -60,13 +60,15 @@ def test_group_commit_compaction_and_no_secret_anywhere(s3, tmp_path):
         assert st.run_steps(run_id)["step"].to_list() == list(range(12))
         before = len(_keys(s3, "group/"))
         assert before >= 4  # group commits wrote the rollouts' files to the bucket
+        orphan = "group/main/rollouts/ducklake-left-by-a-killed-writer.parquet"
+        s3.client().put_object(Bucket=BUCKET, Key=orphan, Body=b"PAR1")  # a file no snapshot names
         out = compact(st, older_than_s=0)  # flush inlined rows, merge, expire snapshots, drop old files
         assert out["after"]["snapshots"] == 1 and out["after"]["files"] < out["before"]["files"] + 9
         tables = info(st)["tables"]
         for table in ("runs", "steps", "events", "allocations", "prompt_stats"):  # inlined rows reached the bucket
             assert tables[table]["rows"] and tables[table]["files"] >= 1, table
         after = _keys(s3, "group/")
-        assert len(after) < before + len(tables)  # old files deleted, merged ones fewer
+        assert len(after) < before + len(tables) and orphan not in after  # old and orphaned files deleted
         assert st.count_rollouts(run_id) == 12 * 16  # nothing lost, nothing doubled
         with pytest.raises(StoreError) as refused:
             st.sql("SELECT * FROM nope")
