@@ -112,9 +112,10 @@ def test_a_duckdb_secret_of_the_user_serves_without_keys_in_the_environment(s3, 
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"):
         monkeypatch.delenv(name)
     with open_store(f"s3://{BUCKET}/persisted", catalog=str(tmp_path / "catalog.sqlite")) as st:
-        st.create_run("p", {}, seed=0)
-        compact(st, older_than_s=0)  # the rows go to the bucket through the user's secret
-    assert any(k.startswith("persisted/main/runs/") for k in _keys(s3, "persisted/"))
+        run_id = st.create_run("p", {}, seed=0)
+        st.write_step(SyntheticRun(run_id, SMALL, seed=0).step(0))  # its rollouts' file, through the user's secret
+        assert st.count_rollouts(run_id) == 16
+    assert any(k.startswith("persisted/main/rollouts/") for k in _keys(s3, "persisted/"))
     assert _holds_secret(tmp_path / "catalog.sqlite") == []
 
 
