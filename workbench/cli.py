@@ -38,8 +38,17 @@ def _root(
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
     ),
+    catalog: str = typer.Option(
+        None, "--catalog", help="The DuckLake catalog of a store on object storage (--store s3://bucket/prefix): "
+        "postgres:<libpq string> or postgresql://... for several nodes, a .sqlite file for one. "
+        "Default: $WORKBENCH_CATALOG. Sets it for this command and the runs it starts.", show_default=False,
+    ),
 ) -> None:
     """Rollout Workbench."""
+    if catalog:
+        import os
+
+        os.environ["WORKBENCH_CATALOG"] = catalog  # read by workbench.store.objectstore, inherited by children
 
 
 for _name in MODULES:

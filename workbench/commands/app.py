@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from workbench.commands.common import JsonOpt, StoreOpt, print_json, store_path
+from workbench.commands.common import JsonOpt, StoreOpt, print_json, store_path, store_spec
 from workbench.dashboard import APP_DIR, MAIN, PAGES
 from workbench.errors import StoreError
 
@@ -34,9 +34,16 @@ def streamlit_command(store: Path, *, port: int, address: str, headless: bool) -
     ]
 
 
+def _on_object_storage(store: Path) -> bool:
+    from workbench.store.objectstore import is_object_url
+
+    return is_object_url(store)
+
+
 def exec_app(store: Path, *, port: int = 8501, address: str = "127.0.0.1", headless: bool = False) -> None:
     """Become the Streamlit server of the dashboard on `store` (no child left behind when this
     process is signalled); does not return."""
+    store = store_spec(store) if _on_object_storage(store) else store  # type: ignore[assignment]
     env = {**os.environ, "WORKBENCH_STORE": str(store)}
     argv = streamlit_command(store, port=port, address=address, headless=headless)
     os.execve(argv[0], argv, env)
@@ -212,8 +219,10 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         """Start the dashboard (Streamlit) on a store: runs, live curves and controls, rollouts, prompts,
         allocation, comparisons."""
         _check_app()
-        path = store_path(store).resolve()
-        if not path.exists() or (path.is_dir() and not any(path.iterdir())):
+        path = store_path(store).resolve() if not _on_object_storage(store_path(store)) else store_path(store)
+        if _on_object_storage(path):  # s3://bucket/prefix (docs/object-storage.md): nothing local to look at
+            _check_store(store_spec(path))
+        elif not path.exists() or (path.is_dir() and not any(path.iterdir())):
             typer.echo(f"note: {path} holds no store yet; it is created when the first run starts", err=True)
         else:
             _check_store(path)
@@ -241,7 +250,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         unknown = sorted(set(chosen or []) - set(PAGES))
         if unknown:
             raise typer.BadParameter(f"unknown page(s) {unknown}; pages are {', '.join(PAGES)}", param_hint="--pages")
-        path = (store or Path("store") / f"bench-{rollouts}").resolve()
+        path = (store or Path("store") / f"bench-{rollouts}").resolve() if not (
+            store and _on_object_storage(store)) else store  # s3://: docs/object-storage.md
         t0 = time.perf_counter()
         info = ensure_bench_store(path, rollouts, runs=2)
         build_s = time.perf_counter() - t0

@@ -13,8 +13,8 @@ StoreOpt = Annotated[
     Path | None,
     typer.Option(
         "--store",
-        help="Store directory (DuckLake: SQLite catalog + Parquet files). "
-        "Default: $WORKBENCH_STORE, else ./store.",
+        help="Store directory (DuckLake: SQLite catalog + Parquet files), or s3://bucket/prefix for a store on "
+        "object storage (with `workbench --catalog ...`). Default: $WORKBENCH_STORE, else ./store.",
         show_default=False,
     ),
 ]
@@ -22,10 +22,28 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object (fo
 
 
 def store_path(store: Path | None) -> Path:
-    """The store directory in force: --store, else $WORKBENCH_STORE, else ./store."""
+    """The store directory in force: --store, else $WORKBENCH_STORE, else ./store. An s3:// URL comes
+    back as a Path (`s3:/bucket/prefix`): `open_store` reads it as the URL, `store_home` gives its
+    local folder."""
     from workbench.store.store import default_store_path  # here: the store loads duckdb, `--help` should not
 
     return store if store is not None else default_store_path()
+
+
+def store_spec(store: Path) -> str:
+    """The store as a command line or another process should be given it: the directory, or the
+    `s3://` URL of a store on object storage."""
+    from workbench.store.objectstore import is_object_url, object_url
+
+    return object_url(store) if is_object_url(store) else str(store)
+
+
+def store_home(store: Path) -> Path:
+    """The local folder of the store (itself for a directory; see `objectstore.local_dir`): where run
+    logs, checkpoints and the organism cache live."""
+    from workbench.store.objectstore import local_dir
+
+    return local_dir(store)
 
 
 def print_json(obj: Any) -> None:

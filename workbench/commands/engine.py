@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from workbench.commands.common import JsonOpt, StoreOpt, int_list, print_json, store_path
+from workbench.commands.common import JsonOpt, StoreOpt, int_list, print_json, store_home, store_path, store_spec
 
 ConfigArg = Annotated[
     Optional[Path],
@@ -57,11 +57,11 @@ def _run_foreground(cfg, store: Path, run_id: Optional[str], quiet: bool = False
     from workbench.engine import run
 
     if quiet:
-        return run(cfg, store=str(store), run_id=run_id, store_dir=store)
-    _announce_organism_build(cfg, store)
+        return run(cfg, store=store_spec(store), run_id=run_id, store_dir=store_home(store))
+    _announce_organism_build(cfg, store_home(store))
     progress, on_step = _progress(cfg.steps, cfg.name)
     with progress:
-        return run(cfg, store=str(store), run_id=run_id, on_step=on_step, store_dir=store)
+        return run(cfg, store=store_spec(store), run_id=run_id, on_step=on_step, store_dir=store_home(store))
 
 
 def _announce_organism_build(cfg, store: Path) -> None:
@@ -91,7 +91,7 @@ def _summary(store: Path, run_id: str) -> None:
         info = st.run(run_id)
         steps = st.run_steps(run_id)
         evals = st.evals(run_id)
-    typer.echo(f"run {run_id} ({info.get('name')}): {info.get('status')}, {steps.height} steps in {store}")
+    typer.echo(f"run {run_id} ({info.get('name')}): {info.get('status')}, {steps.height} steps in {store_spec(store)}")
     if evals.height:
         import polars as pl
 
@@ -129,7 +129,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         if detach:
             from workbench.control.launch import launch
 
-            rid = launch(str(config) if config else None, store=str(root), overrides=overrides, name=name)
+            rid = launch(str(config) if config else None, store=store_spec(root), overrides=overrides, name=name)
             typer.echo(rid)
             return
         rid = _run_foreground(cfg, root, run_id, quiet=quiet)
@@ -148,11 +148,11 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         root = store_path(store)
         planned = _planned_steps(root, run)  # an unknown run or store is refused before any bar is drawn
         if quiet:
-            resume(str(root), run, steps=steps, store_dir=root)
+            resume(store_spec(root), run, steps=steps, store_dir=store_home(root))
         else:
             progress, on_step = _progress(steps or planned, f"resume {run}")
             with progress:
-                resume(str(root), run, steps=steps, store_dir=root, on_step=on_step)
+                resume(store_spec(root), run, steps=steps, store_dir=store_home(root), on_step=on_step)
         _summary(root, run)
 
     config_app = typer.Typer(help="Run configs: the defaults, a file's values, every field documented.",

@@ -124,11 +124,26 @@ def bench_store_cmd(
     upkeep_every: Annotated[Optional[int], typer.Option("--upkeep-every", help="Steps between the writer's file merges (default 100; 0 turns them off).")] = None,
     catalog: Annotated[str, typer.Option("--catalog", help="sqlite (a store directory) or postgres (a local PostgreSQL server started for the bench; needs Debian's postgresql package).")] = "sqlite",
     commit_max_rows: Annotated[int, typer.Option("--commit-max-rows", help="Group commit: the most rollouts per transaction.")] = 16384,
+    data: Annotated[str, typer.Option("--data", help="local (a store directory), or s3: a store on object storage "
+                                      "against a local one in the same run, with a local S3 server (moto, the dev "
+                                      "extra), or s3://bucket/prefix: yours, through the AWS variables "
+                                      "(docs/object-storage.md).")] = "local",
+    faults: Annotated[bool, typer.Option("--faults/--no-faults", help="--data s3: also the S3 server stopped "
+                                         "mid-run, kill -9 during commits, two writers on one catalog.")] = True,
     as_json: JsonOpt = False,
 ) -> None:
     """Ingest N synthetic rollouts through the writer API (step-per-commit, group commit flat out, and
-    the engine's pattern of a step every 0.5 s, side by side), then time the reader queries (p95 ms)."""
+    the engine's pattern of a step every 0.5 s, side by side), then time the reader queries (p95 ms).
+    With --data s3: S3 against the local disk (ingest, visibility lag, files per 1,000 steps, faults)."""
     from workbench.store.bench import CATALOGS, bench_store
+
+    if data != "local":
+        from workbench.store.s3bench import bench_object_storage
+
+        if data != "s3" and not data.startswith("s3://"):
+            raise typer.BadParameter(f"{data!r}: local, s3 or s3://bucket/prefix", param_hint="--data")
+        print_json(bench_object_storage(data=data, steps=max(8, -(-rollouts // 512)), faults=faults))
+        return
 
     if catalog not in CATALOGS:
         raise typer.BadParameter(f"{catalog!r}: must be one of {', '.join(CATALOGS)}", param_hint="--catalog")

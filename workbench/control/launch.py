@@ -30,13 +30,32 @@ _CHILDREN: dict[int, subprocess.Popen] = {}
 
 
 def store_root(store: Any) -> Path:
-    """The local directory of a store (a path, or a Store opened on a directory)."""
+    """The local directory of a store (a path, or a Store opened on a directory); for a store on
+    object storage, its local folder (`workbench.store.objectstore.local_dir`)."""
+    from workbench.store.objectstore import is_object_url, local_dir
+
     if isinstance(store, (str, os.PathLike)):
-        return Path(store).expanduser().absolute()
-    root = getattr(getattr(store, "location", None), "root", None) or getattr(store, "path", None)
+        return local_dir(store) if is_object_url(store) else Path(store).expanduser().absolute()
+    location = getattr(store, "location", None)
+    if location is not None and getattr(location, "root", None) is None and is_object_url(location.data_path):
+        return local_dir(location.data_path, location.catalog)  # this machine's folder for the store
+    root = getattr(location, "root", None) or getattr(store, "path", None)
     if root is None:
-        raise ControlError("launch: runs can only be launched on a local store directory")
+        raise ControlError("launch: runs can only be launched on a local store directory or an s3:// store")
     return Path(root)
+
+
+def _store_spec(store: Any) -> tuple[str, dict[str, str]]:
+    """What a child process is given for `--store` (the directory, or the s3:// URL) and the
+    environment it needs on top of this one (the catalog of a store on object storage)."""
+    from workbench.store.objectstore import CATALOG_ENV, is_object_url, object_url
+
+    if isinstance(store, (str, os.PathLike)):
+        return (object_url(store), {}) if is_object_url(store) else (str(store_root(store)), {})
+    location = getattr(store, "location", None)
+    if location is not None and getattr(location, "root", None) is None and is_object_url(location.data_path):
+        return location.data_path, {CATALOG_ENV: location.catalog}
+    return str(store_root(store)), {}
 
 
 def run_dir(store: Any, run_id: str) -> Path:
@@ -199,12 +218,12 @@ def preflight(cfg: Any) -> None:
     task.eval_prompts()
 
 
-def spawn(argv: list[str], log_path: Path) -> subprocess.Popen:
+def spawn(argv: list[str], log_path: Path, env_extra: dict[str, str] | None = None) -> subprocess.Popen:
     """Start `python -m workbench.cli <argv>` detached, appending its output to `log_path`."""
     _reap()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "workbench.cli", *argv]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env_extra or {})}
     with open(log_path, "ab") as log:
         log.write(f"# {time.strftime('%Y-%m-%dT%H:%M:%S%z')} {' '.join(cmd)}\n".encode())
         log.flush()
@@ -241,8 +260,9 @@ def launch(
     cfg = resolve_config(config, overrides, name=name)
     preflight(cfg)
     root = store_root(store)
+    spec, env_extra = _store_spec(store)
     own = isinstance(store, (str, os.PathLike))
-    st = open_store(root) if own else store
+    st = open_store(spec) if own else store
     try:
         run_id = st.create_run(
             cfg.name, cfg.to_dict(), cfg.seed, host=socket.gethostname(), status="created"
@@ -251,8 +271,8 @@ def launch(
         rdir.mkdir(parents=True, exist_ok=True)
         cfg_path = rdir / "config.toml"
         cfg_path.write_text(to_toml(cfg))
-        argv = ["run", str(cfg_path), "--store", str(root), "--run-id", run_id]
-        proc = spawn(argv, rdir / "run.log")
+        argv = ["run", str(cfg_path), "--store", spec, "--run-id", run_id]
+        proc = spawn(argv, rdir / "run.log", env_extra)
         st.set_run_status(run_id, "created", pid=proc.pid)
     finally:
         if own:
@@ -263,5 +283,6 @@ def launch(
 def restart(store: Any, run_id: str) -> int:
     """Start `workbench resume RUN` detached for a stopped or crashed run; returns its pid."""
     root = store_root(store)
-    proc = spawn(["resume", run_id, "--store", str(root)], run_dir(root, run_id) / "run.log")
+    spec, env_extra = _store_spec(store)
+    proc = spawn(["resume", run_id, "--store", spec], run_dir(root, run_id) / "run.log", env_extra)
     return proc.pid

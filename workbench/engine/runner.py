@@ -54,8 +54,11 @@ def store_dir_of(store: Any) -> str:
     """The local directory of `store` (a path, or a Store opened on a store directory): where runs keep
     their checkpoints and the organism its cache. A Store over a catalog URL has none: pass `store_dir=`."""
     if isinstance(store, (str, Path)):
-        return str(store)
-    root = getattr(getattr(store, "location", None), "root", None)
+        from workbench.store.objectstore import is_object_url, local_dir
+
+        return str(local_dir(store)) if is_object_url(store) else str(store)  # s3://: its local folder
+    location = getattr(store, "location", None)
+    root = getattr(location, "root", None) or getattr(location, "lock_dir", None)  # s3 + SQLite: its folder
     if root is None:
         from workbench.errors import StoreError
 

@@ -194,14 +194,14 @@ def bench_store(rollouts: int, *, path: str | os.PathLike[str] | None = None, re
                 "upkeep_longest_hold_s": store.longest_upkeep_hold_s,
                 "bytes_per_rollout": _dir_bytes(root / "data" if catalog == "postgres" else root) / total,
             }
-            result["p95_ms"], result["median_ms"], result["p95_cpu_ms"] = _time_queries(
+            result["p95_ms"], result["median_ms"], result["p95_cpu_ms"] = time_queries(
                 store, run_id, steps, shape, rng, repeats)
             if compact:
                 from workbench.store.maintenance import compact as run_compact
                 t = time.perf_counter()
                 run_compact(store, older_than_s=0)
                 compact_s = time.perf_counter() - t
-                p95, median, cpu = _time_queries(store, run_id, steps, shape, rng, repeats)
+                p95, median, cpu = time_queries(store, run_id, steps, shape, rng, repeats)
                 result["compacted"] = {"compact_s": compact_s, "p95_ms": p95, "median_ms": median, "p95_cpu_ms": cpu,
                                        "bytes_per_rollout": _dir_bytes(root / "data" if catalog == "postgres"
                                                                        else root) / total}
@@ -234,8 +234,9 @@ def _bench_run(store: Any, rollouts: int, seed: int) -> tuple[str, int]:
     return row["run_id"], 0 if last is None else int(last) + 1
 
 
-def _time_queries(store: Any, run_id: str, steps: int, shape: Shape, rng: np.random.Generator,
-                  repeats: int) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+def time_queries(store: Any, run_id: str, steps: int, shape: Shape, rng: np.random.Generator,
+                 repeats: int) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+    """p95 ms, median ms and p95 CPU ms of each reader query the dashboard makes, on `run_id`."""
     def page() -> None:
         s = int(rng.integers(0, steps))
         store.rollouts(run_id, step_min=s, step_max=s + 10, verdict="correct", limit=50)

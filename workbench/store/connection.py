@@ -35,6 +35,7 @@ import polars as pl
 
 from workbench.errors import StoreError
 from workbench.store.extensions import quote_literal, load_extension
+from workbench.store.objectstore import configure_s3, is_object_url, redact
 
 T = TypeVar("T")
 
@@ -47,6 +48,13 @@ ALIAS = "lake"
 
 _RETRYABLE = ("database is locked", "conflict", "busy", "could not serialize", "deadlock",
               "could not obtain lock", "current transaction is aborted")
+_RETRYABLE_REMOTE = ("could not connect", "connection", "timed out", "timeout", "could not establish",
+                     "unable to connect", "slow down", "service unavailable", "internal error", "network",
+                     "http 500", "http 502", "http 503", "http 504")
+"""Also retried on object storage: a server that stops answering for a while or answers 5xx (the
+transaction failed before its catalog commit, so replaying it neither loses nor doubles a row). A 403
+or 404 is not retried: refused credentials or a missing bucket fail at once."""
+_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)|(://[^:/@\s]+:)([^@\s]+)(@)", re.I)
 _PARQUET_PATH = re.compile(r"""["']?([^"'\s]+\.parquet)["']?""")
 
 
@@ -64,7 +72,24 @@ class Location:
         return self.catalog.split(":", 1)[0]
 
     def describe(self) -> str:
-        return str(self.root) if self.root is not None else f"{self.catalog} (data {self.data_path})"
+        if self.root is not None:
+            return str(self.root)
+        return f"{hide_password(self.catalog)} (data {self.data_path})"
+
+    @property
+    def on_object_storage(self) -> bool:
+        return is_object_url(self.data_path)
+
+    @property
+    def lock_dir(self) -> Path | None:
+        """Where the write, read and gate lock files live: the store directory; for a store on object
+        storage with a SQLite catalog (one machine), the catalog's folder; else none (a shared catalog:
+        other machines could not take a lock file anyway)."""
+        if self.root is not None:
+            return self.root
+        if self.kind == "sqlite" and self.on_object_storage:
+            return Path(self.catalog.split(":", 1)[1]).parent
+        return None
 
 
 def local_location(path: str | os.PathLike[str], *, create: bool) -> Location:
@@ -155,6 +180,11 @@ class Lake:
         try:
             load_extension(con, "sqlite" if self.location.kind == "sqlite" else self.location.kind)
             load_extension(con, "ducklake")
+            if self.location.on_object_storage:
+                configure_s3(con, self.location.data_path)
+                # list the prefix once: a missing bucket or refused credentials fail here, in one line,
+                # not at the first commit that writes a file
+                con.execute("SELECT count(*) FROM glob(?)", [self.location.data_path + "*"])
             options = [f"DATA_PATH '{quote_literal(self.location.data_path)}'"]
             if self.location.root is not None:  # a store directory may have been moved or copied:
                 options.append("OVERRIDE_DATA_PATH true")  # its data is always <root>/data
@@ -162,6 +192,8 @@ class Lake:
                 options.append("READ_ONLY")
             con.execute(f"ATTACH 'ducklake:{quote_literal(self.location.catalog)}' AS {ALIAS} ({', '.join(options)})")
             con.execute(f"USE {ALIAS}")
+            # commits that lose a race on a shared catalog are replayed by DuckLake (ducklake #233, #376,
+            # #1094: the default of 10 failed with "Exceeded the maximum retry count" at engine rates)
             con.execute("SET ducklake_max_retry_count = 100")
             if self.threads is not None:
                 con.execute(f"SET threads = {int(self.threads)}")
@@ -225,10 +257,11 @@ class Lake:
         """Hold the store's read lock (shared) for one read, so maintenance never runs under it. Waits
         while maintenance runs or waits. A store without a local directory, or whose lock files cannot
         be created (a read-only copy), reads unguarded; so does a thread already holding maintenance."""
-        if self.location.root is None or getattr(self._local, "maintaining", False):
+        locks = self.location.lock_dir
+        if locks is None or getattr(self._local, "maintaining", False):
             yield
             return
-        fds = [_open_lock(self.location.root / name) for name in (GATE_FILE, READ_LOCK_FILE)]
+        fds = [_open_lock(locks / name) for name in (GATE_FILE, READ_LOCK_FILE)]
         if None in fds:
             for fd in fds:
                 if fd is not None:
@@ -253,14 +286,14 @@ class Lake:
     def maintaining(self, what: str, timeout_s: float = 120.0) -> Iterator[None]:
         """Hold the read lock exclusively: no read of this store, from any process going through a
         Lake, runs until the block ends. New reads wait from the moment this starts waiting."""
-        if self.location.root is None:
+        if self.location.lock_dir is None:
             yield
             return
         deadline = time.monotonic() + timeout_s
         fds: list[int] = []
         try:
             for name in (GATE_FILE, READ_LOCK_FILE):
-                path = self.location.root / name
+                path = self.location.lock_dir / name
                 fd = _open_lock(path)
                 if fd is None:
                     raise StoreError(f"cannot open the store's read lock {path} to {what}")
@@ -293,7 +326,8 @@ class Lake:
                             return fn(cur)
                     return self._transaction(fn)
                 except duckdb.Error as exc:
-                    if not _retryable(exc) or time.monotonic() + delay > deadline:
+                    remote = self.location.on_object_storage
+                    if not _retryable(exc, remote) or time.monotonic() + delay > deadline:
                         raise self.error(exc, f"{what} (attempt {attempt})") from exc
             time.sleep(delay * random.uniform(0.5, 1.5))
             delay = min(delay * 2, 1.0)
@@ -314,10 +348,10 @@ class Lake:
 
     @contextmanager
     def _file_lock(self, deadline: float, what: str) -> Iterator[None]:
-        if self.location.root is None:
+        if self.location.lock_dir is None:
             yield
             return
-        path = self.location.root / LOCK_FILE
+        path = self.location.lock_dir / LOCK_FILE
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
         except OSError as exc:
@@ -364,11 +398,17 @@ def _flock_until(fd: int, deadline: float, message: str) -> None:
             time.sleep(0.002)
 
 
-def _retryable(exc: Exception) -> bool:
+def _retryable(exc: Exception, remote: bool = False) -> bool:
     text = str(exc).lower()
-    return any(marker in text for marker in _RETRYABLE)
+    return any(marker in text for marker in _RETRYABLE + (_RETRYABLE_REMOTE if remote else ()))
+
+
+def hide_password(catalog: str) -> str:
+    """A catalog string fit to print: `password=...` and `user:password@` replaced by `***`."""
+    return _PASSWORD.sub(lambda m: f"{m.group(1)}***" if m.group(1) else f"{m.group(3)}***{m.group(5)}", catalog)
 
 
 def _first_line(exc: Exception) -> str:
+    """The first two lines of a DuckDB error, with any credential scrubbed (see objectstore.redact)."""
     lines = [line for line in str(exc).splitlines() if line.strip()]
-    return " ".join(lines[:2]) if lines else type(exc).__name__
+    return redact(" ".join(lines[:2])) if lines else type(exc).__name__

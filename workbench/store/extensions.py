@@ -1,7 +1,7 @@
-"""Loading DuckDB's DuckLake, SQLite and PostgreSQL extensions without a network.
+"""Loading DuckDB's DuckLake, SQLite, PostgreSQL and httpfs (S3) extensions without a network.
 
 DuckDB verifies extension signatures, so the extensions come from pinned Python packages
-(`duckdb-extension-ducklake`, `-sqlite`, `-postgres`) whose version matches DuckDB's. `INSTALL '<file>'`
+(`duckdb-extension-ducklake`, `-sqlite`, `-postgres`, `-httpfs`) whose version matches DuckDB's. `INSTALL '<file>'`
 copies the file into DuckDB's extension directory and `LOAD <name>` loads it (a bare `LOAD '<file>'`
 of the SQLite one fails on its entry-point name). Where no package is installed, DuckDB's own
 `INSTALL <name>` (network) is tried.
@@ -23,6 +23,7 @@ PACKAGES = {
     "sqlite": "duckdb_extension_sqlite",
     "ducklake": "duckdb_extension_ducklake",
     "postgres": "duckdb_extension_postgres",
+    "httpfs": "duckdb_extension_httpfs",  # s3:// data paths (workbench/store/objectstore.py)
 }
 
 

@@ -73,7 +73,8 @@ def _upkeep(store: Store, older_than_s: float, what: str, *, merge_below: int | 
         f"CALL ducklake_expire_snapshots('{ALIAS}', older_than => now() - {interval})",
         f"CALL ducklake_cleanup_old_files('{ALIAS}', older_than => now() - {interval})",
     ]
-    if store.location.root is not None:
+    if store.location.lock_dir is not None:  # writers queue on its lock: no commit is half-way through
+        # (a store directory, or an s3:// store with a SQLite catalog: files a killed writer left behind)
         statements.append(f"CALL ducklake_delete_orphaned_files('{ALIAS}', older_than => now() - {interval})")
     longest = 0.0
     for statement in statements:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,8 @@ import polars as pl
 
 from workbench.errors import StoreError
 from workbench.store import schema
-from workbench.store.connection import Lake, Location, local_location
+from workbench.store.connection import Lake, Location, hide_password, local_location
+from workbench.store.objectstore import catalog_url, is_object_url, object_url
 from workbench.store.alerts import AlertsMixin
 from workbench.store.prompt_reader import PromptReaderMixin
 from workbench.store.reader import ReaderMixin
@@ -105,8 +107,9 @@ def open_store(path: str | os.PathLike[str] | None = None, *, catalog: str | Non
     inlined rows, merge adjacent files, drop what no snapshot of the last hour needs; see
     `maintenance.upkeep`). Each step adds one file per table; left alone, a 1M-rollout store took
     5-8x longer per filtered query (dev/LOG.md). 0 turns it off. Default: `UPKEEP_EVERY` for a store
-    directory; 0 for a catalog given by URL, whose readers on other machines cannot take the read lock
-    that keeps them away from maintenance (see `connection.py`): run `compact` there when none read.
+    directory and for an s3:// store with a SQLite catalog (its lock files sit beside the catalog); 0
+    for a shared catalog, whose readers on other machines cannot take the read lock that keeps them
+    away from maintenance (see `connection.py`): run `compact` there when none read.
 
     `threads` caps DuckDB's worker threads for this store's connections (default: one per core). The
     engine opens its store with `threads=1`: on a small machine DuckDB's ingest threads fight torch's
@@ -115,18 +118,27 @@ def open_store(path: str | os.PathLike[str] | None = None, *, catalog: str | Non
     - `open_store("store")`: a directory holding `catalog.sqlite` (the DuckLake catalog) and `data/`.
     - `open_store(catalog="postgres:dbname=x host=...", data_path="dir or URL")`: a shared catalog in
       PostgreSQL; `catalog="sqlite:/file"` with any data path works the same way.
+    - `open_store("s3://bucket/prefix", catalog=...)`: data in object storage, the catalog from
+      `catalog` or $WORKBENCH_CATALOG (see `objectstore.py` and docs/object-storage.md).
     """
+    if path is not None and is_object_url(path):
+        data_path, path = object_url(path), None
+        catalog = catalog_url(catalog)
     if catalog is not None:
         if path is not None:
             raise StoreError("open_store: give a store directory or catalog + data_path, not both")
         if not data_path:
-            raise StoreError(f"open_store: catalog {catalog!r} needs a data_path")
+            raise StoreError(f"open_store: catalog {hide_password(catalog)!r} needs a data_path")
         kind = catalog.split(":", 1)[0]
         if kind not in ("sqlite", "postgres"):
-            raise StoreError(f"catalog {catalog!r}: must start with 'sqlite:' or 'postgres:'")
+            raise StoreError(f"catalog {hide_password(catalog)!r}: must start with 'sqlite:' or 'postgres:'")
+        if is_object_url(data_path):
+            data_path = object_url(data_path)
         if not data_path.endswith(("/", os.sep)):
             data_path += "/"
         location = Location(catalog, data_path, None)
+        if location.lock_dir is not None and not read_only:
+            location.lock_dir.mkdir(parents=True, exist_ok=True)
     else:
         if path is None:
             raise StoreError("open_store: a store directory (or catalog + data_path) is required")
@@ -134,7 +146,7 @@ def open_store(path: str | os.PathLike[str] | None = None, *, catalog: str | Non
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise StoreError(f"open_store: threads must be an integer >= 1, got {threads!r}")
     if upkeep_every is None:
-        upkeep_every = UPKEEP_EVERY if location.root is not None else 0
+        upkeep_every = UPKEEP_EVERY if location.lock_dir is not None else 0
     if isinstance(upkeep_every, bool) or not isinstance(upkeep_every, int) or upkeep_every < 0:
         raise StoreError(f"open_store: upkeep_every must be an integer >= 0, got {upkeep_every!r}")
     return Store(location, read_only=read_only, threads=threads, upkeep_every=upkeep_every)
@@ -220,5 +232,9 @@ def _migrate(cur: duckdb.DuckDBPyConnection, version: int, statements: list[str]
 
 def default_store_path() -> Path:
     """The store directory when none is given: $WORKBENCH_STORE, else ./store (the CLI's, the
-    dashboard's and the experiments' default)."""
-    return Path(os.environ.get("WORKBENCH_STORE") or "store")
+    dashboard's and the experiments' default). An `s3://` URL there comes back as the URL string
+    (a Path would fold it to `s3:/bucket/prefix`, which `open_store` also reads as the URL)."""
+    found = os.environ.get("WORKBENCH_STORE") or "store"
+    if is_object_url(found):
+        return re.sub(r"^s3:/+", "s3://", found, flags=re.I)  # type: ignore[return-value]
+    return Path(found)

@@ -260,7 +260,7 @@ class WriterMixin:
         return holder["id"]
 
     def _signal_file(self, run_id: str) -> Path | None:
-        root = self._lake.location.root
+        root = self._lake.location.lock_dir  # the store directory (or an s3 store's SQLite catalog folder)
         return None if root is None else root / "signals" / re.sub(r"[^A-Za-z0-9_.-]", "_", run_id)
 
     def _signal_controls(self, run_id: str) -> None:
