@@ -65,3 +65,14 @@ def test_shapes_refuse_the_asynchronous_pipeline_at_load():
         RunConfig.from_dict({"rollout": {"tree": {"eta_steps": [5, 10], "eta_values": [1, 0.5]}}})
     with pytest.raises(ConfigError, match="rollout.shape"):
         RunConfig.from_dict({"rollout": {"shape": "forest"}})
+
+
+def test_bench_shapes_refuses_bad_options_naming_them():
+    from workbench.experiments.shapes_bench import run_bench
+
+    with pytest.raises(ConfigError, match="--shape: 'forest'"):
+        run_bench(shapes=("forest",))
+    with pytest.raises(ConfigError, match="--steps"):
+        run_bench(steps=1)
+    with pytest.raises(ConfigError, match="--organism"):
+        run_bench(organism="huge")

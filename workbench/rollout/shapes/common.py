@@ -9,11 +9,12 @@ current policy's and the tokens a backend samples are always compared under the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
 
+from workbench.errors import WorkbenchError
 from workbench.rollout.base import GenerationBatch, SamplingParams
 from workbench.rollout.hf import sampling_logprobs
 
@@ -48,6 +49,14 @@ def policy_rows(model: torch.nn.Module, prompts: Sequence[Sequence[int]], respon
     for i, r in zip(live, rows):
         out[i] = r
     return out
+
+
+def eos_ids(backend: Any) -> set[int]:
+    """The EOS ids a backend stops at (a Ray backend's are its local backend's)."""
+    ids = getattr(backend, "eos_token_ids", None) or getattr(getattr(backend, "local", None), "eos_token_ids", None)
+    if not ids:
+        raise WorkbenchError("rollout shapes need the backend's EOS token ids (eos_token_ids)")
+    return {int(i) for i in ids}
 
 
 def entropy_of(logp: torch.Tensor) -> torch.Tensor:

@@ -38,7 +38,8 @@ import torch
 
 from workbench.rollout.base import GenerationBatch, SamplingParams, group_seed
 from workbench.rollout.hf import inverse_cdf_sample
-from workbench.rollout.shapes.common import Shaped, ShapeMetrics, empty_columns, entropy_of, pad_batch, policy_rows, row_of
+from workbench.rollout.shapes.common import (Shaped, ShapeMetrics, empty_columns, entropy_of, eos_ids, pad_batch,
+                                             policy_rows, row_of)
 
 MODES = ("exact", "lenient")
 
@@ -124,6 +125,12 @@ class Draft:
     version: int
 
 
+def _picked(d: Draft) -> list[float]:
+    """Exact mode's p_old of each draft token, read from the rows it keeps (the ratio and the residual
+    then use one set of numbers)."""
+    return d.rows[torch.arange(len(d.tokens)), torch.as_tensor(d.tokens, dtype=torch.long)].tolist()
+
+
 def row_uniforms(seeds: Sequence[int], width: int) -> tuple[list[torch.Tensor], list[float]]:
     """Fresh uniforms for verification: `width` per row and one for the residual, from a stream of
     each row's own (the group's seed and the row's place in its group); the seeds change every step."""
@@ -179,10 +186,11 @@ class SpeculativeShape(ShapeMetrics):
         new_rows = policy_rows(model, [prompts[i] for i in has], [drafts[i].tokens for i in has], sampling,
                                pad_token_id)
         u, u_res = row_uniforms([seeds[i] for i in has], sampling.max_new_tokens)
-        verdict = verify(new_rows, [drafts[i].tokens for i in has], [drafts[i].logp for i in has], u,
+        old_logp = [_picked(drafts[i]) if exact else drafts[i].logp for i in has]
+        verdict = verify(new_rows, [drafts[i].tokens for i in has], old_logp, u,
                          mode=self.cfg.mode, lenience=self.lenience,
                          old_rows=[drafts[i].rows for i in has] if exact else None, residual_u=u_res)
-        eos = set(getattr(backend, "eos_token_ids", []))
+        eos = eos_ids(backend)
         n = len(prompts)
         prefix: list[tuple[list[int], list[float], list[float]]] = [([], [], [])] * n
         cols = empty_columns(n, self.name)
@@ -211,7 +219,7 @@ class SpeculativeShape(ShapeMetrics):
         metrics = {"rollout/shape/draft_rows": len(has), "rollout/shape/reused_tokens": reused,
                    "rollout/shape/draft_tokens": offered, "rollout/shape/fresh_tokens": int(out.lengths.sum()) - reused,
                    "rollout/shape/rejected": int(verdict.rejected.sum()),
-                   "timing_s/shape_verify": verify_s, "timing_s/shape_rows": rows_s}
+                   "rollout/shape/verify_s": verify_s, "rollout/shape/rows_s": rows_s}
         self.note(metrics)
         return Shaped(out, cols, metrics)
 

@@ -47,7 +47,7 @@ import torch
 
 from workbench.rollout.base import SamplingParams, group_seed
 from workbench.rollout.hf import inverse_cdf_sample, left_pad, sampling_logprobs
-from workbench.rollout.shapes.common import Shaped, ShapeMetrics, empty_columns, pad_batch, row_of
+from workbench.rollout.shapes.common import Shaped, ShapeMetrics, empty_columns, eos_ids, pad_batch, row_of
 
 CRITERIA = ("latr", "entropy")
 
@@ -269,7 +269,7 @@ class TreeShape(ShapeMetrics):
         order = list(groups)
         cap = [round(len(groups[key]) * eta) for key in order]
         grown = [k for k, c in enumerate(cap) if c > 0]
-        eos = set(getattr(backend, "eos_token_ids", []))
+        eos = eos_ids(backend)
         draws = [torch.Generator().manual_seed(group_seed(int(seeds[groups[order[k]][0]]) & (2**62 - 1), 0x7EE))
                  for k in grown]
         trees, metrics = grow_trees(last_logits(model, pad_token_id), [prompts[groups[order[k]][0]] for k in grown],
@@ -305,6 +305,6 @@ class TreeShape(ShapeMetrics):
                 final[i] = (base[0] + tok[:m], base[1] + lp[:m], base[2] + ent[:m], ends is not None)
         out = pad_batch(final, pad_token_id, time.perf_counter() - start)
         metrics.update({"rollout/shape/tree_rows": sum(len(t) for t in trees), "rollout/shape/eta": eta,
-                        "timing_s/shape_tree": tree_s})
+                        "rollout/shape/tree_s": tree_s})
         self.note(metrics)
         return Shaped(out, cols, metrics)
