@@ -10,9 +10,12 @@ departs from independent sampling, by mode:
    rejection draw that position's token from the residual norm(max(0, p_new - p_old)), then continue
    fresh from the current policy. This is speculative sampling (Leviathan et al. 2023; Chen et al.
    2023) with the old policy as the draft model: every rollout is distributed exactly as a fresh
-   sample of the current policy. It needs p_old's whole row at the rejected position, so the draft
-   keeps the rows it was sampled from (one teacher-forced pass over each response when it is made:
-   V floats per token, cheap on the organism, large on a 49k-token vocabulary).
+   sample of the current policy, given a draft drawn independently of the current weights (in training
+   the weights were updated on a batch holding the draft: a coupling of the order of the learning rate
+   that no verification rule removes; see docs/rollout-shapes.md). It needs p_old's whole row at the
+   rejected position, so the draft keeps the rows it was sampled from (one teacher-forced pass over
+   each response when it is made: V floats per token, cheap on the organism, large on a 49k-token
+   vocabulary).
 2. `lenient` (SPEC-RL's code): accept while u_t <= min(1, l * p_new(x_t) / p_old(x_t)) with
    lenience l = e^spec_bias (its GRPO run: spec_bias 0.5), drop the first rejected token and sample
    the rest fresh. Not the current policy's distribution, even at l = 1 (no residual: the rejected
