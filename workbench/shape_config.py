@@ -23,7 +23,14 @@ class SpeculativeConfig:
     """Lenient mode's log-lenience: l = e^spec_bias (SPEC-RL's GRPO run: 0.5; 0 is l = 1, still
     without the residual). Ignored in exact mode (l = 1)."""
 
+    max_draft_mb: float = 1024.0
+    """Exact mode keeps each draft's sampling rows (V floats a token: 18 on the organism, 49,152 on
+    SmolLM2); past this many megabytes the oldest drafts are dropped (their prompts' rows then sample
+    independently; `rollout/shape/drafts_dropped` counts them)."""
+
     def __post_init__(self) -> None:
+        check(self.max_draft_mb > 0, "rollout.speculative.max_draft_mb", "a number > 0 (megabytes)",
+              self.max_draft_mb)
         check(0 <= self.spec_bias <= 5, "rollout.speculative.spec_bias", "a number in [0, 5]", self.spec_bias)
 
 

@@ -185,3 +185,17 @@ def test_verify_refuses_exact_without_the_old_rows():
         verify([torch.zeros((1, 3))], [[0]], [[0.0]], [torch.zeros(1)], mode="exact")
     with pytest.raises(ValueError, match="mode"):
         verify([], [], [], [], mode="greedy")
+
+
+def test_exact_drafts_beyond_their_memory_cap_are_dropped_oldest_first(policies):
+    new, _, tok = policies
+    backend, p = HFBackend(new, tok), prompt(tok)
+    one_row = 4 * new.config.vocab_size  # float32 bytes of one token's row
+    shape = SpeculativeShape(SpeculativeConfig(max_draft_mb=6 * 3 * one_row / 2**20))  # ~6 drafts of 3 tokens
+    shape.generate(new, backend, [p] * 4, [0] * 4, SAMPLING, [1] * 4, 0, tok.pad_token_id)
+    out = shape.generate(new, backend, [p] * 4, [1] * 4, SAMPLING, [2] * 4, 1, tok.pad_token_id)
+    kept = [d for v in shape.drafts.values() for d in v]
+    total_tokens = sum(len(d.tokens) for d in kept) + 0
+    assert out.metrics["rollout/shape/drafts_dropped"] >= 1 and len(kept) < 8
+    assert total_tokens * one_row <= 6 * 3 * one_row  # within the cap
+    assert sum(d.version == 1 for d in kept) == 4  # the newest stay: the dropped were version 0's

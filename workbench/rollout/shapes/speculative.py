@@ -216,15 +216,33 @@ class SpeculativeShape(ShapeMetrics):
         for i in range(n):
             tok, lp, _, _ = row_of(out, i)
             self.drafts.setdefault(keys[i], []).append(Draft(tok, lp, final_rows[i] if exact else None, version))
+        dropped = self._fit(self.cfg.max_draft_mb * 2**20) if exact else 0
         out.gen_time_s = time.perf_counter() - start
         reused = int(cols["reused_tokens"][cols["reused_tokens"] > 0].sum())
         offered = int(cols["draft_tokens"][cols["draft_tokens"] > 0].sum())
         metrics = {"rollout/shape/draft_rows": len(has), "rollout/shape/reused_tokens": reused,
                    "rollout/shape/draft_tokens": offered, "rollout/shape/fresh_tokens": int(out.lengths.sum()) - reused,
-                   "rollout/shape/rejected": int(verdict.rejected.sum()),
+                   "rollout/shape/rejected": int(verdict.rejected.sum()), "rollout/shape/drafts_dropped": dropped,
                    "rollout/shape/verify_s": verify_s, "rollout/shape/rows_s": rows_s}
         self.note(metrics)
         return Shaped(out, cols, metrics)
+
+    def _fit(self, limit: float) -> int:
+        """Drop the oldest drafts until their rows take at most `limit` bytes; return how many went."""
+        sizes = {id(d): d.rows.numel() * d.rows.element_size() for v in self.drafts.values() for d in v
+                 if d.rows is not None}
+        total = sum(sizes.values())
+        if total <= limit:
+            return 0
+        order = sorted(((d.version, k, j) for k, v in self.drafts.items() for j, d in enumerate(v)), reverse=True)
+        gone: set[tuple[int, int]] = set()
+        while total > limit and order:
+            _, k, j = order.pop()
+            gone.add((k, j))
+            total -= sizes.get(id(self.drafts[k][j]), 0)
+        for k in {k for k, _ in gone}:
+            self.drafts[k] = [d for j, d in enumerate(self.drafts[k]) if (k, j) not in gone]
+        return len(gone)
 
     @staticmethod
     def _continue(backend: Any, prompts: Sequence[Sequence[int]], prefix: list, sampling: SamplingParams,
