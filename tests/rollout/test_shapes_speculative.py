@@ -199,3 +199,13 @@ def test_exact_drafts_beyond_their_memory_cap_are_dropped_oldest_first(policies)
     assert out.metrics["rollout/shape/drafts_dropped"] >= 1 and len(kept) < 8
     assert total_tokens * one_row <= 6 * 3 * one_row  # within the cap
     assert sum(d.version == 1 for d in kept) == 4  # the newest stay: the dropped were version 0's
+
+
+def test_policy_rows_in_chunks_equal_one_pass(policies):
+    new, old, tok = policies
+    p = prompt(tok)
+    resp = [[5, 6, 2], [7], [8, 9]]
+    whole = policy_rows(new, [p] * 3, resp, SAMPLING, tok.pad_token_id)
+    small = policy_rows(new, [p] * 3, resp, SAMPLING, tok.pad_token_id, max_logits=1)  # one row a pass
+    for a, b in zip(whole, small):
+        assert a.shape == (len(b), new.config.vocab_size) and torch.allclose(a, b, atol=1e-5)

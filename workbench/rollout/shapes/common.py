@@ -20,16 +20,31 @@ from workbench.rollout.hf import sampling_logprobs
 
 
 def policy_rows(model: torch.nn.Module, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]],
-                sampling: SamplingParams, pad_token_id: int) -> list[torch.Tensor]:
+                sampling: SamplingParams, pad_token_id: int, *, max_logits: int = 2**26) -> list[torch.Tensor]:
     """For each (prompt, response), the [len(response), V] float32 log-probabilities of the sampling
     distribution the policy `model` gives each response position (row t: the distribution the t-th
-    response token is drawn from), from one teacher-forced forward pass over the whole batch."""
+    response token is drawn from), from teacher-forced forward passes over the batch, as many rows at
+    a time as keep one pass's logits under `max_logits` floats (a 49k-token vocabulary: a few rows)."""
     out: list[torch.Tensor] = [torch.zeros((0, 0))] * len(prompts)
     live = [i for i, r in enumerate(responses) if len(r)]
     if not live:
         return out
+    emb = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    vocab = int(emb.weight.shape[0]) if emb is not None else 1
+    width = max(len(prompts[i]) + len(responses[i]) for i in live)
+    chunk = max(1, max_logits // (width * vocab))
+    for start in range(0, len(live), chunk):
+        part = live[start:start + chunk]
+        for i, rows in zip(part, _rows(model, [prompts[i] for i in part], [responses[i] for i in part], sampling,
+                                        pad_token_id)):
+            out[i] = rows
+    return out
+
+
+def _rows(model: torch.nn.Module, prompts: list, responses: list, sampling: SamplingParams,
+          pad_token_id: int) -> list[torch.Tensor]:
     device = next(model.parameters()).device
-    seqs = [list(prompts[i]) + list(responses[i]) for i in live]
+    seqs = [list(p) + list(r) for p, r in zip(prompts, responses)]
     width = max(len(x) for x in seqs)
     ids = torch.full((len(seqs), width), pad_token_id, dtype=torch.long)
     mask = torch.zeros((len(seqs), width), dtype=torch.long)
@@ -43,12 +58,9 @@ def policy_rows(model: torch.nn.Module, prompts: Sequence[Sequence[int]], respon
             logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
     finally:
         model.train(was_training)
-    picks = [(k, len(prompts[i]) - 1, len(responses[i])) for k, i in enumerate(live)]
-    flat = torch.cat([logits[k, start:start + n] for k, start, n in picks])
-    rows = sampling_logprobs(flat, sampling).float().cpu().split([n for _, _, n in picks])
-    for i, r in zip(live, rows):
-        out[i] = r
-    return out
+    picks = [(len(p) - 1, len(r)) for p, r in zip(prompts, responses)]
+    flat = torch.cat([logits[k, start:start + n] for k, (start, n) in enumerate(picks)])
+    return list(sampling_logprobs(flat, sampling).float().cpu().split([n for _, n in picks]))
 
 
 def eos_ids(backend: Any) -> set[int]:
