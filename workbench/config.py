@@ -15,13 +15,14 @@ import dataclasses
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from workbench.checks import build_config, check, to_plain
 from workbench.docstrings import field_docs
 from workbench.errors import ConfigError
 from workbench.guards.config import GuardConfig, guard_set
 from workbench.pipeline_config import PipelineConfig
+from workbench.shape_config import SpeculativeConfig, TreeConfig, shape_problem
 from workbench.tasks.reward_config import RewardsConfig
 from workbench.vllm_limits import temperature_problem, uses_vllm
 
@@ -280,6 +281,17 @@ class RolloutConfig:
     vllm_sleep: bool = True
     """vLLM: put the engine to sleep during the policy update (frees its KV cache and weights' memory
     for training) and wake it for generation, as TRL's colocate mode does."""
+    # -- rollout shapes (issue #32; workbench/shape_config.py, docs/rollout-shapes.md) --
+    shape: Literal["independent", "speculative", "tree"] = "independent"
+    """The shape of a prompt's group: "independent" samples, "speculative" (SPEC-RL: the prompt's
+    previous rollouts as drafts, verified against the current policy, `[rollout.speculative]`) or
+    "tree" (LATR: branch at uncertain tokens, `[rollout.tree]`). The synchronous loop only."""
+    speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
+    """Speculative rollouts' settings (rollout.shape = "speculative")."""
+    tree: TreeConfig = field(default_factory=TreeConfig)
+    """Tree rollouts' settings (rollout.shape = "tree")."""
+    DOC_TABLES: ClassVar = [("### `[rollout.speculative]` (rollout.shape = \"speculative\")", SpeculativeConfig),
+                            ("### `[rollout.tree]` (rollout.shape = \"tree\")", TreeConfig)]
 
     def __post_init__(self) -> None:
         check(self.workers >= 1, "rollout.workers", "an integer >= 1", self.workers)
@@ -337,6 +349,8 @@ class RunConfig:
         check(self.steps >= 0, "steps", "an integer >= 0", self.steps)
         self.rewards.check_lengths(self.sampling.max_new_tokens)
         self.pipeline.check_rollout(self.rollout)
+        if shape_problem(self.rollout.shape, self.pipeline.enabled):  # rollout shapes (issue #32)
+            raise ConfigError(str(shape_problem(self.rollout.shape, self.pipeline.enabled)))
         if uses_vllm(self.rollout) and temperature_problem(self.sampling.temperature):
             raise ConfigError(f"sampling.temperature: {temperature_problem(self.sampling.temperature)}")
         _check_registries(self)

@@ -31,6 +31,8 @@ PRESENT = {
     "allocator": "with an allocator that reports it (each allocator its own keys)",
     "ray": "with Ray rollout workers (`rollout.backend = \"ray\"`)",
     "vllm": "with the vLLM backend",
+    "speculative": "with `rollout.shape = \"speculative\"` (docs/rollout-shapes.md)",
+    "tree": "with `rollout.shape = \"tree\"` (docs/rollout-shapes.md)",
     "import": "on runs imported from other engines (`workbench import`)",
     "trl": "on runs logged live from TRL's trainer (`workbench.integrations.trl`)",
 }
@@ -67,6 +69,8 @@ _UPD = "policy update (workbench/engine/update.py)"
 _TIMER = "phase timer (workbench/engine/timing.py)"
 _BATCH = "batch (workbench/engine/batch.py)"
 _PIPE = "pipeline (workbench/engine/pipeline.py)"
+_SPEC = "speculative shape (workbench/rollout/shapes/speculative.py)"
+_TREE = "tree shape (workbench/rollout/shapes/tree.py)"
 _IMPORT = "importer (workbench/integrations/records.py)"
 
 CATALOGUE: tuple[Metric, ...] = (
@@ -100,6 +104,27 @@ CATALOGUE: tuple[Metric, ...] = (
            "nats", "vLLM backend (workbench/rollout/vllm_backend.py)", "vllm"),
     Metric("rollout/vllm_ratio_outside_frac", "share of tokens whose vLLM/trainer probability ratio is outside "
            "the clip range", "1", "vLLM backend (workbench/rollout/vllm_backend.py)", "vllm"),
+    # rollout/shape/: the shape of each group (docs/rollout-shapes.md)
+    Metric("rollout/shape/draft_rows", "rollouts that started from a draft (the prompt's last response)", "rollouts",
+           _SPEC, "speculative"),
+    Metric("rollout/shape/draft_tokens", "draft tokens offered for verification", "tokens", _SPEC, "speculative"),
+    Metric("rollout/shape/reused_tokens", "draft tokens accepted and kept", "tokens", _SPEC, "speculative"),
+    Metric("rollout/shape/accept_rate", "reused / offered draft tokens", "1", _SPEC, "speculative"),
+    Metric("rollout/shape/rejected", "drafts rejected before their end", "rollouts", _SPEC, "speculative"),
+    Metric("rollout/shape/fresh_tokens", "tokens sampled fresh after the reused prefixes", "tokens", _SPEC,
+           "speculative"),
+    Metric("rollout/shape/drafts_dropped", "drafts dropped past `rollout.speculative.max_draft_mb`", "rollouts",
+           _SPEC, "speculative"),
+    Metric("rollout/shape/verify_s", "seconds of the teacher-forced verification pass (inside timing_s/generate)",
+           "s", _SPEC, "speculative"),
+    Metric("rollout/shape/rows_s", "seconds spent continuing the verified rows (inside timing_s/generate)", "s",
+           _SPEC, "speculative"),
+    Metric("rollout/shape/branches", "branches born in the step's trees", "branches", _TREE, "tree"),
+    Metric("rollout/shape/pruned", "branches pruned as too similar to their parent", "branches", _TREE, "tree"),
+    Metric("rollout/shape/tree_rows", "rollouts grown as trees (the rest of each group sampled plainly)",
+           "rollouts", _TREE, "tree"),
+    Metric("rollout/shape/eta", "the share of a group grown as a tree, in force this step", "1", _TREE, "tree"),
+    Metric("rollout/shape/tree_s", "seconds of the tree phase (inside timing_s/generate)", "s", _TREE, "tree"),
     Metric("policy_version", "optimizer updates the policy had when the step began", "versions", _LOOP,
            column="policy_version"),
     # reward/: the reward's parts

@@ -123,8 +123,13 @@ def rollout_stage(s: Setup, rows: list[int], stage: int, temperature: float, gen
     version_end, segments = np.full(n, version, dtype=np.int64), np.ones(n, dtype=np.int32)
     with timer("generate"):
         prompts = [s.train_tok[i] for i in rows]
+        shaped = None
         if feed is not None and seeds is not None:
             batch, version_end, segments = generate_partial(s, prompts, sampling, seeds, version, feed)
+        elif s.shape is not None and seeds is not None:  # rollout shapes (issue #32, workbench/rollout/shapes)
+            shaped = s.shape.generate(s.model, s.backend, prompts, rows, sampling, seeds, s.backend.policy_version,
+                                      s.pad_id)
+            batch = shaped.batch
         else:
             batch = (s.backend.generate(prompts, sampling, seeds=seeds) if seeds is not None
                      else s.backend.generate(prompts, sampling, generator=gen))
@@ -142,6 +147,7 @@ def rollout_stage(s: Setup, rows: list[int], stage: int, temperature: float, gen
         responses=texts, rewards=scored.rewards, verdicts=scored.verdicts, reward_terms=scored.terms,
         correct=np.asarray([v.correct for v in scored.results], dtype=bool), workers=batch.workers or ["local"] * n,
         version_start=np.full(n, version, dtype=np.int64), version_end=version_end, segments=segments,
+        shape=shaped.columns if shaped is not None else None,
     )
 
 

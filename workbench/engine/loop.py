@@ -266,6 +266,7 @@ def record(s: Setup, run_id: str, batch: Batch, upd: Update, eval_rows: list[dic
     metrics.update(timer.metrics())  # timing_s/log: building the rows (the commit overlaps the next step)
     metrics.update(s.backend.take_metrics())  # Ray workers: perf/worker/<name>/rollouts_per_s, ...
     metrics.update(batch.metrics)  # Ray workers behind the pipeline's generator thread
+    metrics.update(s.shape.take_metrics() if s.shape is not None else {})  # rollout shapes (issue #32)
     metrics.update(producer_metrics or {})  # the pipeline: generator and trainer busy/idle seconds
     events = batch.events + s.backend.take_events()  # e.g. a worker restarted by Ray, named
     metrics["timing_s/step"] = time.perf_counter() - t_step
@@ -360,6 +361,7 @@ def _save(s: Setup, state: StepState, queued: list, store: Any, run_id: str, ste
         sampler=s.sampler.state_dict(), live=s.live.state_dict(),
         stats={pid: dataclasses.asdict(st) for pid, st in state.stats.items()}, reuse=state.reuse,
         tokens_per_rollout=state.tokens_per_rollout, policy_version=s.backend.policy_version, queued=queued,
+        shape=s.shape.state_dict() if s.shape is not None else None,  # speculative: the drafts
     )
     path = save_checkpoint(s.ckpt_dir, step, saved, keep=s.cfg.checkpoint.keep)
     store.add_event(run_id, "info", "checkpoint", f"checkpoint at step {step}", step=step,
@@ -388,6 +390,8 @@ def _restore(s: Setup, state: StepState, store: Any, run_id: str) -> tuple[int, 
     state.stats = {pid: PromptStats(**d) for pid, d in st["stats"].items()}
     state.reuse = st["reuse"]
     state.tokens_per_rollout = st["tokens_per_rollout"]
+    if s.shape is not None:
+        s.shape.load_state_dict(st.get("shape") or {})
     s.backend.update_weights(s.model)
     s.backend.policy_version = st["policy_version"]
     s.nonfinite_step, s.nonfinite_metrics = None, {}

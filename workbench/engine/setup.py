@@ -73,6 +73,8 @@ class Setup:
     checkpoint is restored."""
     nonfinite_metrics: dict[str, Any] = field(default_factory=dict)
     """That step's `train/` metrics (what the error names)."""
+    shape: Any = None
+    """The rollout shape (`workbench.rollout.shapes`: speculative or tree); None: independent rollouts."""
 
 
 @dataclass
@@ -158,6 +160,7 @@ def build_setup(cfg: RunConfig, *, store_dir: str | Path, run_id: str, store: An
                 writer: StepWriter | None = None) -> Setup:
     from workbench.models import load_model
     from workbench.rollout import backend_for_run, require
+    from workbench.rollout.shapes import make_shape
 
     require(cfg.rollout.backend)  # one clear line before anything is built when its package is missing
     torch.manual_seed(cfg.seed)
@@ -203,6 +206,7 @@ def build_setup(cfg: RunConfig, *, store_dir: str | Path, run_id: str, store: An
         eval_tok=encode_prompts(tokenizer, evals, cfg.model.chat_template), pad_id=int(pad_id),
         optimizer=optimizer, scheduler=scheduler, sampler=PromptSampler(len(train), cfg.seed), live=live,
         ckpt_dir=checkpoint_dir(store_dir, run_id), writer=writer, prompt_rows=prompt_rows, ref_model=ref,
+        shape=make_shape(cfg.rollout),
     )
 
 

@@ -68,6 +68,9 @@ class Rollouts:
     """[N] policy version of the row's last segment (= start unless a partial rollout was continued)."""
     segments: np.ndarray | None = None
     """[N] number of generation segments (1 unless a partial rollout was continued under new weights)."""
+    shape: dict[str, np.ndarray] | None = None
+    """The rollout shape's columns (`workbench.rollout.shapes.SHAPE_COLUMNS`: [N] each); None: every row
+    sampled independently."""
     trainer_logprobs: torch.Tensor | None = None
     """[N, T] float32 the trainer's log-probabilities of the sampled tokens, from the forward pass of
     the update that trained the row (NaN rows: not in a forward pass); set by the policy update when
@@ -110,11 +113,22 @@ class Rollouts:
             correct=np.concatenate([p.correct_mask() for p in parts]) if parts else np.zeros(0, dtype=bool),
             workers=[w for p in parts for w in p.workers],
             version_start=_cat_or_none(parts, "version_start"), version_end=_cat_or_none(parts, "version_end"),
-            segments=_cat_or_none(parts, "segments"),
+            segments=_cat_or_none(parts, "segments"), shape=_cat_shape(parts),
         )
 
     def mask(self) -> torch.Tensor:
         return torch.arange(self.tokens.shape[1]).unsqueeze(0) < self.lengths.unsqueeze(1)
+
+
+def _cat_shape(parts: list[Rollouts]) -> dict[str, np.ndarray] | None:
+    """The parts' shape columns, "independent" rows (a reused response, say) filled in; None: no part
+    has any."""
+    if all(p.shape is None for p in parts):
+        return None
+    from workbench.rollout.shapes import SHAPE_COLUMNS, empty_columns
+
+    cols = [p.shape if p.shape is not None else empty_columns(p.n, "independent") for p in parts]
+    return {k: np.concatenate([c[k] for c in cols]) for k in SHAPE_COLUMNS}
 
 
 def _cat_or_none(parts: list[Rollouts], name: str) -> np.ndarray | None:
@@ -205,6 +219,11 @@ def rollouts_table(
                               ("is_weight_mean", is_weight, pa.float32())):
         if values is not None:
             cols[name] = pa.array(np.asarray(values), typ, from_pandas=True)  # NaN -> null
+    if r.shape is not None:  # rollout shapes (issue #32): -1 -> null
+        cols["shape"] = pa.array(list(r.shape["shape"]), pa.string())
+        for name in ("reused_tokens", "draft_tokens", "draft_rejected_at", "parent_idx", "branch_at"):
+            v = np.asarray(r.shape[name], dtype=np.int64)
+            cols[name] = pa.array(v.astype(np.int32), pa.int32(), mask=v < 0)
     return pa.table(cols)
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 """Bumped whenever a table or column changes; older stores are migrated on open (see MIGRATIONS)."""
 
 # (column, DuckDB type) per table. JSON columns are written as text and typed JSON in the store.
@@ -53,6 +53,8 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("correct", "BOOLEAN"), ("observations", "VARCHAR[]"),
         ("version_start", "INTEGER"), ("version_end", "INTEGER"), ("segments", "INTEGER"),
         ("staleness", "INTEGER"), ("is_weight_mean", "FLOAT"), ("token_trainer_logprobs", "FLOAT[]"),
+        ("shape", "VARCHAR"), ("reused_tokens", "INTEGER"), ("draft_tokens", "INTEGER"),
+        ("draft_rejected_at", "INTEGER"), ("parent_idx", "INTEGER"), ("branch_at", "INTEGER"),
     ],
     "prompt_stats": [
         ("run_id", "VARCHAR"), ("step", "INTEGER"), ("prompt_id", "VARCHAR"), ("alpha", "DOUBLE"),
@@ -194,6 +196,13 @@ MIGRATIONS: dict[int, tuple[str, list[str] | Callable[[], list[str]]]] = {
         "(beside the behaviour policy's, token_logprobs, which the engine now fills too); null in rows written "
         "before, in rows the update did not compute and in imported runs",
         ["ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS token_trainer_logprobs FLOAT[]"]),
+    9: ("rollout shapes (issue #32): rollouts.shape (independent / speculative / tree), reused_tokens, "
+        "draft_tokens and draft_rejected_at (speculative: the draft's prefix kept, its length, its first "
+        "rejected position), parent_idx and branch_at (tree: the row of the group it branched from, the response "
+        "position of the branch); null in rows written before and in independent rows",
+        [f"ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS {name} {typ}" for name, typ in (
+            ("shape", "VARCHAR"), ("reused_tokens", "INTEGER"), ("draft_tokens", "INTEGER"),
+            ("draft_rejected_at", "INTEGER"), ("parent_idx", "INTEGER"), ("branch_at", "INTEGER"))]),
 }
 
 

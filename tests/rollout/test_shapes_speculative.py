@@ -1,0 +1,211 @@
+"""Speculative rollouts are exact in `exact` mode and not in SPEC-RL's `lenient` mode, on the organism.
+
+The drafts come from older weights: the organism with its final norm scaled by 0.6 (a flatter policy),
+so p_old differs from the current policy p_new everywhere. Fixed seeds make every test deterministic:
+a statistical test here passes or fails the same way on every run."""
+
+from __future__ import annotations
+
+import collections
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from workbench.models import load_model
+from workbench.models.organism import organism_dir, small_recipe
+from workbench.rollout.base import SamplingParams
+from workbench.rollout.hf import HFBackend, sampling_logprobs
+from workbench.rollout.shapes import SpeculativeShape
+from workbench.rollout.shapes.common import chi2_homogeneity, chi2_power, policy_rows
+from workbench.rollout.shapes.speculative import acceptance, verify
+from workbench.shape_config import SpeculativeConfig
+
+ALPHA = 1e-3
+N = 1200  # responses per sample: the power below is computed for this size
+SAMPLING = SamplingParams(temperature=1.0, max_new_tokens=3)
+
+
+@pytest.fixture(scope="module")
+def policies(organism_models):
+    new, tok = load_model(str(organism_dir(organism_models.parent, small_recipe())))
+    old = copy.deepcopy(new)
+    with torch.no_grad():
+        old.model.norm.weight.mul_(0.6)  # "older weights": another, flatter policy
+    return new, old, tok
+
+
+def prompt(tok, text="7+8="):
+    return [tok.bos_token_id] + tok.encode(text, add_special_tokens=False)
+
+
+def next_probs(model, ids, sampling=SAMPLING):
+    with torch.inference_mode():
+        return sampling_logprobs(model(torch.tensor([ids])).logits[:, -1], sampling)[0].exp().double()
+
+
+def responses(batch):
+    return collections.Counter(tuple(batch.tokens[i, :int(batch.lengths[i])].tolist()) for i in range(batch.tokens.shape[0]))
+
+
+def firsts(counter):
+    """The first tokens' counts of a Counter of responses."""
+    out = collections.Counter()
+    for r, c in counter.items():
+        out[r[:1]] += c
+    return out
+
+
+def speculative_sample(policies, mode, seed, n=N):
+    """n responses of the current policy, each from a draft the older weights sampled."""
+    new, old, tok = policies
+    p = prompt(tok)
+    seeds = [seed + i // 50 for i in range(n)]
+    shape = SpeculativeShape(SpeculativeConfig(mode=mode))
+    shape.generate(old, HFBackend(old, tok), [p] * n, [0] * n, SAMPLING, seeds, 0, tok.pad_token_id)  # the drafts
+    out = shape.generate(new, HFBackend(new, tok), [p] * n, [0] * n, SAMPLING, [s + 7 for s in seeds], 1,
+                         tok.pad_token_id)
+    return out
+
+
+def test_the_test_has_power_against_the_lenient_shift(policies):
+    """Against lenient mode's first-token distribution, q(x) min(1, l p(x)/q(x)) + R p(x) with R the
+    rejected mass (computed exactly from the two policies' rows), the chi-square test of N against N
+    at level 1e-3 has power >= 0.9 (noncentral chi-square)."""
+    new, old, tok = policies
+    p, q = next_probs(new, prompt(tok)), next_probs(old, prompt(tok))
+    kept = torch.minimum(q, np.exp(0.5) * p)
+    lenient = kept + (1 - kept.sum()) * p
+    df = int((p * N >= 5).sum())
+    power = chi2_power(p.numpy(), lenient.numpy(), N, df=df, alpha=ALPHA)
+    assert power >= 0.9, power
+    assert float((p - lenient).abs().sum()) > 0.1  # a real shift, not rounding
+
+
+def test_exact_mode_is_distributed_as_fresh_sampling_and_lenient_is_not(policies):
+    new, _, tok = policies
+    fresh = HFBackend(new, tok).generate([prompt(tok)] * N, SAMPLING, seeds=[9000 + i // 50 for i in range(N)])
+    indep = responses(fresh)
+    exact = speculative_sample(policies, "exact", 1000)
+    lenient = speculative_sample(policies, "lenient", 1000)
+    assert exact.metrics["rollout/shape/reused_tokens"] > N  # drafts were reused, and rejected somewhere
+    assert 0 < exact.metrics["rollout/shape/rejected"] < N
+    for a, b in ((responses(exact.batch), indep), (firsts(responses(exact.batch)), firsts(indep))):
+        stat, df, pval = chi2_homogeneity(a, b)
+        assert pval > ALPHA, (stat, df, pval)
+    stat, df, pval = chi2_homogeneity(firsts(responses(lenient.batch)), firsts(indep))
+    assert pval < ALPHA, (stat, df, pval)
+    assert lenient.metrics["rollout/shape/reused_tokens"] > exact.metrics["rollout/shape/reused_tokens"]
+
+
+def test_behaviour_logprobs_are_the_current_policys(policies):
+    new, _, tok = policies
+    out = speculative_sample(policies, "exact", 2000, n=64).batch
+    rows = policy_rows(new, [prompt(tok)] * 64, [out.tokens[i, :int(out.lengths[i])].tolist() for i in range(64)],
+                       SAMPLING, tok.pad_token_id)
+    for i in range(64):
+        n = int(out.lengths[i])
+        want = rows[i][torch.arange(n), out.tokens[i, :n]]
+        assert torch.allclose(out.logprobs[i, :n], want, atol=1e-4), i
+
+
+def test_a_prefix_from_older_weights_is_accepted_token_by_token_with_the_right_probability(policies):
+    """One draft of the older weights, verified under M fresh uniform vectors: the first token is kept
+    with frequency min(1, p/q) and the second, given the first, with its own min(1, p/q); exact's
+    output at the first position is distributed as p (acceptance plus residual)."""
+    new, old, tok = policies
+    p0 = prompt(tok)
+    g = torch.Generator().manual_seed(5)
+    while True:  # a draft whose two tokens both have p_new < p_old (so acceptance is a real coin)
+        draft = HFBackend(old, tok).generate([p0], SAMPLING, generator=g)
+        toks = draft.tokens[0, :int(draft.lengths[0])].tolist()
+        if len(toks) < 2:
+            continue
+        rn = policy_rows(new, [p0], [toks], SAMPLING, tok.pad_token_id)[0]
+        ro = policy_rows(old, [p0], [toks], SAMPLING, tok.pad_token_id)[0]
+        want = acceptance(rn[torch.arange(2), toks[:2]], ro[torch.arange(2), toks[:2]], 1.0)
+        if bool((want < 0.9).all()):
+            break
+    m = 8000
+    old_lp = ro[torch.arange(len(toks)), toks].tolist()
+    u = torch.rand((m, len(toks)), generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    v = verify([rn] * m, [toks] * m, [old_lp] * m, list(u), mode="lenient", lenience=1.0)
+    first = float((v.accepted >= 1).mean())
+    second = float((v.accepted >= 2).sum() / max((v.accepted >= 1).sum(), 1))
+    for seen, p, k in ((first, float(want[0]), m), (second, float(want[1]), int((v.accepted >= 1).sum()))):
+        assert abs(seen - p) < 4.5 * np.sqrt(p * (1 - p) / k), (seen, p)
+    # lenient at l = e^0.5 keeps the first token with min(1, l p/q)
+    vl = verify([rn] * m, [toks] * m, [old_lp] * m, list(u), mode="lenient", lenience=float(np.exp(0.5)))
+    pl = float(acceptance(rn[0, toks[0]].unsqueeze(0), ro[0, toks[0]].unsqueeze(0), float(np.exp(0.5)))[0])
+    assert abs(float((vl.accepted >= 1).mean()) - pl) < 4.5 * np.sqrt(pl * (1 - pl) / m) + 1e-9
+
+
+def test_one_position_of_exact_verification_is_distributed_as_the_current_policy(policies):
+    """Draft tokens x ~ p_old; exact verification keeps x with min(1, p_new(x)/p_old(x)) and otherwise
+    draws from the residual: the token it returns is distributed as p_new (per token, within 4.5
+    standard errors over m draws); lenient's return of the dropped token's mass is not."""
+    new, old, tok = policies
+    p0, m = prompt(tok), 8000
+    p_new, p_old = next_probs(new, p0), next_probs(old, p0)
+    g = torch.Generator().manual_seed(8)
+    x = torch.multinomial(p_old.float(), m, replacement=True, generator=g)
+    rn, ro = p_new.log().unsqueeze(0), p_old.log().unsqueeze(0)
+    u = torch.rand((m, 1), generator=g, dtype=torch.float64)
+    res = torch.rand(m, generator=g, dtype=torch.float64)
+    v = verify([rn] * m, [[int(t)] for t in x], [[float(ro[0, t])] for t in x], list(u), mode="exact",
+               old_rows=[ro] * m, residual_u=res.tolist())
+    out = np.where(v.accepted >= 1, x.numpy(), v.resampled)
+    freq = np.bincount(out, minlength=len(p_new)) / m
+    p = p_new.numpy()
+    assert np.all(np.abs(freq - p) < 4.5 * np.sqrt(p * (1 - p) / m) + 1e-9), np.abs(freq - p).max()
+    assert abs(float(v.rejected.mean()) - float((p_old - torch.minimum(p_old, p_new)).sum())) < 0.01
+
+
+def test_a_draft_serves_once_and_only_on_a_later_version(policies):
+    new, _, tok = policies
+    shape = SpeculativeShape(SpeculativeConfig())
+    backend = HFBackend(new, tok)
+    p = prompt(tok)
+    shape.generate(new, backend, [p] * 4, [3] * 4, SAMPLING, [11] * 4, 5, tok.pad_token_id)
+    same = shape.generate(new, backend, [p] * 4, [3] * 4, SAMPLING, [12] * 4, 5, tok.pad_token_id)
+    assert same.metrics["rollout/shape/draft_rows"] == 0  # same version: no draft (it would be a copy)
+    later = shape.generate(new, backend, [p] * 6, [3] * 6, SAMPLING, [13] * 6, 6, tok.pad_token_id)
+    assert later.metrics["rollout/shape/draft_rows"] == 6  # the 8 drafts of version 5, each used once
+    assert (later.columns["draft_tokens"] > 0).all()
+    # same weights, so every draft is kept whole
+    assert later.metrics["rollout/shape/reused_tokens"] == later.metrics["rollout/shape/draft_tokens"]
+    restored = SpeculativeShape(SpeculativeConfig())
+    restored.load_state_dict(shape.state_dict())
+    assert {k: len(v) for k, v in restored.drafts.items()} == {3: 6}
+
+
+def test_verify_refuses_exact_without_the_old_rows():
+    with pytest.raises(ValueError, match="old rows"):
+        verify([torch.zeros((1, 3))], [[0]], [[0.0]], [torch.zeros(1)], mode="exact")
+    with pytest.raises(ValueError, match="mode"):
+        verify([], [], [], [], mode="greedy")
+
+
+def test_exact_drafts_beyond_their_memory_cap_are_dropped_oldest_first(policies):
+    new, _, tok = policies
+    backend, p = HFBackend(new, tok), prompt(tok)
+    one_row = 4 * new.config.vocab_size  # float32 bytes of one token's row
+    shape = SpeculativeShape(SpeculativeConfig(max_draft_mb=6 * 3 * one_row / 2**20))  # ~6 drafts of 3 tokens
+    shape.generate(new, backend, [p] * 4, [0] * 4, SAMPLING, [1] * 4, 0, tok.pad_token_id)
+    out = shape.generate(new, backend, [p] * 4, [1] * 4, SAMPLING, [2] * 4, 1, tok.pad_token_id)
+    kept = [d for v in shape.drafts.values() for d in v]
+    total_tokens = sum(len(d.tokens) for d in kept) + 0
+    assert out.metrics["rollout/shape/drafts_dropped"] >= 1 and len(kept) < 8
+    assert total_tokens * one_row <= 6 * 3 * one_row  # within the cap
+    assert sum(d.version == 1 for d in kept) == 4  # the newest stay: the dropped were version 0's
+
+
+def test_policy_rows_in_chunks_equal_one_pass(policies):
+    new, old, tok = policies
+    p = prompt(tok)
+    resp = [[5, 6, 2], [7], [8, 9]]
+    whole = policy_rows(new, [p] * 3, resp, SAMPLING, tok.pad_token_id)
+    small = policy_rows(new, [p] * 3, resp, SAMPLING, tok.pad_token_id, max_logits=1)  # one row a pass
+    for a, b in zip(whole, small):
+        assert a.shape == (len(b), new.config.vocab_size) and torch.allclose(a, b, atol=1e-5)

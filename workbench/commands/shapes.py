@@ -1,0 +1,36 @@
+"""`workbench bench shapes`: the rollout shapes' rollout phase against independent sampling."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from workbench.commands.common import JsonOpt, StoreOpt, print_json
+
+
+def register(app: typer.Typer, bench: typer.Typer) -> None:
+    """Add this part's commands to the `bench` group."""
+
+    @bench.command("shapes")
+    def bench_shapes(
+        steps: int = typer.Option(12, "--steps", help="Training steps per shape (medians over steps 2..)."),
+        train_size: int = typer.Option(16, "--train-size", help="Training prompts (a prompt comes back every "
+                                       "train_size / prompts_per_step steps: the drafts' epoch)."),
+        organism: str = typer.Option("small", "--organism", help="small (the tiny run) or default."),
+        seed: int = typer.Option(0, "--seed", help="The runs' seed."),
+        shape: Optional[list[str]] = typer.Option(None, "--shape", help="These shapes only (repeatable; "
+                                                  "independent always runs)."),
+        store: StoreOpt = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Rollout time and tokens per rollout, reuse, acceptance and zero-signal share of each shape."""
+        from workbench.experiments.shapes_bench import SHAPES, run_bench
+
+        result = run_bench(store, organism=organism, steps=steps, train_size=train_size, seed=seed,
+                           shapes=tuple(shape or SHAPES))
+        if as_json:
+            print_json(result)
+        else:
+            for name, row in result["shapes"].items():
+                typer.echo(f"{name}: {row}")

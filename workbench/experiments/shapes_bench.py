@@ -1,0 +1,114 @@
+"""`workbench bench shapes`: the rollout phase of each rollout shape against independent sampling, on
+the organism, at the same number of rollouts a step (docs/rollout-shapes.md).
+
+Each shape trains one run of the same config and seed (the training prompts cut to `train_size`, so a
+prompt comes back every few steps and a speculative run has drafts); per step it reads the engine's
+own figures and reports medians over the steps after the first:
+
+- `generate_s_per_rollout`: the step's `timing_s/generate` (every teacher-forced pass and tree step of
+  the shape included) over its rollouts; `vs_independent`: that over independent's (< 1: faster);
+- `tokens_per_rollout` (response tokens) and `fresh_tokens_per_rollout` (decoded, not reused);
+- `reused_share`: reused over response tokens (speculative); `accept_rate`: reused over offered draft
+  tokens; `zero_signal_frac`: share of groups whose rewards all agree; tree: `branches` a step;
+- the shape's own phases per rollout, inside the generate time: `verify_s` (the teacher-forced pass over
+  the drafts and the verification), `rows_s` (exact mode: the pass that keeps each new draft's rows),
+  `tree_s` (the tree phase).
+
+Learning to a target pass@1, and the real model, are not measured here (docs/rollout-shapes.md).
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+SHAPES: dict[str, dict[str, Any]] = {
+    "independent": {},
+    "speculative-exact": {"rollout.shape": "speculative", "rollout.speculative.mode": "exact"},
+    "speculative-lenient": {"rollout.shape": "speculative", "rollout.speculative.mode": "lenient"},
+    "tree-latr": {"rollout.shape": "tree"},
+    "tree-entropy": {"rollout.shape": "tree", "rollout.tree.criterion": "entropy"},
+}
+
+
+def _config(organism: str, steps: int, train_size: int, seed: int, over: dict[str, Any]) -> Any:
+    from workbench.control.launch import resolve_config
+    from workbench.experiments.tiny import tiny_run
+
+    common = {"steps": steps, "seed": seed, "eval.every": 0, "checkpoint.every": 0,
+              "task.train_size": train_size, **over}
+    if organism == "small":
+        return tiny_run(common)
+    return resolve_config({"name": "shapes-bench"}, common)
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _summary(steps: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
+    later = steps[1:] or steps
+    n = [max(m.get("rollout/count", 0), 1) for m in later]
+    tokens = [m.get("rollout/tokens_generated", 0) for m in later]
+    fresh = [m.get("rollout/shape/fresh_tokens", t) for m, t in zip(later, tokens)]
+    out: dict[str, Any] = {
+        "generate_s_per_rollout": _median([m.get("timing_s/generate", 0.0) / k for m, k in zip(later, n)]),
+        "tokens_per_rollout": _median([t / k for t, k in zip(tokens, n)]),
+        "fresh_tokens_per_rollout": _median([f / k for f, k in zip(fresh, n)]),
+        "zero_signal_frac": _median([m.get("rollout/zero_signal_frac", 0.0) for m in later]),
+        "rollouts_per_step": _median([float(k) for k in n]),
+        "wall_s": round(wall_s, 2),
+    }
+    if any("rollout/shape/reused_tokens" in m for m in later):
+        out["reused_share"] = _median([m.get("rollout/shape/reused_tokens", 0) / max(t, 1)
+                                       for m, t in zip(later, tokens)])
+        out["accept_rate"] = _median([m["rollout/shape/accept_rate"] for m in later
+                                      if m.get("rollout/shape/draft_tokens")])
+    for key in ("verify_s", "rows_s", "tree_s"):  # the shape's own phases, inside timing_s/generate
+        if any(f"rollout/shape/{key}" in m for m in later):
+            out[f"{key}_per_rollout"] = _median([m.get(f"rollout/shape/{key}", 0.0) / k for m, k in zip(later, n)])
+    if any("rollout/shape/branches" in m for m in later):
+        out["branches_per_step"] = _median([float(m.get("rollout/shape/branches", 0)) for m in later])
+    return out
+
+
+def run_bench(store_path: str | Path | None = None, *, organism: str = "small", steps: int = 12,
+              train_size: int = 16, seed: int = 0, shapes: tuple[str, ...] = tuple(SHAPES)) -> dict[str, Any]:
+    """One run per shape; the summary per shape and its ratios to independent (see the module docstring)."""
+    from workbench.engine import run
+    from workbench.errors import ConfigError
+    from workbench.experiments.tiny import small_organism_models
+
+    unknown = sorted(set(shapes) - set(SHAPES))
+    if unknown:
+        raise ConfigError(f"bench shapes: --shape: {unknown[0]!r} is not allowed (one of {', '.join(SHAPES)})")
+    if organism not in ("small", "default"):
+        raise ConfigError(f"bench shapes: --organism: {organism!r} is not allowed (small or default)")
+    if steps < 2:
+        raise ConfigError(f"bench shapes: --steps: {steps} is too few (at least 2: the first step has no drafts)")
+    tmp = None
+    if store_path is None:
+        tmp = tempfile.TemporaryDirectory(prefix="shapes-bench-")
+        store_path = tmp.name
+    try:
+        root = Path(store_path)
+        if organism == "small" and not (root / "models").exists():
+            root.mkdir(parents=True, exist_ok=True)
+            (root / "models").symlink_to(small_organism_models())
+        results: dict[str, Any] = {}
+        for name in ("independent",) + tuple(s for s in shapes if s != "independent"):
+            seen: list[dict[str, Any]] = []
+            t0 = time.perf_counter()
+            run(_config(organism, steps, train_size, seed, SHAPES[name]), store=str(root),
+                on_step=lambda step, m: seen.append(m) if step > 0 else None)
+            results[name] = _summary(seen, time.perf_counter() - t0)
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    base = results["independent"]["generate_s_per_rollout"] or 1e-12
+    for r in results.values():
+        r["generate_vs_independent"] = round((r["generate_s_per_rollout"] or 0.0) / base, 3)
+    return {"organism": organism, "steps": steps, "train_size": train_size, "seed": seed, "shapes": results}

@@ -1,0 +1,85 @@
+"""The rollout shapes' settings: `rollout.shape` and the `[rollout.speculative]` and `[rollout.tree]`
+tables (`docs/rollout-shapes.md` describes each shape against its paper)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from workbench.checks import check
+
+@dataclass(frozen=True)
+class SpeculativeConfig:
+    """SPEC-RL's speculative rollouts: a prompt's rollouts of its previous visit are drafts, verified in one
+    teacher-forced pass of the current policy (docs/rollout-shapes.md)."""
+
+    mode: Literal["exact", "lenient"] = "exact"
+    """"exact": accept a draft token x with probability min(1, p_new(x) / p_old(x)) and draw the first
+    rejected position from the residual norm(max(0, p_new - p_old)): every rollout is distributed as
+    a fresh sample of the current policy. "lenient": SPEC-RL's code: accept with probability
+    min(1, e^spec_bias * p_new(x) / p_old(x)), drop the first rejected token and sample the rest fresh
+    (more reuse, not the current policy's distribution)."""
+    spec_bias: float = 0.5
+    """Lenient mode's log-lenience: l = e^spec_bias (SPEC-RL's GRPO run: 0.5; 0 is l = 1, still
+    without the residual). Ignored in exact mode (l = 1)."""
+
+    max_draft_mb: float = 1024.0
+    """Exact mode keeps each draft's sampling rows (V floats a token: 18 on the organism, 49,152 on
+    SmolLM2); past this many megabytes the oldest drafts are dropped (their prompts' rows then sample
+    independently; `rollout/shape/drafts_dropped` counts them)."""
+
+    def __post_init__(self) -> None:
+        check(self.max_draft_mb > 0, "rollout.speculative.max_draft_mb", "a number > 0 (megabytes)",
+              self.max_draft_mb)
+        check(0 <= self.spec_bias <= 5, "rollout.speculative.spec_bias", "a number in [0, 5]", self.spec_bias)
+
+
+@dataclass(frozen=True)
+class TreeConfig:
+    """LATR's tree rollouts (defaults: its math scripts), or the entropy-branching variant
+    (docs/rollout-shapes.md)."""
+
+    criterion: Literal["latr", "entropy"] = "latr"
+    """Where a row branches. "latr": LATR's rule over the top 2 tokens of the temperature-1 softmax
+    (p_2 > tau_abs and p_1 - p_2 < tau_rel), rows greedy inside the tree. "entropy": ARPO / TreeRL
+    style, where the temperature-1 entropy exceeds `entropy_threshold`, rows sampled inside the tree."""
+    tau_abs: float = 0.15
+    """LATR: the rank-2 token's probability must exceed this (math: 0.15)."""
+    tau_rel: float = 0.25
+    """LATR: p_1 - p_2 must be below this (math: 0.25; the code's direction since Jan 2026)."""
+    entropy_threshold: float = 1.0
+    """Entropy criterion: branch where the temperature-1 entropy (nats) exceeds this."""
+    prune_steps: tuple[int, ...] = (20, 30, 50)
+    """Lookahead: a branch this many tokens old is compared with its parent (math: 20, 30, 50)."""
+    suffix_match: float = 0.2
+    """Prune a branch whose suffix match with its parent over the window exceeds this (math: 0.2)."""
+    rouge_l: float = 0.5
+    """Prune a branch whose ROUGE-L with its parent over the window exceeds this (math: 0.5)."""
+    eta_steps: tuple[int, ...] = (0, 100, 200, 300)
+    """Training steps at which the tree's share of a group changes (math: 0, 100, 200, 300)."""
+    eta_values: tuple[float, ...] = (1.0, 0.75, 0.5, 0.25)
+    """eta from each of `eta_steps` on: a group of n grows round(n * eta) rows as a tree, the rest
+    plainly (math: 1, 0.75, 0.5, 0.25)."""
+
+    def __post_init__(self) -> None:
+        w = "rollout.tree."
+        check(0 <= self.tau_abs < 1, w + "tau_abs", "a number in [0, 1)", self.tau_abs)
+        check(0 < self.tau_rel <= 1, w + "tau_rel", "a number in (0, 1]", self.tau_rel)
+        check(self.entropy_threshold >= 0, w + "entropy_threshold", "a number >= 0 (nats)", self.entropy_threshold)
+        check(all(r >= 1 for r in self.prune_steps), w + "prune_steps", "integers >= 1 (tokens)", self.prune_steps)
+        check(0 <= self.suffix_match <= 1, w + "suffix_match", "a number in [0, 1]", self.suffix_match)
+        check(0 <= self.rouge_l <= 1, w + "rouge_l", "a number in [0, 1]", self.rouge_l)
+        check(len(self.eta_steps) >= 1 and len(self.eta_steps) == len(self.eta_values), w + "eta_values",
+              "as many values as eta_steps (at least one)", self.eta_values)
+        check(list(self.eta_steps) == sorted(set(self.eta_steps)) and self.eta_steps[0] == 0, w + "eta_steps",
+              "increasing training steps starting at 0", self.eta_steps)
+        check(all(0 <= v <= 1 for v in self.eta_values), w + "eta_values", "shares in [0, 1]", self.eta_values)
+
+
+def shape_problem(shape: str, pipeline_enabled: bool) -> str | None:
+    """Why `rollout.shape` cannot run with the rest of the config (None: it can)."""
+    if shape != "independent" and pipeline_enabled:
+        return (f"rollout.shape = {shape!r} runs in the synchronous loop only: its teacher-forced passes use the "
+                "trainer's weights, which an asynchronous generator runs ahead of (set pipeline.max_staleness = 0, "
+                "or rollout.shape = \"independent\")")
+    return None
