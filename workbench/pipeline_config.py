@@ -19,9 +19,10 @@ CORRECTIONS = ("bypass", "decoupled", "none")
 class PipelineConfig:
     max_staleness: int = 0
     """eta: how many policy versions a consumed rollout may lag the trainer. 0 is the synchronous loop,
-    exactly (generate, then train); k > 0 lets a generator thread with its own copy of the weights
-    run up to k batches ahead, the bound kept at admission (a batch starts only while accepted +
-    running < (eta + version + 1) batches), never by dropping finished rollouts."""
+    exactly (generate, then train); k > 0 lets a generator with its own copy of the weights (a child
+    process by default, see `generator`) run up to k batches ahead, the bound kept at admission (a
+    batch starts only while accepted + running < (eta + version + 1) batches), never by dropping
+    finished rollouts."""
     max_staleness_bound: int = 0
     """The largest eta a live `set_staleness` command may set (0: `max_staleness`)."""
     partial_rollouts: bool = False
@@ -99,5 +100,5 @@ class PipelineConfig:
 
     @property
     def enabled(self) -> bool:
-        """Whether a generator thread runs ahead (eta > 0 now or allowed later)."""
+        """Whether a generator runs ahead (eta > 0 now or allowed later)."""
         return self.bound > 0
