@@ -141,8 +141,14 @@ def test_eta_one_runs_ahead_and_records_its_staleness(store_dir, tiny_config, pa
     from workbench.engine import run
 
     seen = []
+    # a batch in up to 4 stages (until_correct, one rollout per prompt a stage, at a temperature where the
+    # organism is often wrong): weights pushed while the generator is mid-batch meet a stage in progress
+    # or about to start. With the default one-stage batch of ~3-token answers, the trainer's record and
+    # checkpoint usually let the generator finish first, and no rollout was cut (measured: 0 or 1 in 4 steps)
+    staged = dict(allocator__name="until_correct", allocator__params={"stage_size": 1, "n_max": 4},
+                  sampling__temperature=2.0)
     rid = run(tiny_config(steps=4, eval__every=0, eval__at_start=False, pipeline__max_staleness=1,
-                          pipeline__partial_rollouts=partial),
+                          pipeline__partial_rollouts=partial, **staged),
               store=str(store_dir), on_step=lambda s, m: seen.append(m))
     _, _, table = _record(store_dir, rid)
     stale = table["staleness"]

@@ -234,8 +234,10 @@ def learn(s: Setup, batch: Batch, timer: PhaseTimer) -> Update:
         s.writer.release()  # the previous step's commit overlaps the update, not generation
         s.backend.offload()  # vLLM frees its GPU memory for the update
         with timer("train"):
-            metrics.update(policy_update(s, r, adv, used, signal, batch.rng, row_weight=is_weight,
-                                         stale=(staleness > 0) if pipelined else None))
+            res = policy_update(s, r, adv, used, signal, batch.rng, stale=(staleness > 0) if pipelined else None)
+        metrics.update(res.metrics)
+        is_weight = res.row_weight if pipelined else None
+        r.trainer_logprobs = res.trainer_logprobs  # the rollouts' record (`logging.token_logprobs`)
         finite = weights_finite(s.model)
     return Update(adv=adv, used=used, group_used=group_used, group_signal=group_signal, gidx=gidx,
                   metrics=metrics, staleness=staleness, is_weight=is_weight, updated=updated,
