@@ -51,6 +51,13 @@ def _groups(page) -> list[str]:
     return [h.inner_text() for h in page.locator("[data-testid='stHtml']").all() if SIDE_BY_SIDE in h.inner_text()]
 
 
+TAB_ICON_SET = """() => {
+  const link = document.querySelector("link[rel~='icon']");
+  return !!link && !(link.getAttribute('href') || '').endsWith('favicon.png');
+}"""
+"""The page has replaced Streamlit's default tab icon with its own."""
+
+
 def test_no_request_leaves_this_machine(lake, server, browser):
     _, ids, _ = lake
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -66,7 +73,10 @@ def test_no_request_leaves_this_machine(lake, server, browser):
         query = f"?run={ids[0]}" + ("&refresh=0" if name == "live" else "")
         _goto(page, f"{server}/{name}{query}")
         assert page.locator("[data-testid='stException']").count() == 0, name
-        page.wait_for_load_state("networkidle")  # the tab's icon and lazy parts are fetched after the script
+        # the tab's icon follows the page's once the script has run (a Material icon would be fetched then);
+        # lazily loaded parts were waited for by `_goto`
+        page.wait_for_function(TAB_ICON_SET, timeout=60_000)
+        page.wait_for_load_state("networkidle")
     assert outside == [], f"requests that left 127.0.0.1: {outside}"
     page.close()
 
