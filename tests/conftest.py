@@ -104,6 +104,9 @@ SHARED_WORKER = {
     # one Chromium (and the app or JupyterLab it drives) at a time: each is heavy on two cores. (The
     # notebooks' file stays apart: its one browser test sits beside two long organism runs.)
     "tests/app/test_browser.py": "browser",
+    "tests/app/test_browser_alerts.py": "browser",
+    "tests/app/test_browser_compare.py": "browser",
+    "tests/app/test_browser_pipeline.py": "browser",
     "tests/app/test_browser_imported.py": "browser",
     "tests/app/test_notebook_jupyterlab.py": "browser",
 }

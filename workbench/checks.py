@@ -3,14 +3,14 @@ command's JSON, a dict), with unknown and ill-typed fields rejected by name, and
 the dataclass's own `__post_init__`, next to the fields they check.
 
     @dataclass(frozen=True)
-    class GuardConfig:
-        max_kl: float = 0.1
-        \"\"\"Stop the run when the step's KL passes this (> 0).\"\"\"
+    class PipelineConfig:             # workbench/pipeline_config.py, one field of it
+        is_cap: float = 2.0
+        \"\"\"Upper bound of the importance weight pi_prox / pi_behav (>= 1).\"\"\"
 
         def __post_init__(self) -> None:
-            check(self.max_kl > 0, "guard.max_kl", "a number > 0", self.max_kl)
+            check(self.is_cap >= 1, "pipeline.is_cap", "a number >= 1", self.is_cap)
 
-    build_config(GuardConfig, {"max_kl": 0.2}, where="guard")
+    build_config(PipelineConfig, {"is_cap": 4.0}, where="pipeline")
 
 Every failure is a `ConfigError` naming the field as `section.field` and what is allowed. The run
 config (`workbench.config`), the task configs (`workbench.tasks`), the organism's recipe and the

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from workbench.errors import ConfigError
+from workbench.checks import check
 
 CORRECTIONS = ("bypass", "decoupled", "none")
 """Off-policy corrections of the policy loss (see `workbench.algorithms.correction`)."""
@@ -19,9 +19,10 @@ CORRECTIONS = ("bypass", "decoupled", "none")
 class PipelineConfig:
     max_staleness: int = 0
     """eta: how many policy versions a consumed rollout may lag the trainer. 0 is the synchronous loop,
-    exactly (generate, then train); k > 0 lets a generator thread with its own copy of the weights
-    run up to k batches ahead, the bound kept at admission (a batch starts only while accepted +
-    running < (eta + version + 1) batches), never by dropping finished rollouts."""
+    exactly (generate, then train); k > 0 lets a generator with its own copy of the weights (a child
+    process by default, see `generator`) run up to k batches ahead, the bound kept at admission (a
+    batch starts only while accepted + running < (eta + version + 1) batches), never by dropping
+    finished rollouts."""
     max_staleness_bound: int = 0
     """The largest eta a live `set_staleness` command may set (0: `max_staleness`)."""
     partial_rollouts: bool = False
@@ -54,43 +55,34 @@ class PipelineConfig:
     torch has one thread-pool size per process, so this replaces `model.threads` while it runs."""
 
     def __post_init__(self) -> None:
-        if self.max_staleness < 0:
-            raise ConfigError(f"pipeline.max_staleness: {self.max_staleness!r} is not allowed (an integer >= 0)")
-        if self.max_staleness_bound and self.max_staleness_bound < self.max_staleness:
-            raise ConfigError(f"pipeline.max_staleness_bound: {self.max_staleness_bound!r} is not allowed "
-                              f"(0, or an integer >= pipeline.max_staleness = {self.max_staleness})")
-        if self.max_staleness_bound < 0:
-            raise ConfigError(f"pipeline.max_staleness_bound: {self.max_staleness_bound!r} is not allowed "
-                              "(an integer >= 0)")
-        if not self.over_provision >= 1:
-            raise ConfigError(f"pipeline.over_provision: {self.over_provision!r} is not allowed (a factor >= 1)")
-        if self.over_provision != 1:
-            raise ConfigError(f"pipeline.over_provision: {self.over_provision!r} is not available yet (only 1)")
-        if self.correction not in CORRECTIONS:
-            raise ConfigError(f"pipeline.correction: {self.correction!r} is not allowed "
-                              f"(one of {', '.join(CORRECTIONS)})")
-        if self.correction_level not in ("token", "sequence"):
-            raise ConfigError(f"pipeline.correction_level: {self.correction_level!r} is not allowed "
-                              "(token or sequence)")
-        if not self.is_cap >= 1:
-            raise ConfigError(f"pipeline.is_cap: {self.is_cap!r} is not allowed (a number >= 1)")
-        if self.generator not in ("process", "thread"):
-            raise ConfigError(f"pipeline.generator: {self.generator!r} is not allowed (process or thread)")
-        if self.threads_per_side < 0:
-            raise ConfigError(f"pipeline.threads_per_side: {self.threads_per_side!r} is not allowed "
-                              "(an integer >= 0; 0: half the cores)")
+        check(self.max_staleness >= 0, "pipeline.max_staleness", "an integer >= 0", self.max_staleness)
+        check(self.max_staleness_bound >= 0, "pipeline.max_staleness_bound", "an integer >= 0",
+              self.max_staleness_bound)
+        check(not self.max_staleness_bound or self.max_staleness_bound >= self.max_staleness,
+              "pipeline.max_staleness_bound", f"0, or an integer >= pipeline.max_staleness = {self.max_staleness}",
+              self.max_staleness_bound)
+        check(self.over_provision >= 1, "pipeline.over_provision", "a factor >= 1", self.over_provision)
+        check(self.over_provision == 1, "pipeline.over_provision", "only 1: over-provisioning is not available yet",
+              self.over_provision)
+        check(self.correction in CORRECTIONS, "pipeline.correction", f"one of {', '.join(CORRECTIONS)}",
+              self.correction)
+        check(self.correction_level in ("token", "sequence"), "pipeline.correction_level", "token or sequence",
+              self.correction_level)
+        check(self.is_cap >= 1, "pipeline.is_cap", "a number >= 1", self.is_cap)
+        check(self.generator in ("process", "thread"), "pipeline.generator", "process or thread", self.generator)
+        check(self.threads_per_side >= 0, "pipeline.threads_per_side", "an integer >= 0; 0: half the cores",
+              self.threads_per_side)
 
     def check_rollout(self, rollout: Any) -> None:
         """The pipeline with the run's `[rollout]`: an in-process generator or Ray workers (HF), and
         partial rollouts only in process (a Ray worker's batch cannot be interrupted yet)."""
         if not self.enabled:
             return
-        if rollout.backend not in ("hf", "ray"):
-            raise ConfigError(f"pipeline.max_staleness: {self.bound!r} is not allowed (above 0 needs "
-                              f'rollout.backend "hf" or "ray", not {rollout.backend!r})')
-        if rollout.backend == "ray" and (self.partial_rollouts or rollout.worker_backend != "hf"):
-            raise ConfigError(f"pipeline.partial_rollouts: {self.partial_rollouts!r} is not allowed (with Ray "
-                              'workers: only false, and rollout.worker_backend = "hf")')
+        check(rollout.backend in ("hf", "ray"), "pipeline.max_staleness",
+              f'0 with rollout.backend {rollout.backend!r}: above 0 needs "hf" or "ray"', self.bound)
+        check(rollout.backend != "ray" or (not self.partial_rollouts and rollout.worker_backend == "hf"),
+              "pipeline.partial_rollouts", 'only false with Ray workers, and rollout.worker_backend = "hf"',
+              self.partial_rollouts)
 
     @property
     def bound(self) -> int:
@@ -99,5 +91,5 @@ class PipelineConfig:
 
     @property
     def enabled(self) -> bool:
-        """Whether a generator thread runs ahead (eta > 0 now or allowed later)."""
+        """Whether a generator runs ahead (eta > 0 now or allowed later)."""
         return self.bound > 0

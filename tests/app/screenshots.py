@@ -22,7 +22,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run by hand (not by pytest): the tests' helpers, as pytest's pythonpath
 
-from test_browser import CHROMIUM, PAGES, _goto, _idle, app_server  # noqa: E402
+from test_browser import CHROMIUM, PAGES, _goto, _rerun, app_server  # noqa: E402
 
 CLICK_FIRST = (("learned", "first"), ("lost", "last"), ("better", "first"))
 """Which scatter point Compare prompts opens: the first trace (change label) present, and its point with the
@@ -41,8 +41,7 @@ def open_scatter_point(page) -> str | None:
                 points = page.locator(".js-plotly-plot .scatterlayer .trace").nth(i).locator(".points path")
                 point = points.first if which == "first" else points.last
                 point.scroll_into_view_if_needed()
-                point.click(force=True)
-                _idle(page)
+                _rerun(page, lambda: point.click(force=True))
                 return name
     return None
 

@@ -19,11 +19,13 @@ from pathlib import Path
 import pytest
 
 from waiting import wait_until
+from workbench import dashboard
 
 CHROMIUM = "/usr/bin/chromium"
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
-PAGES = ["runs", "live", "rollouts", "alerts", "prompt", "allocation", "compare", "compare-prompts"]
+PAGES = list(dashboard.PAGES)
+"""Every page, in menu order (the one list: `workbench.dashboard.MENU`)."""
 IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
 
 pytestmark = [
@@ -148,11 +150,6 @@ def browser():
         b.close()
 
 
-def _idle(page):
-    """After a click made without `_click`: give the click's rerun a moment to start, then `_settled`.
-    The moment is a guess; `_click` waits for the rerun itself."""
-    time.sleep(0.4)
-    _settled(page)
 
 
 def _settled(page):
@@ -162,13 +159,18 @@ def _settled(page):
     page.wait_for_function("!document.querySelector(\"[data-testid='stSkeleton']\")", timeout=60_000)
 
 
-def _click(page, target):
-    """Click `target` (a locator), then wait until the script has run for the click and is idle again
-    (right after a click the script still reads "not running": the server has not started it yet)."""
+def _rerun(page, act):
+    """Do `act()` (a click, a key press), then wait until the script has run for it and is idle again
+    (right after the action the script still reads "not running": the server has not started it yet)."""
     before = page.evaluate("window.__scriptRuns")
-    target.click()
+    act()
     page.wait_for_function(f"window.__scriptRuns > {before}", timeout=120_000)
     _settled(page)
+
+
+def _click(page, target):
+    """Click `target` (a locator) and wait for the rerun it starts (`_rerun`)."""
+    _rerun(page, target.click)
 
 
 def _goto(page, url):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import synth
-from test_browser import ARTIFACTS, CHROMIUM, _goto, _idle, app_server, browser  # noqa: F401 - browser: a fixture
+from test_browser import ARTIFACTS, CHROMIUM, _click, _goto, _settled, app_server, browser  # noqa: F401 - browser: a fixture
 
 pytestmark = [
     pytest.mark.slow,
@@ -61,8 +61,7 @@ def test_alerts_panel_links_to_exactly_the_alerts_rollouts(lake, server, browser
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "dashboard-alerts.png"), full_page=True)
 
-    page.get_by_role("button", name="acknowledge").first.click()  # newest first: entropy_collapse
-    _idle(page)
+    _click(page, page.get_by_role("button", name="acknowledge").first)  # newest first: entropy_collapse
     with open_store(root) as st:
         statuses = dict(zip(st.alerts(run_id)["guard"].to_list(), st.alerts(run_id)["status"].to_list()))
     assert statuses == {"entropy_collapse": "acknowledged", "degenerate_text": "open"}
@@ -70,16 +69,15 @@ def test_alerts_panel_links_to_exactly_the_alerts_rollouts(lake, server, browser
     # a bad rule in the guard form: one line, nothing stored
     page.get_by_label("name").fill("spike")
     page.get_by_label("rule (one line)").fill("train/loss >")
-    page.get_by_role("button", name="Check and add").click()
-    _idle(page)
+    _click(page, page.get_by_role("button", name="Check and add"))
     assert page.get_by_text("found the end of the rule").count() == 1
     with open_store(root) as st:
         assert st.controls(run_id).height == 0
 
     page.get_by_text("its 3 rollouts").click()
     page.wait_for_url(f"**/rollouts?*alert={alert_id}*", timeout=60_000)
-    page.wait_for_selector("h1", timeout=120_000)
-    _idle(page)
+    page.wait_for_selector("h1", timeout=120_000)  # the new page's script has started: wait for its end
+    _settled(page)
     assert page.get_by_text("3 rollouts match").count() == 1
     with open_store(root) as st:
         want = st.rollouts(run_id, alert_id=alert_id, limit=10)["response"].to_list()

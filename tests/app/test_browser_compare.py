@@ -5,14 +5,13 @@ prompt's responses side by side, one group per run."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
 
 import synth
-from test_browser import ARTIFACTS, CHROMIUM, PAGES, _goto, _idle, app_server, browser  # noqa: F401 - a fixture
+from test_browser import ARTIFACTS, CHROMIUM, PAGES, _goto, _rerun, app_server, browser  # noqa: F401 - a fixture
 
 pytestmark = [
     pytest.mark.slow,
@@ -52,6 +51,13 @@ def _groups(page) -> list[str]:
     return [h.inner_text() for h in page.locator("[data-testid='stHtml']").all() if SIDE_BY_SIDE in h.inner_text()]
 
 
+TAB_ICON_SET = """() => {
+  const link = document.querySelector("link[rel~='icon']");
+  return !!link && !(link.getAttribute('href') || '').endsWith('favicon.png');
+}"""
+"""The page has replaced Streamlit's default tab icon with its own."""
+
+
 def test_no_request_leaves_this_machine(lake, server, browser):
     _, ids, _ = lake
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -67,7 +73,10 @@ def test_no_request_leaves_this_machine(lake, server, browser):
         query = f"?run={ids[0]}" + ("&refresh=0" if name == "live" else "")
         _goto(page, f"{server}/{name}{query}")
         assert page.locator("[data-testid='stException']").count() == 0, name
-        time.sleep(1.0)  # the tab's icon and lazily loaded parts are fetched after the script ends
+        # the tab's icon follows the page's once the script has run (a Material icon would be fetched then);
+        # lazily loaded parts were waited for by `_goto`
+        page.wait_for_function(TAB_ICON_SET, timeout=60_000)
+        page.wait_for_load_state("networkidle")
     assert outside == [], f"requests that left 127.0.0.1: {outside}"
     page.close()
 
@@ -83,20 +92,17 @@ def test_prompt_table_scatter_and_side_by_side(lake, server, browser):
     # the text filter narrows the table (and the caption says so)
     box = page.locator("[data-testid='stTextInput']").filter(has_text="prompt contains").locator("input")
     box.fill("*3=")
-    box.press("Enter")
-    _idle(page)
+    _rerun(page, lambda: box.press("Enter"))
     assert page.get_by_text(f"{len(synth.EVAL_PROMPTS)} of {total} prompts").count() == 1
     box.fill("")
-    box.press("Enter")
-    _idle(page)
+    _rerun(page, lambda: box.press("Enter"))
 
     # selecting a table row opens its prompt: the grid is a canvas, so click its selection column
     grid = page.locator("[data-testid='stDataFrame']").filter(has_text="prompt").last
     grid.scroll_into_view_if_needed()
     frame = grid.bounding_box()
     before = _selected_prompt(page)
-    page.mouse.click(frame["x"] + 18, frame["y"] + 35 * 2 + 17)  # the second row's checkbox
-    _idle(page)
+    _rerun(page, lambda: page.mouse.click(frame["x"] + 18, frame["y"] + 35 * 2 + 17))  # the second row's checkbox
     after_row = _selected_prompt(page)
     assert after_row != before, (before, after_row)
     assert len(_groups(page)) == 2
@@ -108,8 +114,7 @@ def test_prompt_table_scatter_and_side_by_side(lake, server, browser):
     for i in range(points.count()):
         point = points.nth(i)
         point.scroll_into_view_if_needed()
-        point.click(force=True)
-        _idle(page)
+        _rerun(page, lambda: point.click(force=True))
         if _selected_prompt(page) != after_row:
             break
     clicked = _selected_prompt(page)
@@ -126,8 +131,7 @@ def test_before_and_after_side_by_side(lake, server, browser):
     _, ids, _ = lake
     page = browser.new_page(viewport={"width": 1400, "height": 1400})
     _goto(page, f"{server}/compare-prompts?run={ids[0]}")
-    page.get_by_text("two steps of one run").click()
-    _idle(page)
+    _rerun(page, page.get_by_text("two steps of one run").click)
     assert page.locator("[data-testid='stException']").count() == 0
     assert page.get_by_text("step 5").count() >= 1
     assert len(_groups(page)) == 2

@@ -9,9 +9,12 @@ from pathlib import Path
 import pytest
 
 import synth
+from workbench import dashboard
 from test_browser import ARTIFACTS, CHROMIUM, IDLE, _goto, app_server, browser  # noqa: F401 - browser: a fixture
 
-PAGES = ["runs", "live", "rollouts", "prompt", "allocation", "compare"]
+PAGES = [p for p in dashboard.PAGES if p not in ("alerts", "compare-prompts")]
+"""The pages that pick one run with the run picker this test reads (from the one list,
+`workbench.dashboard.MENU`): the Alerts page filters by run and Compare prompts lists several runs."""
 
 pytestmark = [
     pytest.mark.browser,

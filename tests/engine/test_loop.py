@@ -161,7 +161,7 @@ def test_resume_equals_uninterrupted(store_dir, tiny_config):
 
 def test_zero_signal_skip_is_exact(store_dir, tiny_config):
     """Skipping zero-variance groups in the forward pass gives the same update as including them."""
-    from workbench.engine.loop import rollout_stage
+    from workbench.engine.batch import rollout_stage
     from workbench.engine.update import policy_update
     from workbench.engine.setup import build_setup
     from workbench.engine.timing import PhaseTimer

@@ -71,7 +71,7 @@ def test_terms_array_leaves_out_missing_terms_and_nulls_rows_without_any():
 
 
 @pytest.mark.parametrize("terms, message", [
-    ([{"kind": "fromat"}], "rewards.terms[0].kind: 'fromat' is not a reward term (allowed: verifier, format, "
+    ([{"kind": "fromat"}], "rewards.terms[0].kind: 'fromat' is not allowed (a reward term: verifier, format, "
                            "overlong, function)"),
     ([{"kind": "verifier"}, {"kind": "format", "pattern": "x", "weight": "0.5"}],
      "rewards.terms[1].weight: '0.5' is not allowed (must be a number)"),
@@ -79,10 +79,12 @@ def test_terms_array_leaves_out_missing_terms_and_nulls_rows_without_any():
      "rewards.terms[0].path: cannot import module 'no_such_module_xyz'"),
     ([{"kind": "function", "path": "tests.engine.test_reward_terms:nope"}],
      "rewards.terms[0].path: 'tests.engine.test_reward_terms' has no callable 'nope'"),
-    ([{"kind": "overlong", "buffer": 9}], "rewards.terms[0].buffer: 9 is longer than the length limit "
-                                          "sampling.max_new_tokens = 8"),
-    ([{"kind": "format", "pattern": "(("}], "rewards.terms[0].pattern: '((' is not a regular expression"),
-    ([{"kind": "verifier"}, {"kind": "verifier", "weight": 2}], "rewards.terms[1].name: 'verifier' is used"),
+    ([{"kind": "overlong", "buffer": 9}], "rewards.terms[0].buffer: 9 is not allowed (at most the length limit "
+                                          "sampling.max_new_tokens = 8)"),
+    ([{"kind": "format", "pattern": "(("}], "rewards.terms[0].pattern: '((' is not allowed (not a regular "
+                                            "expression"),
+    ([{"kind": "verifier"}, {"kind": "verifier", "weight": 2}], "rewards.terms[1].name: 'verifier' is not allowed "
+                                                                "(a name no earlier term uses"),
     ([], "rewards.terms: [] is not allowed"),
 ])
 def test_bad_terms_are_refused_naming_the_field(terms, message):

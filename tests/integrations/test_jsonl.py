@@ -56,3 +56,22 @@ def test_map_errors_and_missing_key(store, tmp_path):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     with pytest.raises(DataError, match=r"r\.jsonl:6: 'score': missing key"):
         import_path(store, "jsonl", path, options={"map": MAP})
+
+
+def test_import_options_are_read_from_the_format_registry():
+    """`workbench import`'s flags: each format reads the options its registry entry names, parsed there;
+    a flag it does not read, or a required one left out, is one line naming the flag."""
+    from workbench.integrations import import_options
+
+    with pytest.raises(DataError, match=r"^--val-dir: the trl format does not read it \(its options: "
+                                        r"--reward-weights, --tokenizer, --correct-if\)"):
+        import_options("trl", {"val_dir": "somewhere", "map": None})
+    with pytest.raises(DataError, match=r"^--map is required for the jsonl format: field=key pairs"):
+        import_options("jsonl", {"map": None, "correct_if": "reward>0"})
+    got = import_options("jsonl", {"map": "prompt=question,response=completion,reward=score,step=iter",
+                                   "correct_if": "reward >= 1", "tokenizer": None})
+    assert got == {"map": MAP, "correct_if": "reward>=1"}
+    assert import_options("trl", {"reward_weights": "correct=1,digits=0.5"}) == {
+        "reward_weights": {"correct": 1.0, "digits": 0.5}}
+    with pytest.raises(DataError, match=r"^--reward-weights 'digits': expected column=weight"):
+        import_options("trl", {"reward_weights": "correct=1,digits"})

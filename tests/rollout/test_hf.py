@@ -28,6 +28,32 @@ def test_is_a_rollout_backend(model, tokenizer):
     backend.close()
 
 
+def test_the_pipeline_generator_of_the_in_process_backend_keeps_the_contract(model, tokenizer, prompts,
+                                                                             model_factory):
+    """`generator_backend("thread")`: a backend of the same contract over a copy of the weights, starting
+    at the trainer's version; `load_state` gives it other weights and leaves the trainer's backend alone.
+    A backend that never cuts a batch refuses to continue one."""
+    from workbench.rollout.base import check_offset
+
+    backend = HFBackend(model, tokenizer)
+    backend.policy_version = 3
+    gen = backend.generator_backend("thread", threads=1)
+    assert isinstance(gen, RolloutBackend) and gen.interruptible and gen.policy_version == 3 and gen.model is not model
+    rows = [p for p in prompts for _ in range(2)]
+    seeds = [11 + i // 2 for i in range(len(rows))]
+    assert torch.equal(gen.generate(rows, SAMPLE, seeds=seeds).tokens, backend.generate(rows, SAMPLE, seeds=seeds).tokens)
+    other = model_factory(seed=3)
+    gen.load_state(other.state_dict(), 4)
+    want = HFBackend(other, tokenizer).generate(rows, SAMPLE, seeds=seeds).tokens
+    assert gen.policy_version == 4 and torch.equal(gen.generate(rows, SAMPLE, seeds=seeds).tokens, want)
+    assert backend.policy_version == 3 and not torch.equal(backend.generate(rows, SAMPLE, seeds=seeds).tokens, want)
+    with pytest.raises(WorkbenchError, match="pipeline.generator: 'fork'"):
+        backend.generator_backend("fork", threads=1)
+    check_offset(backend, 0)
+    with pytest.raises(WorkbenchError, match="offset 3 continues a cut batch"):
+        check_offset(backend, 3)
+
+
 def test_the_engine_needs_every_part_of_the_interface():
     class Partial:  # generate and update_weights only: not a backend the engine can drive
         policy_version = 0

@@ -177,3 +177,32 @@ def test_two_workers_generate_ahead_of_the_trainer(ray_runtime, store_dir, tiny_
     assert all(m["rollout/workers"] == 2 for m in seen if "rollout/workers" in m) and "rollout/workers" in seen[-1]
     # the run's actors were closed with it (the runtime is the module's)
     wait_until(lambda: not _actor_pids(), 60, "the run's actors to close", every=0.5)
+
+
+def test_a_guard_rollback_keeps_the_pipeline_on_the_ray_workers(ray_runtime, store_dir, tiny_config):
+    """A Ray + pipeline run that a guard rolls back goes on generating on the same Ray workers: the
+    producer made again after the rollback takes them through the backend contract, not a child process
+    of its own (which would write its rows as "local")."""
+    from workbench.engine import run
+    from workbench.store import open_store
+
+    cfg = tiny_config(steps=4, eval__every=0, eval__at_start=False, checkpoint__every=2, rollout__backend="ray",
+                      rollout__workers=1, rollout__start_timeout_s=300, pipeline__max_staleness=1,
+                      algorithm__kl_coef=0.05, algorithm__updates_per_step=2,  # lr 10: a real infinite loss
+                      guards=[{"preset": "nan", "settings": {"lr": 5e-4}}])
+    with open_store(store_dir) as st:
+        def on_step(step, metrics):
+            if step == 2 and not st.controls(st.list_runs()["run_id"][0]).height:  # once: applied at step 3
+                st.add_control(st.list_runs()["run_id"][0], "set_lr", {"lr": 10.0}, who="test")
+
+        rid = run(cfg, store=st, store_dir=store_dir, on_step=on_step)
+        (alert,) = st.alerts(rid).to_dicts()
+        assert (alert["guard"], alert["step"], alert["status"]) == ("nan", 3, "acted")
+        assert "rolled back to step 2" in alert["outcome"]
+        assert st.run(rid)["status"] == "finished" and st.run_steps(rid)["step"].to_list() == [1, 2, 3, 4]
+        live = st.sql("SELECT step, worker, staleness FROM rollouts WHERE run_id = ?", [rid])
+        old = st.sql("SELECT step, worker FROM rollouts WHERE run_id = ?", [f"{rid}.attempt1"])
+    assert live.height == 4 * 32 and old["step"].unique().to_list() == [3]
+    assert set(live["worker"]) == {"ray-0"} and set(old["worker"]) == {"ray-0"}  # never "local"
+    assert live["staleness"].max() <= 1
+    wait_until(lambda: not _actor_pids(), 60, "the run's actors to close", every=0.5)

@@ -50,9 +50,9 @@ def test_merge_restores_row_order_and_names_workers():
 
 def test_state_round_trip_keeps_dtypes():
     model = torch.nn.Linear(3, 2)
-    state = unpack_state(pack_state(model))
+    state = unpack_state(pack_state(model.state_dict()))
     assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())
-    bf = unpack_state(pack_state(model.to(torch.bfloat16)))
+    bf = unpack_state(pack_state(model.to(torch.bfloat16).state_dict()))
     assert bf["weight"].dtype == torch.bfloat16 and torch.equal(bf["weight"], model.weight.detach())
 
 

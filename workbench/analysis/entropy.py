@@ -53,11 +53,6 @@ def _lean_tokens(rollouts: pl.DataFrame, by: Sequence[str], *, position: bool = 
     return out.drop_nulls("entropy").with_columns(pl.col("entropy").cast(pl.Float64)), groups
 
 
-def _rollout_key(frame: pl.DataFrame) -> list[str]:
-    """The columns that identify one rollout (run, step, stage, prompt, index) present in `frame`."""
-    return [c for c in ("run_id", "step", "stage", "prompt_id", "idx") if c in frame.columns]
-
-
 def token_entropies(rollouts: pl.DataFrame) -> pl.DataFrame:
     """One row per logged token: the rollout's keys, `position` (0-based), `token_id` and `entropy`.
 

@@ -13,19 +13,11 @@ from workbench.commands.common import JsonOpt, StoreOpt, print_json, store_path
 from workbench.errors import DataError
 
 
-def _weights(text: str | None) -> dict[str, float] | None:
-    if not text:
-        return None
-    out = {}
-    for item in text.split(","):
-        key, sep, value = item.partition("=")
-        try:
-            out[key.strip()] = float(value)
-        except ValueError:
-            sep = ""
-        if not sep or not key.strip():
-            raise DataError(f"--reward-weights {item!r}: expected column=weight (for example correct=1.0)")
-    return out
+def _formats() -> list[str]:
+    from workbench.integrations import FORMATS
+
+    return FORMATS.names()
+
 
 
 def _print_report(out: dict[str, Any], as_json: bool) -> None:
@@ -41,11 +33,24 @@ def _print_report(out: dict[str, Any], as_json: bool) -> None:
             typer.echo(f"  {s['count']:>6}  {s['reason']}  (first at {s['first']})", err=True)
 
 
+def _opt(key: str, extra: str = "") -> Any:
+    """The Typer option of import option `key`, its help read from the format registry."""
+    from workbench.integrations import FORMATS, OPTIONS
+
+    opt = OPTIONS[key]
+    formats = "/".join(n for n in FORMATS.names() if key in FORMATS.get(n).options)
+    return typer.Option(opt.flag, help=f"{formats}: {opt.help}.{extra}")
+
+
+def _path_help() -> str:
+    from workbench.integrations import FORMATS
+
+    return "; ".join(f"{n}: {FORMATS.get(n).path}" for n in FORMATS.names()) + "."
+
+
 def import_cmd(
-    fmt: Annotated[str, typer.Argument(metavar="FORMAT", help="verl | trl | nemo-rl | jsonl")],
-    path: Annotated[Path, typer.Argument(help="The dump folder (verl: trainer.rollout_data_dir; trl: "
-                                              "output_dir or its completions/; nemo-rl: the logger's folder) "
-                                              "or, for jsonl, a file or folder.")],
+    fmt: Annotated[str, typer.Argument(metavar="FORMAT", help=" | ".join(_formats()))],
+    path: Annotated[Path, typer.Argument(help=f"The dump to import ({_path_help()})")],
     name: Annotated[Optional[str], typer.Option("--name", help="Run name (default: FORMAT-<folder name>). "
                                                 "The same folder and name import into the same run.")] = None,
     store: StoreOpt = None,
@@ -53,19 +58,11 @@ def import_cmd(
                                          "step file once complete (Ctrl-C to stop).")] = False,
     skip_bad: Annotated[bool, typer.Option("--skip-bad", help="Import what is good; print counts of the "
                                            "bad rows skipped and why.")] = False,
-    val_dir: Annotated[Optional[Path], typer.Option("--val-dir", help="verl: the trainer.validation_data_dir "
-                                                    "folder (imported as evals).")] = None,
-    fmap: Annotated[Optional[str], typer.Option("--map", help="jsonl: field=key pairs, e.g. prompt=question,"
-                                                "response=completion,reward=score,step=iter")] = None,
-    reward_weights: Annotated[Optional[str], typer.Option(
-        "--reward-weights", help="trl: reward column=weight pairs (GRPOConfig.reward_weights); default: "
-        "every float column besides step/advantage, weight 1.")] = None,
-    tokenizer: Annotated[Optional[Path], typer.Option("--tokenizer", help="verl/trl/jsonl: a local Hugging "
-                                                      "Face tokenizer folder; response lengths in tokens are "
-                                                      "counted by re-tokenising the text.")] = None,
-    correct_if: Annotated[Optional[str], typer.Option(
-        "--correct-if", help="When a rollout counts as correct where the dump logs no verdict (verl `acc`): "
-        "reward OP NUMBER, e.g. 'reward>=1' (default 'reward>=0.5'); kept in the run's config.")] = None,
+    val_dir: Annotated[Optional[str], _opt("val_dir")] = None,
+    fmap: Annotated[Optional[str], _opt("map")] = None,
+    reward_weights: Annotated[Optional[str], _opt("reward_weights")] = None,
+    tokenizer: Annotated[Optional[str], _opt("tokenizer")] = None,
+    correct_if: Annotated[Optional[str], _opt("correct_if")] = None,
     poll_s: Annotated[float, typer.Option("--poll-s", help="--follow: seconds between polls.")] = 2.0,
     idle_exit_s: Annotated[float, typer.Option("--idle-exit-s", help="--follow: stop after this many "
                                                "seconds without a new step (0: never).")] = 0.0,
@@ -73,35 +70,15 @@ def import_cmd(
 ) -> None:
     """Import a verl, TRL or NeMo-RL rollout dump (or any JSONL/Parquet through --map) as a run; run it
     again (or --follow) to add only new steps."""
-    from workbench.integrations import get_format
-    from workbench.integrations.common import Importer
+    from workbench.integrations import import_options, importer
     from workbench.store import open_store
 
-    module = get_format(fmt)
+    options = import_options(fmt, dict(val_dir=val_dir, map=fmap, reward_weights=reward_weights,
+                                       tokenizer=tokenizer, correct_if=correct_if))
     if not path.exists():
         raise DataError(f"{path}: no such file or folder")
-    options: dict[str, Any] = {}
-    if val_dir is not None:
-        options["val_dir"] = str(val_dir.resolve())
-    if fmap is not None:
-        from workbench.integrations.jsonl import parse_map
-
-        options["map"] = parse_map(fmap)
-    elif module.name == "jsonl":
-        from workbench.integrations.jsonl import parse_map
-
-        parse_map(None)  # raises, naming the required fields
-    if tokenizer is not None:
-        options["tokenizer"] = str(tokenizer.resolve())
-    if correct_if is not None:
-        from workbench.correctness import parse_rule
-
-        options["correct_if"] = parse_rule(correct_if).text
-    weights = _weights(reward_weights)
-    if weights:
-        options["reward_weights"] = weights
     with open_store(store_path(store)) as s:
-        imp = Importer(s, module, path, name=name, options=options, skip_bad=skip_bad)
+        imp = importer(s, fmt, path, name=name, options=options, skip_bad=skip_bad)
         report = imp.run_once()
         _print_report(report.as_dict(imp.problems), as_json)
         if not follow:

@@ -10,7 +10,8 @@ or from Python: `workbench.engine.run(load_config(path), store="store")` (see `r
 the run's row, status and heartbeat). This module is the loop, in phases as nanochat's RL script:
 each step applies live controls, takes the step's generated, scored and allocated batch from the
 producer (`batch.py:collect`, called on demand, or ahead of the trainer by the asynchronous pipeline,
-`pipeline.py`), learns from it (`learn`: advantages, the policy update, the weight sync), evaluates,
+`pipeline.py`), learns from it (`learn`: advantages, the policy update), hands the new weights to the
+producer (`push`: the one weight sync, to the rollout backend or the pipeline's generator), evaluates,
 and records it (`record`: one store transaction), then checkpoints.
 
 How it departs from vanilla GRPO (Shao et al. 2024, one group of G samples per prompt, sequence-mean
@@ -39,14 +40,15 @@ loss, symmetric clip, KL to a reference):
    to float rounding, and a step of the default experiment takes ~40% less time.
 8. Seeds: the sampler order, the allocator's rng, and each stage's sampling generator are derived
    from (seed, step, stage), so a resumed run reproduces an uninterrupted one on the CPU.
-9. Optionally asynchronous (`[pipeline]`, docs/async.md): a generator thread with its own weights
-   makes batches up to `max_staleness` versions ahead, the bound kept at admission; stale rows are
+9. Optionally asynchronous (`[pipeline]`, docs/async.md): a generator (by default a child process)
+   with its own weights makes batches up to `max_staleness` versions ahead, the bound kept at admission; stale rows are
    corrected against the generator's own log-probabilities (bypass or decoupled with a truncated
    weight). At staleness 0 it is this loop exactly.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from dataclasses import dataclass
@@ -59,8 +61,8 @@ import torch
 from workbench.algorithms import get_advantage
 from workbench.allocators.base import PromptStats
 from workbench.config import RunConfig
-from workbench.engine.batch import Batch, rollout_stage, stage_seeds  # noqa: F401 (re-exported)
-from workbench.engine.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from workbench.engine.batch import Batch
+from workbench.engine.checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from workbench.engine.evaluate import evaluate
 from workbench.engine.guards import guard_step
 from workbench.engine.producer import Producer, make_producer
@@ -107,7 +109,7 @@ def train(cfg: RunConfig, *, store: Any, store_dir: str, run_id: str, resume: bo
 
 def _loop(s: Setup, state: StepState, cfg: RunConfig, store: Any, run_id: str, resume: bool,
           on_step: Callable[[int, dict[str, float]], None] | None, stop_after: int | None) -> str:
-    """Restore, start the producer (synchronous, or a generator thread ahead of the trainer), run the steps."""
+    """Restore, start the producer (synchronous, or a generator ahead of the trainer), run the steps."""
     start, queued = _restore(s, state, store, run_id) if resume else (0, [])
     start += 1
     producer = make_producer(s, state, start, queued, on_stage=lambda step, stage: apply_controls(
@@ -146,7 +148,7 @@ def _steps(s: Setup, state: StepState, producer: Producer, cfg: RunConfig, store
         batch = producer.take(step)
         timer = batch.timer
 
-        # 2. groups, advantages, the update; the new weights go to the generator ------------------------
+        # 2. groups, advantages, the update; the new weights go to the producer's backend ---------------
         upd = learn(s, batch, timer)
         if not upd.finite and s.nonfinite_step is None:  # the run's guards act on it after the record
             s.nonfinite_step, s.nonfinite_metrics = step, dict(upd.metrics)
@@ -154,7 +156,9 @@ def _steps(s: Setup, state: StepState, producer: Producer, cfg: RunConfig, store
                 f"step {step}: the update left weights that are not finite (train/loss = "
                 f"{upd.metrics.get('train/loss')}, train/grad_norm = {upd.metrics.get('train/grad_norm')}); "
                 "no evaluation or checkpoint is made from them")))
-        producer.push(step, s.model if upd.updated and s.nonfinite_step is None else None)
+        new = s.model if upd.updated and s.nonfinite_step is None else None  # non-finite weights stay here
+        with timer("weight_sync") if new is not None else contextlib.nullcontext():  # Ray, vLLM, the pipeline
+            producer.push(step, new)
 
         # 3. evaluation (never from weights that are not finite: sampling from them fails) -----------
         eval_rows: list[dict[str, Any]] = []
@@ -204,7 +208,8 @@ class Update:
 
 
 def learn(s: Setup, batch: Batch, timer: PhaseTimer) -> Update:
-    """Advantages over the groups the allocator lets in, then the policy update and the weight sync."""
+    """Advantages over the groups the allocator lets in, then the policy update (the loop pushes the
+    new weights to its producer)."""
     cfg, r, results, alloc = s.cfg, batch.rollouts, batch.results, s.live.allocator
     group_of = {pid: k for k, pid in enumerate(results)}
     gidx = np.asarray([group_of[s.train[int(i)].id] for i in r.prompt], dtype=np.int64)
@@ -229,12 +234,11 @@ def learn(s: Setup, batch: Batch, timer: PhaseTimer) -> Update:
         s.writer.release()  # the previous step's commit overlaps the update, not generation
         s.backend.offload()  # vLLM frees its GPU memory for the update
         with timer("train"):
-            metrics.update(policy_update(s, r, adv, used, signal, batch.rng, row_weight=is_weight,
-                                         stale=(staleness > 0) if pipelined else None))
+            res = policy_update(s, r, adv, used, signal, batch.rng, stale=(staleness > 0) if pipelined else None)
+        metrics.update(res.metrics)
+        is_weight = res.row_weight if pipelined else None
+        r.trainer_logprobs = res.trainer_logprobs  # the rollouts' record (`logging.token_logprobs`)
         finite = weights_finite(s.model)
-        if finite:  # weights that are not finite never reach the rollout workers
-            with timer("weight_sync"):  # to the rollout workers (Ray) / engine (vLLM); ~0 in-process
-                s.backend.update_weights(s.model)
     return Update(adv=adv, used=used, group_used=group_used, group_signal=group_signal, gidx=gidx,
                   metrics=metrics, staleness=staleness, is_weight=is_weight, updated=updated,
                   finite=finite)
@@ -265,7 +269,7 @@ def record(s: Setup, run_id: str, batch: Batch, upd: Update, eval_rows: list[dic
             table = table.append_column("worker", pa.array(r.workers, pa.string()))
     metrics.update(timer.metrics())  # timing_s/log: building the rows (the commit overlaps the next step)
     metrics.update(s.backend.take_metrics())  # Ray workers: perf/worker/<name>/rollouts_per_s, ...
-    metrics.update(batch.metrics)  # Ray workers behind the pipeline's generator thread
+    metrics.update(batch.metrics)  # Ray workers behind the pipeline's generator
     metrics.update(s.shape.take_metrics() if s.shape is not None else {})  # rollout shapes (issue #32)
     metrics.update(producer_metrics or {})  # the pipeline: generator and trainer busy/idle seconds
     events = batch.events + s.backend.take_events()  # e.g. a worker restarted by Ray, named
@@ -371,8 +375,6 @@ def _save(s: Setup, state: StepState, queued: list, store: Any, run_id: str, ste
 def _restore(s: Setup, state: StepState, store: Any, run_id: str) -> tuple[int, list]:
     """Load the last checkpoint (if any), roll the store back to it; return its step and the pipeline's
     batches made but not yet trained on."""
-    from workbench.engine.checkpoint import latest_checkpoint
-
     path = latest_checkpoint(s.ckpt_dir)
     if path is None:
         store.rollback_run(run_id, -1)

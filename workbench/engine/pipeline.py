@@ -1,6 +1,11 @@
 """Where the loop's batches come from: produced on demand (`Synchronous`), or by a generator thread
 running ahead of the trainer within a staleness bound (`Pipeline`).
 
+Weights: the loop hands the trainer's new weights to its producer (`push`) and nowhere else. The
+synchronous producer gives them to the run's backend (`update_weights`); the pipeline gives them to
+the trainer's backend (its policy version) and a copy to the generator's backend (`load_state`, on
+the generator thread). Both backends keep the `RolloutBackend` contract (`workbench.rollout.base`).
+
 Versions: the policy version is the number of training steps whose weights the generator holds, so
 the batch of step j, made under version v, is `j - 1 - v` versions stale when the trainer takes it
 (the synchronous loop: always 0). The trainer `push`es after every step (new weights, or none when
@@ -24,21 +29,25 @@ from typing import Any, Callable, Generic, Iterator, TypeVar
 import torch
 
 from workbench.errors import WorkbenchError
+from workbench.rollout.base import RolloutBackend
 
 T = TypeVar("T")
 
 
 class Synchronous(Generic[T]):
-    """The synchronous loop's producer: each batch is made when the trainer asks for it."""
+    """The synchronous loop's producer: each batch is made when the trainer asks for it, by `backend`."""
 
-    def __init__(self, produce: Callable[[int, int], T]) -> None:
-        self.produce = produce
+    def __init__(self, produce: Callable[[int, int], T], backend: RolloutBackend | None = None) -> None:
+        self.produce, self.backend = produce, backend
 
     def take(self, step: int) -> T:
         return self.produce(step, step - 1)
 
     def push(self, version: int, model: Any = None) -> None:
-        """Nothing to send: the generator is the trainer."""
+        """The trainer finished the step of `version`: its new weights `model` (None: unchanged) go to
+        the backend (the in-process one already holds them; Ray's workers and vLLM load them)."""
+        if model is not None and self.backend is not None:
+            self.backend.update_weights(model)
 
     def set_eta(self, eta: int) -> None:
         """No staleness here."""
@@ -55,23 +64,23 @@ class Synchronous(Generic[T]):
 
 class Pipeline(Generic[T]):
     """A generator thread calling `produce(step, version)` for steps `first`..`last`, ahead of the
-    trainer by at most `eta` versions; `load(weights)` installs pushed weights on that thread.
+    trainer by at most `eta` versions. A push gives the trainer's `trainer` backend the new weights
+    (its policy version) and installs a copy in the `generator` backend on the generator thread.
 
     `queued` are batches made before a resume (step, version, batch), consumed first. A failure in
     the generator is re-raised by the trainer's next `take` (the run stops, it never hangs). `threads`
-    (when > 0) sets torch's intra-op threads, which are one setting per process: both sides use it."""
+    (when > 0) sets torch's intra-op threads, which are one setting per process: both sides use it.
+    `close` closes the generator backend (never the trainer's)."""
 
     def __init__(self, produce: Callable[[int, int], T], *, first: int, last: int, eta: int, version: int,
-                 load: Callable[[Any], None] = lambda weights: None, threads: int = 0,
-                 queued: list[tuple[int, int, T]] | None = None, start: bool = True,
-                 on_close: list[Callable[[], None]] | None = None) -> None:
-        self.produce, self.load, self.threads = produce, load, threads
+                 trainer: RolloutBackend | None = None, generator: RolloutBackend | None = None, threads: int = 0,
+                 queued: list[tuple[int, int, T]] | None = None, start: bool = True) -> None:
+        self.produce, self.trainer, self.generator, self.threads = produce, trainer, generator, threads
         self.eta, self.version, self.last = eta, version, last
-        self.on_close = list(on_close or [])
         self.queue: deque[tuple[int, int, T]] = deque(queued or [])
         self.next = self.queue[-1][0] + 1 if self.queue else first
         self._cond = threading.Condition()
-        self._pending: tuple[int, Any] | None = None
+        self._pending: tuple[int, Any, int] | None = None
         self._error: BaseException | None = None
         self._stop = self._paused = self._busy = False
         self._clock = {"generator_busy": 0.0, "generator_idle": 0.0, "trainer_idle": 0.0}
@@ -122,11 +131,12 @@ class Pipeline(Generic[T]):
                 self._cond.notify_all()
 
     def _install(self) -> None:
-        """Install the pushed weights (the lock held, on the generator thread)."""
-        version, weights = self._pending
+        """Install the pushed weights (the lock held, on the generator thread) as the trainer's policy
+        version of the push (two pushes the generator did not install in between count as two)."""
+        version, weights, policy = self._pending
         self._pending = None
-        if weights is not None:
-            self.load(weights)
+        if weights is not None and self.generator is not None:
+            self.generator.load_state(weights, policy)
         self.version = version  # bumped only once the weights are in place
         self._cond.notify_all()
 
@@ -159,12 +169,18 @@ class Pipeline(Generic[T]):
         return item
 
     def push(self, version: int, model: Any = None) -> None:
-        """The trainer finished the step of `version`: send a copy of `model`'s weights (None: unchanged)."""
-        weights = {k: v.detach().clone() for k, v in model.state_dict().items()} if model is not None else None
+        """The trainer finished the step of `version`: its backend takes `model` (None: unchanged) and
+        the generator a copy of its weights."""
+        weights = None
+        if model is not None:
+            if self.trainer is not None:
+                self.trainer.update_weights(model)
+            weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        policy = self.trainer.policy_version if self.trainer is not None else version
         with self._cond:
             if self._pending is not None and weights is None:
                 weights = self._pending[1]  # an earlier push the generator has not taken yet
-            self._pending = (version, weights)
+            self._pending = (version, weights, policy)
             self._cond.notify_all()
 
     def set_eta(self, eta: int) -> None:
@@ -202,5 +218,5 @@ class Pipeline(Generic[T]):
             self._cond.notify_all()
         if self._thread.is_alive():
             self._thread.join()
-        for close in self.on_close:  # what the generator held (Ray workers)
-            close()
+        if self.generator is not None:  # what the generator held (a child process; Ray's workers go back)
+            self.generator.close()

@@ -6,6 +6,8 @@ update equals the full-batch one (see `workbench/engine/loop.py`, points 2 and 7
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 import torch
 
@@ -17,18 +19,37 @@ from workbench.engine.steplog import Rollouts
 from workbench.faults import fault_point
 
 
+@dataclass
+class UpdateResult:
+    """What the policy update returns: its metrics and what it computed per row."""
+
+    metrics: dict[str, float]
+    """`train/` metrics."""
+    row_weight: np.ndarray | None = None
+    """[N] each stale row's mean importance weight (NaN: not in a forward pass); None: no `stale` given."""
+    trainer_logprobs: torch.Tensor | None = None
+    """[N, T] the trainer's log-probabilities of the sampled tokens (NaN: not in a forward pass); None
+    unless `logging.token_logprobs`."""
+
+
+@dataclass
+class _Sums:
+    """Running sums of one update: metric totals weighted by response tokens, and the largest weight."""
+
+    totals: dict[str, float] = field(default_factory=dict)
+    weights: float = 0.0
+    is_max: float = 1.0
+
+
 def policy_update(s: Setup, r: Rollouts, adv: np.ndarray, used: np.ndarray, signal: np.ndarray,
-                  rng: np.random.Generator, *, stale: np.ndarray | None = None,
-                  row_weight: np.ndarray | None = None) -> dict[str, float]:
-    """`updates_per_step` optimiser steps on the used rows; returns `train/` metrics.
+                  rng: np.random.Generator, *, stale: np.ndarray | None = None) -> UpdateResult:
+    """`updates_per_step` optimiser steps on the used rows.
 
     `stale` [N] marks rows generated under an older policy than the trainer's (the asynchronous
-    pipeline): their loss gets `pipeline.correction` (`workbench.algorithms.correction`), and each
-    row's mean importance weight is written into `row_weight` [N]. With `logging.token_logprobs` the
-    trainer's log-probabilities of the sampled tokens go into `r.trainer_logprobs` (rows not in a
-    forward pass: NaN)."""
-    a, dev = s.cfg.algorithm, s.device
-    loss_fn = get_policy_loss(a.loss)
+    pipeline): their loss gets `pipeline.correction` (`workbench.algorithms.correction`) and the result
+    carries each row's mean importance weight. With `logging.token_logprobs` it carries the trainer's
+    log-probabilities of the sampled tokens."""
+    a = s.cfg.algorithm
     used_rows = np.flatnonzero(used)
     if a.updates_per_step > 1:
         used_rows = rng.permutation(used_rows)
@@ -40,69 +61,72 @@ def policy_update(s: Setup, r: Rollouts, adv: np.ndarray, used: np.ndarray, sign
         for i, row in enumerate(train_rows[~r.off_policy[train_rows]]):
             old[row] = old_onp[i]
     train_set = set(train_rows.tolist())
-    totals: dict[str, float] = {}
-    weights = 0.0
-    pc = s.cfg.pipeline
-    is_max = 1.0
-    trainer_lp = torch.full_like(r.logprobs, float("nan")) if s.cfg.logging.token_logprobs else None
+    sums = _Sums()
+    out = UpdateResult({}, np.full(r.n, np.nan) if stale is not None else None,
+                       torch.full_like(r.logprobs, float("nan")) if s.cfg.logging.token_logprobs else None)
     for chunk in np.array_split(used_rows, a.updates_per_step):
         norm = loss_normaliser(mask_all[chunk], a.aggregation, s.cfg.sampling.max_new_tokens)
         rows_in = [int(i) for i in chunk if int(i) in train_set]
-        loss_total = 0.0
-        for micro in _micro_batches(rows_in, r.temperature, a.micro_batch_size):
-            batch, t = _pack(s, r, micro)
-            batch = batch.to(dev)
-            logp, _ = grouped_logprobs(s.model, batch, pad_token_id=s.pad_id, temperature=t)
-            width = logp.shape[1]
-            if trainer_lp is not None:  # what the trainer makes of the sampled tokens, for the store
-                trainer_lp[micro, :width] = logp.detach().float().cpu()
-            onp = torch.as_tensor(~r.off_policy[micro], device=dev).unsqueeze(1)
-            old_m = old[micro, :width].to(dev)
-            if a.updates_per_step == 1:
-                old_m = torch.where(onp, logp.detach(), old_m)
-            adv_m = torch.as_tensor(adv[micro], dtype=torch.float32, device=dev)
-            if stale is not None:
-                behav = r.logprobs[micro, :width].to(dev)
-                old_m, adv_m, cm, w_row = correct(
-                    old_m, behav, adv_m, batch.response_mask, torch.as_tensor(stale[micro] & ~r.off_policy[micro],
-                                                                              device=dev),
-                    mode=pc.correction, level=pc.correction_level, cap=pc.is_cap)
-                is_max = max(is_max, cm.pop("train/is_weight_max"))
-                if row_weight is not None:
-                    row_weight[micro] = w_row.cpu().double().numpy()
-            ref = None
-            if s.ref_model is not None:
-                with torch.no_grad():
-                    ref, _ = grouped_logprobs(s.ref_model, batch, pad_token_id=s.pad_id, temperature=t)
-            loss, m = loss_fn(logp, old_m, adv_m, batch.response_mask, clip_low=a.clip_low, clip_high=a.clip_high,
-                              aggregation=a.aggregation, ref_logprobs=ref, kl_coef=a.kl_coef,
-                              max_tokens=s.cfg.sampling.max_new_tokens, normalizer=norm)
-            loss.backward()
-            loss_total += float(loss.detach())
-            w = float(batch.response_mask.sum())
-            weights += w
-            if stale is not None:
-                m = {**m, **cm}
-            for k, v in m.items():
-                totals[k] = totals.get(k, 0.0) + v * w
+        loss_total = sum(_micro_step(s, r, micro, old, adv, stale, norm, sums, out)
+                         for micro in _micro_batches(rows_in, r.temperature, a.micro_batch_size))
         clip = s.cfg.optim.grad_clip if s.cfg.optim.grad_clip > 0 else float("inf")
         grad_norm = float(torch.nn.utils.clip_grad_norm_(s.model.parameters(), clip))
         fault_point("update")
         s.optimizer.step()
         s.scheduler.step()
         s.optimizer.zero_grad(set_to_none=True)
-        totals["train/loss_sum"] = totals.get("train/loss_sum", 0.0) + loss_total
-        totals["train/grad_norm_sum"] = totals.get("train/grad_norm_sum", 0.0) + grad_norm
-    r.trainer_logprobs = trainer_lp
-    out = {k: v / weights for k, v in totals.items() if not k.endswith("_sum")} if weights else {}
-    out["train/loss"] = totals.get("train/loss_sum", 0.0) / a.updates_per_step
-    out["train/grad_norm"] = totals.get("train/grad_norm_sum", 0.0) / a.updates_per_step
-    out["train/lr"] = s.scheduler.get_last_lr()[0]
-    out["train/sequences"] = float(len(train_rows))
-    out["train/optimizer_steps"] = float(a.updates_per_step)
+        sums.totals["train/loss_sum"] = sums.totals.get("train/loss_sum", 0.0) + loss_total
+        sums.totals["train/grad_norm_sum"] = sums.totals.get("train/grad_norm_sum", 0.0) + grad_norm
+    totals = sums.totals
+    m = {k: v / sums.weights for k, v in totals.items() if not k.endswith("_sum")} if sums.weights else {}
+    m["train/loss"] = totals.get("train/loss_sum", 0.0) / a.updates_per_step
+    m["train/grad_norm"] = totals.get("train/grad_norm_sum", 0.0) / a.updates_per_step
+    m["train/lr"] = s.scheduler.get_last_lr()[0]
+    m["train/sequences"] = float(len(train_rows))
+    m["train/optimizer_steps"] = float(a.updates_per_step)
     if stale is not None:
-        out["train/is_weight_max"] = is_max
+        m["train/is_weight_max"] = sums.is_max
+    out.metrics = m
     return out
+
+
+def _micro_step(s: Setup, r: Rollouts, micro: list[int], old: torch.Tensor, adv: np.ndarray,
+                stale: np.ndarray | None, norm: torch.Tensor | float, sums: _Sums, out: UpdateResult) -> float:
+    """Forward and backward of one micro-batch (gradients accumulate); its loss. Adds its metrics to
+    `sums` and its rows' importance weights and trainer log-probs to `out`."""
+    a, pc, dev = s.cfg.algorithm, s.cfg.pipeline, s.device
+    batch, t = _pack(s, r, micro)
+    batch = batch.to(dev)
+    logp, _ = grouped_logprobs(s.model, batch, pad_token_id=s.pad_id, temperature=t)
+    width = logp.shape[1]
+    if out.trainer_logprobs is not None:  # what the trainer makes of the sampled tokens, for the store
+        out.trainer_logprobs[micro, :width] = logp.detach().float().cpu()
+    onp = torch.as_tensor(~r.off_policy[micro], device=dev).unsqueeze(1)
+    old_m = old[micro, :width].to(dev)
+    if a.updates_per_step == 1:
+        old_m = torch.where(onp, logp.detach(), old_m)
+    adv_m = torch.as_tensor(adv[micro], dtype=torch.float32, device=dev)
+    cm: dict[str, float] = {}
+    if stale is not None:
+        behav = r.logprobs[micro, :width].to(dev)
+        old_m, adv_m, cm, w_row = correct(
+            old_m, behav, adv_m, batch.response_mask, torch.as_tensor(stale[micro] & ~r.off_policy[micro], device=dev),
+            mode=pc.correction, level=pc.correction_level, cap=pc.is_cap)
+        sums.is_max = max(sums.is_max, cm.pop("train/is_weight_max"))
+        out.row_weight[micro] = w_row.cpu().double().numpy()
+    ref = None
+    if s.ref_model is not None:
+        with torch.no_grad():
+            ref, _ = grouped_logprobs(s.ref_model, batch, pad_token_id=s.pad_id, temperature=t)
+    loss, m = get_policy_loss(a.loss)(logp, old_m, adv_m, batch.response_mask, clip_low=a.clip_low,
+                                      clip_high=a.clip_high, aggregation=a.aggregation, ref_logprobs=ref,
+                                      kl_coef=a.kl_coef, max_tokens=s.cfg.sampling.max_new_tokens, normalizer=norm)
+    loss.backward()
+    w = float(batch.response_mask.sum())
+    sums.weights += w
+    for k, v in {**m, **cm}.items():
+        sums.totals[k] = sums.totals.get(k, 0.0) + v * w
+    return float(loss.detach())
 
 
 def weights_finite(model: torch.nn.Module) -> bool:

@@ -294,12 +294,11 @@ def _fingerprint_store(store: Path) -> dict[str, Any]:
     """Row counts of every table and the largest step per table (heartbeats excluded: they change)."""
     from workbench.store import open_store
 
+    from workbench.store.audit import COUNTED, row_count, run_statuses
+
     with open_store(store, read_only=True) as st:
-        out = {}
-        for table in ("runs", "steps", "rollouts", "allocations", "prompt_stats", "evals", "events",
-                      "controls", "prompts"):
-            out[table] = st.sql(f"SELECT count(*) AS n FROM {table}")["n"][0]
-        out["run_status"] = sorted(st.sql("SELECT run_id, status FROM runs").rows())
+        out: dict[str, Any] = {table: row_count(st, table) for table in COUNTED}
+        out["run_status"] = run_statuses(st)
     return out
 
 

@@ -85,7 +85,7 @@ def rollout_vs_bare(cfg, store: Path, repeats: int = 7) -> dict[str, float]:
     """Our rollout phase (generate, decode, verify) against bare `model.generate` of the same grants."""
     import torch
 
-    from workbench.engine.loop import rollout_stage, stage_seeds
+    from workbench.engine.batch import rollout_stage, stage_seeds
     from workbench.engine.setup import build_setup
     from workbench.engine.timing import PhaseTimer
     from workbench.rollout.base import SamplingParams

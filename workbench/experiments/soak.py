@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from workbench.errors import WorkbenchError
+from workbench.store.audit import control_counts, last_snapshot, rollout_scan, row_count, steps_per_run, whole_steps
 
 RUNS = 3
 
@@ -146,23 +147,6 @@ def _p50(values: list[float]) -> float | None:
     return round(statistics.median(values), 1) if values else None
 
 
-WHOLE_STEPS = """
-WITH s AS (SELECT run_id, step, rollouts FROM steps WHERE list_contains($runs, run_id)),
-     r AS (SELECT run_id, step, count(*) FILTER (WHERE NOT off_policy) AS n FROM rollouts
-           WHERE list_contains($runs, run_id) GROUP BY ALL),
-     a AS (SELECT run_id, step, count(*) AS n FROM allocations WHERE list_contains($runs, run_id) GROUP BY ALL),
-     p AS (SELECT run_id, step, count(*) AS n FROM prompt_stats WHERE list_contains($runs, run_id) GROUP BY ALL),
-     k AS (SELECT run_id, step FROM s UNION SELECT run_id, step FROM r UNION SELECT run_id, step FROM a
-           UNION SELECT run_id, step FROM p)
-SELECT count(*) AS steps,
-       count(*) FILTER (WHERE s.rollouts IS NULL OR coalesce(r.n, 0) <> s.rollouts OR a.n IS NULL
-                        OR p.n IS NULL) AS torn
-FROM k LEFT JOIN s USING (run_id, step) LEFT JOIN r USING (run_id, step)
-       LEFT JOIN a USING (run_id, step) LEFT JOIN p USING (run_id, step)
-"""
-"""One statement, so one snapshot: how many steps are visible and how many are visible only in part."""
-
-
 def _scan_main(spec: dict[str, str], runs: list[str], seconds: float, out: str) -> None:
     """Notebook-style: scan every run's rollouts, analyse, check whole steps; counts and latencies."""
     from workbench.analysis import entropy_by_step
@@ -177,9 +161,7 @@ def _scan_main(spec: dict[str, str], runs: list[str], seconds: float, out: str) 
             for run_id in runs:
                 t0 = time.perf_counter()
                 try:
-                    frame = store.sql("SELECT run_id, step, stage, prompt_id, idx, reward, length, entropy_mean, "
-                                      "token_entropy FROM rollouts WHERE run_id = ? ORDER BY step, stage, "
-                                      "prompt_id, idx", [run_id])
+                    frame = rollout_scan(store, run_id)
                     if frame.height:
                         entropy_by_step(frame)
                     rows_seen = max(rows_seen, frame.height)
@@ -191,7 +173,7 @@ def _scan_main(spec: dict[str, str], runs: list[str], seconds: float, out: str) 
                 queries += 1
             t0 = time.perf_counter()
             try:
-                row = store.sql(WHOLE_STEPS, {"runs": runs}).to_dicts()[0]
+                row = whole_steps(store, runs)
                 if row["torn"]:
                     torn += int(row["torn"])
                     messages.append(f"torn read: {row}")
@@ -295,7 +277,7 @@ def _soak(spec: dict[str, str], root: Path, minutes: float, seed: int, control_e
     config.write_text(to_toml(cfg))
     with open_spec(spec) as store:
         runs = [store.create_run(f"soak-{i}", cfg.to_dict(), cfg.seed, status="created") for i in range(RUNS)]
-        snap0 = _snapshot(store)
+        snap0 = last_snapshot(store)
     logs = root / "soak"
     engines = [_spawn(["engine", json.dumps(spec), str(root), rid, str(config)], logs / f"{rid}.log")
                for rid in runs]
@@ -343,17 +325,11 @@ def _soak(spec: dict[str, str], root: Path, minutes: float, seed: int, control_e
     return result
 
 
-def _snapshot(store: Any) -> int:
-    return int(store.sql("SELECT max(snapshot_id) AS s FROM lake.snapshots()")["s"][0])
-
-
 def _wait_steps(store: Any, runs: list[str], engines: list[subprocess.Popen], logs: Path) -> None:
     """Wait until every run has committed a step (start-up is not part of the soak)."""
     deadline = time.monotonic() + 600
     while True:
-        steps = store.sql("SELECT run_id, count(*) AS n FROM steps WHERE list_contains(?, run_id) GROUP BY ALL",
-                          [runs])
-        if steps.height == len(runs):
+        if len(steps_per_run(store, runs)) == len(runs):
             return
         for p, rid in zip(engines, runs):
             if p.poll() is not None:
@@ -374,15 +350,13 @@ def _figures(store: Any, runs: list[str], snap0: int, logs: Path, sent: dict[str
     for rid in runs:
         text = (logs / f"{rid}.log").read_text(errors="replace")
         commit_errors += [line[:300] for line in text.splitlines() if "StoreError" in line or "failed:" in line]
-    controls = store.sql("SELECT status, who, count(*) AS n FROM controls WHERE list_contains(?, run_id) "
-                         "GROUP BY ALL", [runs]).to_dicts()
+    controls = control_counts(store, runs)
     count = lambda st, who=None: sum(r["n"] for r in controls  # noqa: E731
                                      if r["status"] == st and (who is None or r["who"] == who))
-    steps = store.sql("SELECT count(*) AS n FROM steps WHERE list_contains(?, run_id)", [runs])["n"][0]
-    rollouts = store.sql("SELECT count(*) AS n FROM rollouts WHERE list_contains(?, run_id)", [runs])["n"][0]
-    final = store.sql(WHOLE_STEPS, {"runs": runs}).to_dicts()[0]
+    steps, rollouts = row_count(store, "steps", runs), row_count(store, "rollouts", runs)
+    final = whole_steps(store, runs)
     return {
-        "commits": _snapshot(store) - snap0,
+        "commits": last_snapshot(store) - snap0,
         "failed_commits": len(commit_errors) + len(failed_runs),
         "reader_queries": pages["queries"] + scan["queries"],
         "reader_errors": pages["errors"] + scan["errors"],

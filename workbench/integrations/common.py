@@ -46,11 +46,6 @@ from workbench.store import StepRecord
 BATCH_ROWS = 50_000
 """Rollouts per store transaction: whole steps are grouped until they reach this many rows."""
 
-OPTIONAL_COLUMNS = {"group": pl.Utf8, "answer": pl.Utf8, "advantage": pl.Float64, "correct": pl.Boolean,
-                    "length": pl.Int64, "token_ids": pl.List(pl.Int64), "token_logprobs": pl.List(pl.Float64),
-                    "observations": pl.List(pl.Utf8)}
-
-
 @dataclass(frozen=True)
 class StepFile:
     """One file the framework wrote for one step."""
@@ -185,14 +180,6 @@ def text_column(frame: pl.DataFrame, name: str) -> pl.Series:
     if col.dtype.is_numeric() or col.dtype == pl.Boolean:
         return col.cast(pl.Utf8)
     return pl.Series(name, [as_text(v) for v in col.to_list()], dtype=pl.Utf8)
-
-
-def normalise(frame: pl.DataFrame) -> pl.DataFrame:
-    """Cast the normalised frame's columns to their types and drop unknown ones."""
-    cols = [pl.col("step").cast(pl.Int64), pl.col("prompt").cast(pl.Utf8), pl.col("response").cast(pl.Utf8),
-            pl.col("reward").cast(pl.Float64)]
-    cols += [pl.col(c).cast(t) for c, t in OPTIONAL_COLUMNS.items() if c in frame.columns]
-    return frame.select(cols)
 
 
 # -- the imported run ------------------------------------------------------------------------------

@@ -1,14 +1,29 @@
-"""The rollout backend interface every backend shares (in-process Hugging Face, vLLM, Ray workers).
+"""The rollout backend contract every backend keeps (in-process Hugging Face, the generator process,
+Ray workers, vLLM).
 
 A backend turns a list of prompts (token ids, one entry per sequence to sample: the engine repeats a
 prompt once per rollout granted) into sampled continuations with per-token logprobs and the entropy of
-the sampling distribution at each position.
+the sampling distribution at each position. The contract (`RolloutBackend`) says, besides:
+
+- Weights: `update_weights(model)` takes the trainer's module after an optimiser step (the synchronous
+  loop, and the trainer's side of the pipeline); `load_state(state, version)` takes a state dict as a
+  given policy version (what the pipeline's generator installs). Both set `policy_version`.
+- Interruption: `generate(..., interrupt=, offset=)`. A backend whose `interruptible` is True asks
+  `interrupt()` between decoding steps and returns unfinished rows with `cut` set when it says so; a
+  call with `offset` continues the seeds' streams where a cut segment of that many tokens left them.
+  A backend that cannot stop a batch midway (Ray, vLLM) has `interruptible = False`, never cuts, and
+  refuses a non-zero `offset`.
+- The pipeline: `generator_backend(kind, threads=)` is the backend the asynchronous pipeline's
+  generator thread makes batches with, holding weights of its own (pushed to it with `load_state`),
+  while this backend goes on evaluating from the trainer's. Closing it releases what it started and
+  nothing of this backend's (Ray's workers stay with the run).
+- `close()` releases what the backend holds; the engine calls it once, when the run ends.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 import torch
 
@@ -92,10 +107,34 @@ def group_seed(*key: int) -> int:
     return int(np.random.SeedSequence([int(k) for k in key]).generate_state(1, dtype=np.uint64)[0] >> 1)
 
 
+@dataclass(frozen=True)
+class ModelSpec:
+    """How another process rebuilds the trainer's module (the generator process, a Ray worker): its
+    class, config and dtype; the weights travel apart (shared memory, Ray's object store)."""
+
+    cls: Any
+    config: Any
+    dtype: str
+    """torch dtype name ("float32", "bfloat16")."""
+
+    @classmethod
+    def of(cls, model: torch.nn.Module) -> "ModelSpec":
+        return cls(type(model), model.config, str(next(model.parameters()).dtype).removeprefix("torch."))
+
+    def build(self, state: Mapping[str, torch.Tensor], device: str | torch.device) -> torch.nn.Module:
+        """The module in eval mode on `device`, holding `state`."""
+        model = self.cls(self.config).to(getattr(torch, self.dtype)).to(device)
+        model.load_state_dict(state)
+        return model.eval()
+
+
 class BackendDefaults:
-    """The optional part of the backend interface, with what a backend that has nothing to say there
+    """The optional part of the backend contract, with what a backend that has nothing to say there
     does. The engine calls these on every backend; the shipped backends derive from this class and
     override what applies to them (vLLM offloads, Ray reports its workers and shuts its runtime down)."""
+
+    interruptible: bool = False
+    """Whether `generate` honours `interrupt` (see the module docstring); False: it never cuts a batch."""
 
     expected_new_tokens: float | None = None
     """Mean generated tokens per rollout so far, set by the engine before each step (a backend that
@@ -115,13 +154,30 @@ class BackendDefaults:
     def close(self) -> None:
         """Release what the backend holds (workers, a runtime it started); no-op here."""
 
+    def generator_backend(self, kind: str, *, threads: int) -> "RolloutBackend":
+        """The backend of an asynchronous pipeline's generator; this one cannot feed a pipeline."""
+        from workbench.errors import WorkbenchError
+
+        raise WorkbenchError(f"pipeline.max_staleness: the rollout backend {type(self).__name__} cannot feed "
+                             "an asynchronous pipeline (only the in-process and Ray backends can)")
+
+
+def check_offset(backend: Any, offset: int) -> None:
+    """Refuse the continuation of a cut segment on a backend that never cuts one."""
+    if offset:
+        from workbench.errors import WorkbenchError
+
+        raise WorkbenchError(f"generate: offset {offset} continues a cut batch, which {type(backend).__name__} "
+                             "never makes (interruptible = False)")
+
 
 @runtime_checkable
 class RolloutBackend(Protocol):
-    """What the engine needs from a rollout backend."""
+    """What the engine needs from a rollout backend (the module docstring says how the parts fit)."""
 
     policy_version: int
-    """Incremented by every `update_weights` call; stored with each rollout."""
+    """The version of the weights it samples from (set by `update_weights` and `load_state`); stored
+    with each rollout."""
 
     def generate(
         self,
@@ -130,18 +186,32 @@ class RolloutBackend(Protocol):
         *,
         generator: torch.Generator | None = None,
         seeds: Sequence[int] | None = None,
+        interrupt: Callable[[], bool] | None = None,
+        offset: int = 0,
     ) -> GenerationBatch:
         """Sample one continuation per entry of `prompts` (token ids, BOS included).
 
         `seeds` gives one seed per entry: entries sharing a seed form a group sampled from one stream
-        of its own (the engine's rollouts); without it `generator` drives the whole batch (evaluation)."""
+        of its own (the engine's rollouts); without it `generator` drives the whole batch (evaluation).
+        `interrupt` and `offset`: partial rollouts (the module docstring)."""
         ...
 
     def update_weights(self, model: torch.nn.Module) -> None:
-        """Take the trainer's new weights (after every optimiser step)."""
+        """Take the trainer's new weights (after an optimiser step); `policy_version` goes up by one."""
+        ...
+
+    def load_state(self, state: Mapping[str, torch.Tensor], version: int) -> None:
+        """Sample from the weights `state` (a state dict) from now on, as policy version `version`."""
+        ...
+
+    def generator_backend(self, kind: str, *, threads: int) -> "RolloutBackend":
+        """The backend an asynchronous pipeline's generator makes batches with (`kind`: "process" or
+        "thread", `pipeline.generator`; `threads`: its torch threads), starting from this backend's
+        weights and version; closing it leaves this backend as it was."""
         ...
 
     # the optional part, with defaults in BackendDefaults
+    interruptible: bool
     expected_new_tokens: float | None
 
     def offload(self) -> None: ...

@@ -28,7 +28,9 @@ restored afterwards, because the backend usually shares the trainer's module.
 
 Weights: the in-process backend normally holds the *same* module as the trainer, so new weights are
 already in place after the optimiser step and `update_weights(model)` only bumps `policy_version`.
-Given a different module, it copies that module's state dict into its own.
+Given a different module, it copies that module's state dict into its own. `generator_backend` gives
+the asynchronous pipeline's generator a backend of its own: a child process (`ProcessBackend`) or, in
+this process, an `HFBackend` over a copy of the module; the pipeline pushes it weights with `load_state`.
 
 Results come back on the CPU (the store and the verifier read them there; the trainer moves what it
 needs), whatever device the model runs on.
@@ -38,13 +40,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import torch
 
 from workbench.algorithms.logprobs import distinct_prompts, left_pad_ids
 from workbench.errors import WorkbenchError
-from workbench.rollout.base import BackendDefaults, GenerationBatch, SamplingParams
+from workbench.rollout.base import BackendDefaults, GenerationBatch, ModelSpec, SamplingParams
 
 
 def validate_sampling(sampling: SamplingParams) -> None:
@@ -203,11 +205,45 @@ class HFBackend(BackendDefaults):
             raise WorkbenchError(f"the model is on {param.device} but the rollout backend was asked for "
                                  f"{self.device}; move the model first (model.to('{self.device}'))")
 
+    interruptible = True
+
+    @classmethod
+    def in_worker(cls, spec: ModelSpec, state: Mapping[str, torch.Tensor], device: str | torch.device, *,
+                  eos_token_ids: Sequence[int], pad_token_id: int) -> "HFBackend":
+        """The backend of another process (the generator process, a Ray worker): the trainer's module
+        rebuilt from `spec` with the weights `state`, without a tokenizer."""
+        return cls(spec.build(state, device), None, device, eos_token_ids=eos_token_ids, pad_token_id=pad_token_id)
+
     def update_weights(self, model: torch.nn.Module) -> None:
         """Take new weights: nothing to copy when `model` is the backend's own module; bump policy_version."""
         if model is not self.model:
             self.model.load_state_dict(model.state_dict())
         self.policy_version += 1
+
+    def load_state(self, state: Mapping[str, torch.Tensor], version: int) -> None:
+        self.model.load_state_dict(state)
+        self.policy_version = version
+
+    def generator_backend(self, kind: str, *, threads: int) -> BackendDefaults:
+        """"process": a child process holding the generator's weights (this side keeps no copy; each
+        push goes into the child's shared buffers). "thread": an `HFBackend` over a copy of the module,
+        for a thread of this process (torch's thread count is per calling thread: it sets its own)."""
+        if kind == "process":
+            from workbench.rollout.process_backend import ProcessBackend
+
+            gen: BackendDefaults = ProcessBackend(self.model, device=self.device, eos_token_ids=self.eos_token_ids,
+                                                  pad_token_id=self.pad_token_id, threads=threads)
+        elif kind == "thread":
+            import copy
+
+            # the copy keeps the requires_grad flags: turning them off changes the CPU kernels'
+            # rounding (measured), and eta = 0 must give the synchronous run's log-probs exactly
+            gen = HFBackend(copy.deepcopy(self.model), self.tokenizer, self.device, eos_token_ids=self.eos_token_ids,
+                            pad_token_id=self.pad_token_id, compact_below=self.compact_below)
+        else:
+            raise WorkbenchError(f"pipeline.generator: {kind!r} is not allowed (process or thread)")
+        gen.policy_version = self.policy_version
+        return gen
 
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams, *,
                  generator: torch.Generator | None = None, seeds: Sequence[int] | None = None,

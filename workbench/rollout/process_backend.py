@@ -13,7 +13,7 @@ How it works:
    and config, copies the weights out of a shared-memory state dict, and serves requests over a pipe.
 2. `generate(...)` sends the prompts, sampling parameters and per-group seeds and waits for the batch.
    The seeds make the child's rollouts those of the in-process backend at the same thread count.
-3. `ship(state, version)` copies a new state dict into the shared-memory buffers and has the child load
+3. `load_state(state, version)` copies a new state dict into the shared-memory buffers and has the child load
    them (between generate calls: one request at a time, so the buffers are never read mid-copy).
 4. Partial rollouts: while waiting for a batch, the caller's `interrupt()` is polled in this process;
    when it says so, a shared event tells the child's decoding loop to stop after its current token,
@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from workbench.errors import WorkbenchError
-from workbench.rollout.base import BackendDefaults, GenerationBatch, SamplingParams
+from workbench.rollout.base import BackendDefaults, GenerationBatch, ModelSpec, SamplingParams
 
 POLL_S = 0.002
 """How often a waiting `generate` asks its `interrupt` (seconds)."""
@@ -52,16 +52,15 @@ def _from_wire(wire: dict[str, Any]) -> GenerationBatch:
     return GenerationBatch(**{k: (torch.from_numpy(v) if isinstance(v, np.ndarray) else v) for k, v in wire.items()})
 
 
-def _serve(conn: Any, cut: Any, model_cls: Any, model_config: Any, dtype: str, device: str,
-           shared: dict[str, torch.Tensor], eos_token_ids: list[int], pad_token_id: int, threads: int) -> None:
+def _serve(conn: Any, cut: Any, spec: ModelSpec, device: str, shared: dict[str, torch.Tensor],
+           eos_token_ids: list[int], pad_token_id: int, threads: int) -> None:
     """The child's loop: build the model, then answer "generate", "load" and "close" requests."""
     torch.set_num_threads(max(1, threads))
     try:
         from workbench.rollout.hf import HFBackend
 
-        model = model_cls(model_config).to(getattr(torch, dtype)).to(device)
-        model.load_state_dict(shared)
-        backend = HFBackend(model.eval(), None, device, eos_token_ids=eos_token_ids, pad_token_id=pad_token_id)
+        backend = HFBackend.in_worker(spec, shared, device, eos_token_ids=eos_token_ids, pad_token_id=pad_token_id)
+        model = backend.model
         conn.send(("ready", torch.get_num_threads()))
     except BaseException:  # noqa: BLE001 - reported to the parent, which raises it
         conn.send(("error", traceback.format_exc()))
@@ -93,7 +92,9 @@ class ProcessBackend(BackendDefaults):
     """A `RolloutBackend` whose generation runs in one child process (see the module docstring).
 
     Only seeded generation (the engine's rollouts) is served; evaluation stays with the trainer's own
-    backend. `policy_version` is the version of the weights last shipped."""
+    backend. `policy_version` is the version of the weights last loaded."""
+
+    interruptible = True
 
     def __init__(self, model: torch.nn.Module, *, device: str | torch.device, eos_token_ids: Sequence[int],
                  pad_token_id: int, threads: int = 1, start_timeout_s: float = 600.0) -> None:
@@ -104,11 +105,10 @@ class ProcessBackend(BackendDefaults):
         self._shared = {k: v.detach().to("cpu").clone().share_memory_() for k, v in model.state_dict().items()}
         self._conn, child = ctx.Pipe()
         self._cut = ctx.Event()
-        dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
         self._proc = ctx.Process(
             target=_serve, name="rollout-generator", daemon=True,
-            args=(child, self._cut, type(model), model.config, dtype, str(device), self._shared,
-                  list(eos_token_ids), self.pad_token_id, threads))
+            args=(child, self._cut, ModelSpec.of(model), str(device), self._shared, list(eos_token_ids),
+                  self.pad_token_id, threads))
         self._proc.start()
         child.close()
         self._metrics: dict[str, float] = {}
@@ -154,7 +154,7 @@ class ProcessBackend(BackendDefaults):
         except (BrokenPipeError, EOFError, OSError):
             raise self._died() from None
 
-    def ship(self, state: Mapping[str, torch.Tensor], version: int) -> None:
+    def load_state(self, state: Mapping[str, torch.Tensor], version: int) -> None:
         """Have the child load the state dict `state` as `version` (copied into the shared buffers first)."""
         with torch.no_grad():
             for k, v in state.items():
@@ -165,7 +165,7 @@ class ProcessBackend(BackendDefaults):
         self.policy_version = version
 
     def update_weights(self, model: torch.nn.Module) -> None:
-        self.ship(model.state_dict(), self.policy_version + 1)
+        self.load_state(model.state_dict(), self.policy_version + 1)
 
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams, *,
                  generator: torch.Generator | None = None, seeds: Sequence[int] | None = None,

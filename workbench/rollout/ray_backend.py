@@ -11,7 +11,7 @@ engine talks to it through the same `RolloutBackend` interface as the in-process
 2. Seeds: each group samples from its own stream seeded by the engine from (run seed, step, stage,
    prompt) (`group_seed`), so 1, 2 or N workers give the rollouts of the in-process backend.
 3. Weights: after each policy update the trainer's state dict is put once in Ray's object store and
-   every worker loads it before its next generation (`update_weights`; the step's
+   every worker loads it before its next generation (`update_weights`, `load_state`; the step's
    `timing_s/weight_sync`). Each call also carries the policy version, so a restarted worker (which
    comes back with its first weights) reloads the latest before generating. Between GPUs, an NCCL
    broadcast from the trainer would replace the object store in `update_weights` (docs/engine.md).
@@ -19,6 +19,11 @@ engine talks to it through the same `RolloutBackend` interface as the in-process
    share of the stage is generated again; the step's events name the worker. Nothing reaches the
    store before the whole stage is back, so nothing is written twice.
 5. Evaluation (calls without `seeds`) runs in the trainer's process on the trainer's model.
+6. The asynchronous pipeline: `generator_backend` lends the workers to the pipeline's generator
+   (`RayGenerator`), which pushes them its own weights; meanwhile `update_weights` only moves the
+   trainer's version and the per-worker figures go with the generator's batches. Closing the
+   generator gives the workers back (a guard's rollback makes the pipeline again over the same
+   workers); the run's end closes them.
 
 Per-worker figures for the step (`take_metrics`): `perf/worker/<name>/rollouts_per_s` (rows over the
 worker's own generation time) and `rollout/workers`.
@@ -31,13 +36,13 @@ import socket
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
 
 from workbench.errors import WorkbenchError
-from workbench.rollout.base import BackendDefaults, GenerationBatch, SamplingParams
+from workbench.rollout.base import BackendDefaults, GenerationBatch, ModelSpec, SamplingParams, check_offset
 
 
 @dataclass(frozen=True)
@@ -123,11 +128,11 @@ def merge_batches(parts: list[tuple[list[int], GenerationBatch, str]], n: int, p
                            finished=finished, gen_time_s=gen_time_s, workers=workers)
 
 
-def pack_state(model: torch.nn.Module) -> list[tuple[str, str, np.ndarray]]:
-    """The model's state dict as (name, dtype, CPU array): numpy arrays travel through Ray's object
-    store without a copy and are read in place by each worker (bfloat16 travels as its int16 bits)."""
+def pack_state(state: Mapping[str, torch.Tensor]) -> list[tuple[str, str, np.ndarray]]:
+    """A state dict as (name, dtype, CPU array): numpy arrays travel through Ray's object store
+    without a copy and are read in place by each worker (bfloat16 travels as its int16 bits)."""
     out = []
-    for name, t in model.state_dict().items():
+    for name, t in state.items():
         t = t.detach().to("cpu").contiguous()
         dtype = str(t.dtype).removeprefix("torch.")
         arr = t.view(torch.int16).numpy() if t.dtype == torch.bfloat16 else t.numpy()
@@ -150,9 +155,9 @@ def unpack_state(packed: list[tuple[str, str, np.ndarray]]) -> dict[str, torch.T
 class RolloutWorker:
     """One Ray actor: a copy of the policy and a generation backend (see the module docstring)."""
 
-    def __init__(self, name: str, kind: str, model_cls: Any, model_config: Any, dtype: str,
-                 state: list, eos_token_ids: list[int], pad_token_id: int, threads: int, gpus: float,
-                 deterministic: bool, model_path: str | None = None, vllm_options: dict | None = None) -> None:
+    def __init__(self, name: str, kind: str, spec: ModelSpec, state: list, eos_token_ids: list[int],
+                 pad_token_id: int, threads: int, gpus: float, deterministic: bool, model_path: str | None = None,
+                 vllm_options: dict | None = None) -> None:
         torch.set_num_threads(max(1, threads))
         torch.use_deterministic_algorithms(deterministic, warn_only=gpus > 0)
         self.name, self.kind, self.version, self.fault = name, kind, 0, None
@@ -166,12 +171,9 @@ class RolloutWorker:
         else:
             from workbench.rollout.hf import HFBackend
 
-            model = model_cls(model_config)
-            model = model.to(getattr(torch, dtype)).to(self.device)
-            model.load_state_dict(unpack_state(state))
-            self.model = model.eval()
-            self.backend = HFBackend(self.model, None, self.device, eos_token_ids=eos_token_ids,
-                                     pad_token_id=pad_token_id)
+            self.backend = HFBackend.in_worker(spec, unpack_state(state), self.device, eos_token_ids=eos_token_ids,
+                                               pad_token_id=pad_token_id)
+            self.model = self.backend.model
 
     def info(self) -> dict[str, Any]:
         import ray
@@ -262,6 +264,7 @@ class RayBackend(BackendDefaults):
         self._gap: Any = None  # vLLM workers: a LogprobGap (their log-probs against the trainer's)
         self._events: list[dict[str, Any]] = []
         self._faults: dict[int, str] = {}
+        self._lent = False  # the workers generate for a pipeline's generator (`generator_backend`)
         try:
             self._start_workers(model)
         except BaseException:
@@ -294,13 +297,13 @@ class RayBackend(BackendDefaults):
         cpus = self._cpus_per_worker()
         actor = ray.remote(RolloutWorker).options(num_cpus=cpus, num_gpus=o.worker_gpus, max_restarts=o.max_restarts,
                                                   max_task_retries=0)
-        self._init_state = ray.put(pack_state(model))
-        dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
-        vllm = o.vllm_options(dtype)
+        self._init_state = ray.put(pack_state(model.state_dict()))
+        spec = ModelSpec.of(model)
+        vllm = o.vllm_options(spec.dtype)
         self.names = [f"ray-{i}" for i in range(o.workers)]
-        self.workers = [actor.remote(name, o.worker_backend, type(model), model.config, dtype, self._init_state,
-                                     list(self.local.eos_token_ids), self.pad_token_id, int(cpus), o.worker_gpus,
-                                     o.deterministic, o.model_path, vllm) for name in self.names]
+        self.workers = [actor.remote(name, o.worker_backend, spec, self._init_state, list(self.local.eos_token_ids),
+                                     self.pad_token_id, int(cpus), o.worker_gpus, o.deterministic, o.model_path, vllm)
+                        for name in self.names]
         try:
             infos = ray.get([w.info.remote() for w in self.workers], timeout=o.start_timeout_s)
         except ray.exceptions.GetTimeoutError:
@@ -316,36 +319,48 @@ class RayBackend(BackendDefaults):
 
     def update_weights(self, model: torch.nn.Module) -> None:
         """Bump the policy version, put the new weights in the object store once and have every worker
-        load them (the step's `timing_s/weight_sync` when the engine times this call)."""
-        import ray
-
+        load them (the step's `timing_s/weight_sync` when the engine times this call). While the
+        workers are lent to a pipeline's generator, only the version moves: the generator ships them
+        its own weights."""
         self.local.update_weights(model)
-        self._box = [ray.put(pack_state(model))]
-        version = self.policy_version
-        try:
-            ray.get([w.load.remote(self._box, version) for w in self.workers])
-        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
-            pass  # a worker died: Ray restarts it and the next generate call reloads these weights
-        self._synced = version
+        if not self._lent:
+            self._ship(model.state_dict(), self.policy_version)
 
-    def ship(self, model: torch.nn.Module, version: int) -> None:
-        """Have every worker load `model`'s weights as `version`, leaving the local backend alone (the
-        asynchronous pipeline's generator thread: `model` is its own copy, not the trainer's)."""
+    def load_state(self, state: Mapping[str, torch.Tensor], version: int) -> None:
+        self.local.load_state(state, version)
+        if not self._lent:
+            self._ship(state, version)
+
+    def _ship(self, state: Mapping[str, torch.Tensor], version: int) -> None:
+        """Put `state` in the object store once and have every worker load it as `version`."""
         import ray
 
-        self._box = [ray.put(pack_state(model))]
+        self._box = [ray.put(pack_state(state))]
         try:
             ray.get([w.load.remote(self._box, version) for w in self.workers])
         except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
             pass  # a worker died: Ray restarts it and the next generate call reloads these weights
         self._synced = version
+
+    def generator_backend(self, kind: str, *, threads: int) -> "RayGenerator":
+        """The workers, lent to a pipeline's generator (`kind` and `threads` concern an in-process
+        generator: Ray's workers are processes of their own)."""
+        return RayGenerator(self)
 
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams, *,
-                 generator: torch.Generator | None = None, seeds: Sequence[int] | None = None) -> GenerationBatch:
+                 generator: torch.Generator | None = None, seeds: Sequence[int] | None = None,
+                 interrupt: Callable[[], bool] | None = None, offset: int = 0) -> GenerationBatch:
+        """Seeded rows on the workers (a batch is never cut: `interruptible` is False); evaluation
+        (no seeds) on the local backend."""
+        check_offset(self, offset)
         if seeds is None:
             return self.local.generate(prompts, sampling, generator=generator)
+        return self._on_workers(prompts, sampling, seeds, self.expected_new_tokens)
+
+    def _on_workers(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams, seeds: Sequence[int],
+                    new_tokens: float | None) -> GenerationBatch:
         start = time.perf_counter()
-        new = self.expected_new_tokens or sampling.max_new_tokens
+        new = new_tokens or sampling.max_new_tokens
         shares = split_groups(seeds, [len(p) for p in prompts], new, len(self.workers))
         pending = {i: rows for i, rows in enumerate(shares) if rows}
         calls = {i: self._submit(i, rows, prompts, sampling, seeds) for i, rows in pending.items()}
@@ -423,7 +438,11 @@ class RayBackend(BackendDefaults):
     # -- what the engine logs -----------------------------------------------------------------------
 
     def take_metrics(self) -> dict[str, float]:
-        """This step's per-worker figures (and resets them)."""
+        """This step's per-worker figures (and resets them); none while the workers are lent to a
+        pipeline's generator, whose batches carry them."""
+        return {} if self._lent else self._take_metrics()
+
+    def _take_metrics(self) -> dict[str, float]:
         m, self._metrics = self._metrics, {}
         out: dict[str, float] = {"rollout/workers": float(len(self.workers))}
         for name in self.names:
@@ -438,6 +457,9 @@ class RayBackend(BackendDefaults):
         return out
 
     def take_events(self) -> list[dict[str, Any]]:
+        return [] if self._lent else self._take_events()
+
+    def _take_events(self) -> list[dict[str, Any]]:
         ev, self._events = self._events, []
         return ev
 
@@ -465,3 +487,39 @@ class RayBackend(BackendDefaults):
         if self._started and ray.is_initialized():
             ray.shutdown()
             self._started = False
+
+
+class RayGenerator(BackendDefaults):
+    """The workers of a `RayBackend` as the backend of an asynchronous pipeline's generator: seeded
+    generation only, weights of its own pushed with `load_state`, a policy version of its own. The
+    workers stay the run's: `close` gives them back to the `RayBackend`, which closes them at the end."""
+
+    def __init__(self, ray_backend: RayBackend) -> None:
+        self.ray = ray_backend
+        self.policy_version = ray_backend.policy_version
+        ray_backend._lent = True
+
+    def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams, *,
+                 generator: torch.Generator | None = None, seeds: Sequence[int] | None = None,
+                 interrupt: Callable[[], bool] | None = None, offset: int = 0) -> GenerationBatch:
+        check_offset(self, offset)
+        if seeds is None:
+            raise WorkbenchError("the pipeline's Ray generator samples with per-group seeds only "
+                                 "(evaluation runs on the trainer's backend)")
+        return self.ray._on_workers(prompts, sampling, seeds, self.expected_new_tokens)
+
+    def update_weights(self, model: torch.nn.Module) -> None:
+        self.load_state(model.state_dict(), self.policy_version + 1)
+
+    def load_state(self, state: Mapping[str, torch.Tensor], version: int) -> None:
+        self.ray._ship(state, version)
+        self.policy_version = version
+
+    def take_metrics(self) -> dict[str, float]:
+        return self.ray._take_metrics()
+
+    def take_events(self) -> list[dict[str, Any]]:
+        return self.ray._take_events()
+
+    def close(self) -> None:
+        self.ray._lent = False

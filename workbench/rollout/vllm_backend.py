@@ -43,12 +43,12 @@ import os
 import socket
 import time
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import torch
 
 from workbench.errors import WorkbenchError
-from workbench.rollout.base import BackendDefaults, GenerationBatch, SamplingParams
+from workbench.rollout.base import BackendDefaults, GenerationBatch, SamplingParams, check_offset
 from workbench.vllm_limits import request_seed, temperature_problem, version_problem
 
 
@@ -338,6 +338,12 @@ class VLLMBackend(BackendDefaults):
             self._version += 1
         self.load_weights((name, p.detach()) for name, p in model.named_parameters())
 
+    def load_state(self, state: Mapping[str, torch.Tensor], version: int) -> None:
+        if self.local is not None:
+            self.local.load_state(state, version)
+        self.load_weights(state.items())
+        self.policy_version = version
+
     def close(self) -> None:
         """Shut vLLM's engine down and free its GPU memory, so that another engine can start in this
         process (sleep mode allows one per process). Safe to call twice."""
@@ -362,7 +368,11 @@ class VLLMBackend(BackendDefaults):
         return self.gap.take()
 
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams, *,
-                 generator: torch.Generator | None = None, seeds: Sequence[int] | None = None) -> GenerationBatch:
+                 generator: torch.Generator | None = None, seeds: Sequence[int] | None = None,
+                 interrupt: Callable[[], bool] | None = None, offset: int = 0) -> GenerationBatch:
+        """vLLM's batch runs to its end (`interruptible` is False); evaluation (no seeds) on the local
+        backend when there is one."""
+        check_offset(self, offset)
         if seeds is None:
             if self.local is not None:
                 return self.local.generate(prompts, sampling, generator=generator)

@@ -114,85 +114,35 @@ def bench_store(rollouts: int, *, path: str | os.PathLike[str] | None = None, re
     if not path:
         os.chmod(root, 0o711)  # a local PostgreSQL server (another user, when run as root) reaches its data here
     rng = np.random.default_rng(seed + 1)
+    upkeep = 100 if upkeep_every is None else upkeep_every
     try:
         with ExitStack() as stack:
-            upkeep = 100 if upkeep_every is None else upkeep_every
-            if catalog == "postgres":
-                from workbench.store.pglocal import local_postgres
-
-                url = stack.enter_context(local_postgres(root / "pg"))
-                store = stack.enter_context(open_store(catalog=url, data_path=str(root / "data"),
-                                                       threads=threads, upkeep_every=upkeep))
-            else:
-                store = stack.enter_context(open_store(root, threads=threads, upkeep_every=upkeep))
+            store = _open_bench_store(stack, root, catalog, threads, upkeep)
             run_id, start = _bench_run(store, rollouts, seed)
             syn = SyntheticRun(run_id, shape, seed=seed)
             for step in range(start):  # a resumed build: replay the generator to where it stopped
                 syn.step(step)
-            tallies = {"baseline": _Tally(), "group": _Tally(), "engine": _Tally()}
             flat = GroupWriter(store, commit_max_rows=commit_max_rows, name="bench-flat")
             paced = GroupWriter(store, commit_max_rows=commit_max_rows, commit_spacing_s=commit_spacing_s,
                                 name="bench-engine")
-            step = start
             t_all = time.perf_counter()
             try:
-                while step < steps:
-                    phase = _phase(step, steps, engine_steps)
-                    block = [step]
-                    while block[-1] + 1 < steps and _phase(block[-1] + 1, steps, engine_steps) == phase:
-                        block.append(block[-1] + 1)
-                    records = [syn.step(s) for s in block]
-                    t, c = time.perf_counter(), time.process_time()
-                    if phase == "baseline":
-                        for record in records:
-                            store.write_step(record)
-                    elif phase == "group":
-                        for record in records:
-                            flat.submit(record)
-                        flat.flush()
-                    else:
-                        for record in records:
-                            begin = time.perf_counter()
-                            paced.submit(record, hold=True)
-                            time.sleep(engine_period_s / 2)
-                            paced.release()  # the engine releases its step when the update starts
-                            time.sleep(max(0.0, begin + engine_period_s - time.perf_counter()))
-                        paced.flush()
-                    tallies[phase].add(len(records) * shape.rollouts_per_step,
-                                       time.perf_counter() - t, time.process_time() - c)
-                    step = block[-1] + 1
-                    if progress is not None:  # every step of the block is committed now
-                        for done in block:
-                            progress(done + 1, steps)
+                tallies = _ingest(store, syn, start, steps, engine_steps, flat, paced, engine_period_s, progress)
             finally:
                 flat.close()
                 paced.close()
             wall_s = time.perf_counter() - t_all
             store.wait_upkeep()
             total = steps * shape.rollouts_per_step
-            base, group = tallies["baseline"].summary(), tallies["group"].summary()
-            commits = flat.commits
+            data_dir = root / "data" if catalog == "postgres" else root
             result: dict[str, Any] = {
                 "rollouts": total, "steps": steps, "rollouts_per_step": shape.rollouts_per_step,
                 "resumed_at_step": start or None, "threads": threads, "catalog": catalog,
                 "commit_max_rows": commit_max_rows, "upkeep_every": upkeep,
-                "ingest_rollouts_per_s": group["rollouts_per_s"],
-                "ingest_rollouts_per_cpu_s": group["rollouts_per_cpu_s"],
-                "visibility_lag_p95_s": _lag_summary(paced.lags)["lag_p95_s"],
-                "group_commit": {**group, **_lag_summary(flat.lags), "commits": len(commits),
-                                 "steps_per_commit_mean": (sum(c[0] for c in commits) / len(commits))
-                                 if commits else None},
-                "step_per_commit": base,
-                "group_vs_step_per_commit": {
-                    "wall": (group["rollouts_per_s"] / base["rollouts_per_s"])
-                    if group["rollouts_per_s"] and base["rollouts_per_s"] else None,
-                    "cpu": (group["rollouts_per_cpu_s"] / base["rollouts_per_cpu_s"])
-                    if group["rollouts_per_cpu_s"] and base["rollouts_per_cpu_s"] else None},
-                "engine_pattern": {**tallies["engine"].summary(), **_lag_summary(paced.lags),
-                                   "period_s": engine_period_s, "commits": len(paced.commits)},
+                **_ingest_figures(tallies, flat, paced, engine_period_s),
                 "ingest_wall_s": wall_s,
                 "upkeep_longest_hold_s": store.longest_upkeep_hold_s,
-                "bytes_per_rollout": _dir_bytes(root / "data" if catalog == "postgres" else root) / total,
+                "bytes_per_rollout": _dir_bytes(data_dir) / total,
             }
             result["p95_ms"], result["median_ms"], result["p95_cpu_ms"] = time_queries(
                 store, run_id, steps, shape, rng, repeats)
@@ -203,14 +153,84 @@ def bench_store(rollouts: int, *, path: str | os.PathLike[str] | None = None, re
                 compact_s = time.perf_counter() - t
                 p95, median, cpu = time_queries(store, run_id, steps, shape, rng, repeats)
                 result["compacted"] = {"compact_s": compact_s, "p95_ms": p95, "median_ms": median, "p95_cpu_ms": cpu,
-                                       "bytes_per_rollout": _dir_bytes(root / "data" if catalog == "postgres"
-                                                                       else root) / total}
+                                       "bytes_per_rollout": _dir_bytes(data_dir) / total}
             result["repeats"] = repeats
             result["store"] = str(root) if keep or path else None
             return result
     finally:
         if not keep and path is None:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def _open_bench_store(stack: ExitStack, root: Path, catalog: str, threads: int | None, upkeep: int) -> Any:
+    """The bench's store at `root`: a store directory, or a local PostgreSQL catalog with the Parquet
+    files beside it (closed with `stack`)."""
+    if catalog == "postgres":
+        from workbench.store.pglocal import local_postgres
+
+        url = stack.enter_context(local_postgres(root / "pg"))
+        return stack.enter_context(open_store(catalog=url, data_path=str(root / "data"), threads=threads,
+                                              upkeep_every=upkeep))
+    return stack.enter_context(open_store(root, threads=threads, upkeep_every=upkeep))
+
+
+def _ingest(store: Any, syn: SyntheticRun, start: int, steps: int, engine_steps: int, flat: GroupWriter,
+            paced: GroupWriter, engine_period_s: float, progress: Callable[[int, int], None] | None
+            ) -> dict[str, _Tally]:
+    """Write steps `start`.. in blocks of one pattern each (see the module docstring); each pattern's tally."""
+    tallies = {"baseline": _Tally(), "group": _Tally(), "engine": _Tally()}
+    step = start
+    while step < steps:
+        phase = _phase(step, steps, engine_steps)
+        block = [step]
+        while block[-1] + 1 < steps and _phase(block[-1] + 1, steps, engine_steps) == phase:
+            block.append(block[-1] + 1)
+        records = [syn.step(s) for s in block]
+        t, c = time.perf_counter(), time.process_time()
+        if phase == "baseline":
+            for record in records:
+                store.write_step(record)
+        elif phase == "group":
+            for record in records:
+                flat.submit(record)
+            flat.flush()
+        else:
+            for record in records:
+                begin = time.perf_counter()
+                paced.submit(record, hold=True)
+                time.sleep(engine_period_s / 2)
+                paced.release()  # the engine releases its step when the update starts
+                time.sleep(max(0.0, begin + engine_period_s - time.perf_counter()))
+            paced.flush()
+        tallies[phase].add(len(records) * syn.shape.rollouts_per_step, time.perf_counter() - t,
+                           time.process_time() - c)
+        step = block[-1] + 1
+        if progress is not None:  # every step of the block is committed now
+            for done in block:
+                progress(done + 1, steps)
+    return tallies
+
+
+def _ingest_figures(tallies: dict[str, _Tally], flat: GroupWriter, paced: GroupWriter,
+                    engine_period_s: float) -> dict[str, Any]:
+    """The ingest part of the result: each pattern's throughput, lags and commits."""
+    base, group = tallies["baseline"].summary(), tallies["group"].summary()
+    commits = flat.commits
+    return {
+        "ingest_rollouts_per_s": group["rollouts_per_s"],
+        "ingest_rollouts_per_cpu_s": group["rollouts_per_cpu_s"],
+        "visibility_lag_p95_s": _lag_summary(paced.lags)["lag_p95_s"],
+        "group_commit": {**group, **_lag_summary(flat.lags), "commits": len(commits),
+                         "steps_per_commit_mean": (sum(c[0] for c in commits) / len(commits)) if commits else None},
+        "step_per_commit": base,
+        "group_vs_step_per_commit": {
+            "wall": (group["rollouts_per_s"] / base["rollouts_per_s"])
+            if group["rollouts_per_s"] and base["rollouts_per_s"] else None,
+            "cpu": (group["rollouts_per_cpu_s"] / base["rollouts_per_cpu_s"])
+            if group["rollouts_per_cpu_s"] and base["rollouts_per_cpu_s"] else None},
+        "engine_pattern": {**tallies["engine"].summary(), **_lag_summary(paced.lags),
+                           "period_s": engine_period_s, "commits": len(paced.commits)},
+    }
 
 
 def _bench_run(store: Any, rollouts: int, seed: int) -> tuple[str, int]:

@@ -22,16 +22,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from workbench.errors import ConfigError
-from workbench.checks import build_config, require
+from workbench.checks import build_config, check
 
 
 def _check_common(where: str, name: str, weight: Any) -> None:
-    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
-        raise ConfigError(f"{where}.weight: {weight!r} is not allowed (must be a finite number)")
-    require(isinstance(name, str) and name.strip() == name and bool(name) and len(name) <= 64,
-            f"{where}.name", f"{name!r} is not allowed (a non-empty name of at most 64 characters, "
-            "no surrounding spaces)")
+    check(not isinstance(weight, bool) and isinstance(weight, (int, float)) and math.isfinite(weight),
+          f"{where}.weight", "a finite number", weight)
+    check(isinstance(name, str) and name.strip() == name and bool(name) and len(name) <= 64, f"{where}.name",
+          "a non-empty name of at most 64 characters, no surrounding spaces", name)
 
 
 @dataclass(frozen=True)
@@ -104,33 +102,34 @@ def parse_term(data: Any, where: str) -> Term:
 
     from workbench.tasks.verifiers import load_user_verifier
 
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where}: expected a table with a kind, got {data!r}")
+    check(isinstance(data, dict), where, "a table with a kind", data)
     kind = data.get("kind")
-    if kind not in TERM_KINDS:
-        raise ConfigError(f"{where}.kind: {kind!r} is not a reward term (allowed: {', '.join(TERM_KINDS)})")
+    check(kind in TERM_KINDS, f"{where}.kind", f"a reward term: {', '.join(TERM_KINDS)}", kind)
     rest = {k: v for k, v in data.items() if k != "kind"}
     if kind == "function" and not rest.get("name") and isinstance(rest.get("path"), str):
         rest["name"] = rest["path"].rpartition(":")[2]
     term = build_config(TERM_KINDS[kind], rest, where=where)
     _check_common(where, term.name, term.weight)
     if isinstance(term, FormatTerm):
-        require(isinstance(term.pattern, str) and bool(term.pattern), f"{where}.pattern",
-                "required (a regular expression)")
+        check(isinstance(term.pattern, str) and bool(term.pattern), f"{where}.pattern",
+              "required: a regular expression", term.pattern)
         try:
             re.compile(term.pattern)
+            problem = ""
         except re.error as exc:
-            raise ConfigError(f"{where}.pattern: {term.pattern!r} is not a regular expression ({exc})") from None
-        require(term.match in ("search", "full"), f"{where}.match", f"{term.match!r}; allowed: search, full")
+            problem = str(exc)
+        check(not problem, f"{where}.pattern", f"not a regular expression: {problem}", term.pattern)
+        check(term.match in ("search", "full"), f"{where}.match", "search or full", term.match)
     elif isinstance(term, OverlongTerm):
         for key, low in (("buffer", 1), ("max_length", 0)):
             value = getattr(term, key)
-            require(isinstance(value, int) and not isinstance(value, bool) and value >= low, f"{where}.{key}",
-                    f"{value!r} is not allowed (an integer >= {low})")
-        require(not term.max_length or term.buffer <= term.max_length, f"{where}.buffer",
-                f"{term.buffer} is longer than max_length {term.max_length}")
+            check(isinstance(value, int) and not isinstance(value, bool) and value >= low, f"{where}.{key}",
+                  f"an integer >= {low}", value)
+        check(not term.max_length or term.buffer <= term.max_length, f"{where}.buffer",
+              f"at most max_length = {term.max_length}", term.buffer)
     elif isinstance(term, FunctionTerm):
-        require(isinstance(term.path, str) and bool(term.path), f"{where}.path", "required (module:function)")
+        check(isinstance(term.path, str) and bool(term.path), f"{where}.path", "required: module:function",
+              term.path)
         load_user_verifier(term.path, where=f"{where}.path")
     return term
 
@@ -145,14 +144,12 @@ class RewardsConfig:
 
     def __post_init__(self) -> None:
         terms = list(self.terms) if isinstance(self.terms, tuple) else self.terms  # a list built as a tuple
-        if not isinstance(terms, list) or not terms:
-            raise ConfigError(f"rewards.terms: {terms!r} is not allowed (a non-empty list of tables)")
+        check(isinstance(terms, list) and bool(terms), "rewards.terms", "a non-empty list of tables", terms)
         parsed = tuple(parse_term(t, f"rewards.terms[{i}]") for i, t in enumerate(self.terms))
         names = [t.name for t in parsed]
         for i, name in enumerate(names):
-            if name in names[:i]:
-                raise ConfigError(f"rewards.terms[{i}].name: {name!r} is used by an earlier term (names are "
-                                  "unique; set `name`)")
+            check(name not in names[:i], f"rewards.terms[{i}].name",
+                  "a name no earlier term uses: names are unique, set `name`", name)
         object.__setattr__(self, "terms", [dict(t) for t in self.terms])  # one form, whoever built it
         object.__setattr__(self, "_parsed", parsed)
 
@@ -163,9 +160,9 @@ class RewardsConfig:
     def check_lengths(self, max_new_tokens: int) -> None:
         """An overlong term's buffer must fit the generation limit it defaults to."""
         for i, t in enumerate(self.parsed()):
-            if isinstance(t, OverlongTerm) and not t.max_length and t.buffer > max_length_of(t, max_new_tokens):
-                raise ConfigError(f"rewards.terms[{i}].buffer: {t.buffer} is longer than the length limit "
-                                  f"sampling.max_new_tokens = {max_new_tokens}")
+            if isinstance(t, OverlongTerm) and not t.max_length:
+                check(t.buffer <= max_length_of(t, max_new_tokens), f"rewards.terms[{i}].buffer",
+                      f"at most the length limit sampling.max_new_tokens = {max_new_tokens}", t.buffer)
 
     DOC_TABLES = [(f'### `[[rewards.terms]]` with kind = "{kind}"', cls) for kind, cls in TERM_KINDS.items()]
 
