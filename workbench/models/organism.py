@@ -327,16 +327,23 @@ def ensure_organism(
     target = organism_dir(store_dir, recipe)
     if (target / META_FILE).is_file() and not force:
         return target
+    return build_into(target, lambda out: build_organism(out, recipe), META_FILE)
+
+
+def build_into(target: Path, build: Any, meta_file: str) -> Path:
+    """Build a model directory into `target` through a temporary sibling renamed into place, so a reader
+    never sees half a model and two builders racing leave one whole copy (`build(out)` writes the model,
+    `meta_file` last). The organism's build and SmolLM2's conversion (`workbench.models.sources`) share it."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
-        build_organism(tmp / "model", recipe)
+        build(tmp / "model")
         if target.exists():
             shutil.rmtree(target)
         try:
             os.replace(tmp / "model", target)
         except OSError:
-            if not (target / META_FILE).is_file():  # not a concurrent builder's finished copy
+            if not (target / meta_file).is_file():  # not a concurrent builder's finished copy
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -29,7 +29,6 @@ import importlib.util
 import json
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -144,20 +143,9 @@ def ensure_smollm2(store_dir: str | os.PathLike, force: bool = False) -> Path:
     target = smollm2_dir(store_dir)
     if (target / META_FILE).is_file() and not force:
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    try:
-        convert_smollm2(tmp / "model")
-        if target.exists():
-            shutil.rmtree(target)
-        try:
-            os.replace(tmp / "model", target)
-        except OSError:
-            if not (target / META_FILE).is_file():  # not a concurrent converter's finished copy
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    from workbench.models.organism import build_into
+
+    return build_into(target, convert_smollm2, META_FILE)
 
 
 def model_dir(source: str, store_dir: str | os.PathLike, recipe: Any = None) -> Path:
