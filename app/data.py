@@ -29,7 +29,7 @@ def store_location() -> str:
     $WORKBENCH_STORE, else ./store."""
     # Under `streamlit run`, sys.argv is the script and its arguments; elsewhere (AppTest, the bench)
     # it belongs to the host process and is not ours to parse.
-    argv = sys.argv[1:] if Path(sys.argv[0]).name == "main.py" else []
+    argv = sys.argv[1:] if Path(sys.argv[0]).name in ("main.py", "serve.py") else []
     for i, arg in enumerate(argv):
         if arg == "--store" and i + 1 < len(argv):
             return argv[i + 1]
