@@ -89,6 +89,7 @@ SHARED_WORKER = {
     # notebooks' file stays apart: its one browser test sits beside two long organism runs.)
     "tests/app/test_browser.py": "browser",
     "tests/app/test_browser_imported.py": "browser",
+    "tests/app/test_browser_gate.py": "browser",
     "tests/app/test_notebook_jupyterlab.py": "browser",
 }
 """Test files that must not run beside each other: a file named here runs on the worker of its group.
