@@ -10,6 +10,7 @@ import datetime as dt
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -62,9 +63,19 @@ def live(live_store_dir, tiny_config):
         wait_until(lambda: last_step(st, run_id) >= 1 or status(st, run_id) == "failed", TIMEOUT_S,
                    "the first step", every=0.3)
         assert status(st, run_id) == "running", log_of(live_store_dir, run_id)
+        assert_below_the_dashboard(st.run(run_id)["pid"])
         yield st, run_id
         if status(st, run_id) in ("running", "paused"):
             os.killpg(st.run(run_id)["pid"], signal.SIGKILL)
+
+
+def assert_below_the_dashboard(pid: int) -> None:
+    """A launched run works at niceness WORKBENCH_RUN_NICE (default 10) with torch's threads waiting
+    quietly (workbench.control.priority)."""
+    assert os.getpriority(os.PRIO_PROCESS, pid) >= 10
+    environ = Path(f"/proc/{pid}/environ")
+    if environ.exists():  # Linux
+        assert f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'PASSIVE')}".encode() in environ.read_bytes()
 
 
 def applied(st, run_id, cid):
@@ -150,6 +161,7 @@ def test_stop_then_resume(live, live_store_dir):
     control.set_budget(st, run_id, 20)
     control.restart_run(st, run_id)
     wait_until(lambda: last_step(st, run_id) >= stopped_at + 2, TIMEOUT_S, "steps after the restart", every=0.3)
+    assert_below_the_dashboard(st.run(run_id)["pid"])  # the resumed process too
     steps = st.run_steps(run_id)["step"].to_list()
     assert steps == list(range(1, max(steps) + 1)), "a step was lost or counted twice"
     applied(st, run_id, control.stop(st, run_id))

@@ -49,3 +49,23 @@ def test_bench_engine_rejects_bad_options():
     assert isinstance(res.exception, ConfigError) and "--workers: '1,x' is not a comma-separated" in str(res.exception)
     res = CliRunner().invoke(app, ["bench", "engine", "--backend", "vllm"])
     assert isinstance(res.exception, ConfigError) and "--backend: 'vllm' is not allowed" in str(res.exception)
+
+
+def test_logging_overhead_interval_brackets_the_median_and_narrows_with_steps():
+    """The bootstrap interval of `bench engine`'s logging overhead: around the median, seeded, and
+    narrower on more steps of the same spread."""
+    import random
+
+    from workbench.experiments.engine_bench import overhead_interval
+
+    rng = random.Random(1)
+    few_on = [{"wall_s": 0.42 + rng.gauss(0, 0.03)} for _ in range(12)]
+    few_off = [{"wall_s": 0.40 + rng.gauss(0, 0.03)} for _ in range(12)]
+    many_on = [{"wall_s": 0.42 + rng.gauss(0, 0.03)} for _ in range(400)]
+    many_off = [{"wall_s": 0.40 + rng.gauss(0, 0.03)} for _ in range(400)]
+    few, many = overhead_interval(few_on, few_off), overhead_interval(many_on, many_off)
+    assert few == overhead_interval(few_on, few_off)  # seeded
+    for x in (few, many):
+        assert x["low"] <= x["median"] <= x["high"] and x["level"] == 0.9
+    assert many["high"] - many["low"] < few["high"] - few["low"]
+    assert many["low"] > 0 and abs(many["median"] - 5.0) < 2.0  # a 5% overhead, resolved on 400 steps

@@ -81,6 +81,26 @@ def median(xs: list[float]) -> float:
     return float(statistics.median(xs)) if xs else float("nan")
 
 
+def overhead_interval(on: list[dict[str, Any]], off: list[dict[str, Any]], *, level: float = 0.9,
+                      resamples: int = 2000, seed: int = 0) -> dict[str, float]:
+    """The logging overhead (median step time with logging over without, in %) with a bootstrap
+    interval: the steps of each side resampled `resamples` times (seeded). Steps of a round sit beside
+    the other side's steps of the same round (the rounds interleave), so drifting load widens the
+    interval instead of moving the figure; an interval that straddles 0 says the overhead is below
+    what this machine can resolve."""
+    import random
+
+    a, b = [m["wall_s"] for m in on], [m["wall_s"] for m in off]
+    if not a or not b:
+        return {"low": float("nan"), "median": float("nan"), "high": float("nan"), "level": level}
+    rng = random.Random(seed)
+    draws = sorted(100 * (median(rng.choices(a, k=len(a))) / median(rng.choices(b, k=len(b))) - 1)
+                   for _ in range(resamples))
+    tail = (1 - level) / 2
+    return {"low": round(draws[int(tail * (resamples - 1))], 2), "median": round(100 * (median(a) / median(b) - 1), 2),
+            "high": round(draws[int((1 - tail) * (resamples - 1))], 2), "level": level}
+
+
 def rollout_vs_bare(cfg, store: Path, repeats: int = 7) -> dict[str, float]:
     """Our rollout phase (generate, decode, verify) against bare `model.generate` of the same grants."""
     import torch
@@ -205,6 +225,7 @@ def bench_engine(*, steps: int = 12, with_trl: bool = True, rounds: int = 2, ove
         "logging_overhead_pct": 100 * (step_on - step_off) / step_off,
         "logging_overhead_pct_per_round": per_round,
         "logging_overhead_pct_median_of_rounds": median(per_round),
+        "logging_overhead_pct_interval": overhead_interval(on, off),
         "rollout_vs_bare_ratio": bare["ratio"],
         "trl_rollouts_per_s": trl["rollouts_per_s"] if trl else None,
         "ratio_vs_trl": (rollouts / step_on) / trl["rollouts_per_s"] if trl else None,
