@@ -8,6 +8,9 @@ browses, timed per page.
 - `hammer` (the soak's earlier reader): every page once a second, the data cache cleared before each,
   so every run reads the store afresh.
 
+Before the clock starts, every page runs once untimed (its imports, as a server that has been up has
+done them) and `<out>.ready` is written; the soak starts its other readers and controls then.
+
 Figures: per page (and `live (refresh)`) the number of runs, p50 and p95 wall milliseconds; overall
 p50 and p95; errors with their first messages.
 """
@@ -56,8 +59,14 @@ def pages_main(spec: dict[str, str], seconds: float, out: str, pattern: str = "p
     timings: dict[str, list[float]] = {name: [] for name in PAGES}
     timings["live (refresh)"] = []
     errors, messages = 0, []
-    end = time.monotonic() + seconds
+    t0 = time.perf_counter()
     at.run()
+    for page in PAGES.values():  # a server that has been up: every page's imports done once, untimed
+        at.switch_page(page)
+        at.run()
+    warmup_s = time.perf_counter() - t0
+    Path(out + ".ready").write_text(f"{warmup_s:.1f}")
+    end = time.monotonic() + seconds
 
     def timed(name: str, switch_to: str | None) -> None:
         nonlocal errors
@@ -96,6 +105,6 @@ def pages_main(spec: dict[str, str], seconds: float, out: str, pattern: str = "p
     every = [t for ts in timings.values() for t in ts]
     overall = quantiles(every)
     Path(out).write_text(json.dumps({
-        "pattern": pattern, "queries": len(every), "errors": errors, "p95_ms": overall["p95_ms"],
+        "pattern": pattern, "warmup_s": round(warmup_s, 1), "queries": len(every), "errors": errors, "p95_ms": overall["p95_ms"],
         "p50_ms": overall["p50_ms"], "pages": {name: quantiles(ts) for name, ts in timings.items()},
         "messages": messages[:10]}))
