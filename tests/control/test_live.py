@@ -73,6 +73,9 @@ def assert_below_the_dashboard(pid: int) -> None:
     """A launched run works at niceness WORKBENCH_RUN_NICE (default 10) with torch's threads waiting
     quietly (workbench.control.priority)."""
     assert os.getpriority(os.PRIO_PROCESS, pid) >= 10
+    group = Path(f"/proc/{pid}/autogroup")
+    if group.exists():  # Linux autogroup scheduling: the run's session is lowered too
+        assert int(group.read_text().split()[-1]) >= 10
     environ = Path(f"/proc/{pid}/environ")
     if environ.exists():  # Linux
         assert f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'PASSIVE')}".encode() in environ.read_bytes()

@@ -40,6 +40,21 @@ def test_a_run_process_lowers_its_priority_only_when_asked():
     assert out[0] == "None"
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/autogroup"), reason="no autogroup scheduling here")
+def test_a_detached_run_lowers_its_sessions_autogroup_too():
+    """With autogroup scheduling, a process's niceness counts only inside its session: a run in a
+    session of its own raises the session's niceness as well, or the dashboard gains nothing."""
+    code = ("from workbench.control.priority import apply_run_priority, autogroup_nice; "
+            "apply_run_priority(); print(autogroup_nice())")
+    env = {**os.environ, RUN_NICE_ENV: "7"}
+    own = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
+                         start_new_session=True).stdout.split()
+    assert int(own[-1]) >= 7
+    mine = open("/proc/self/autogroup").read().split()[-1]
+    shared = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert shared.split()[-1] == mine  # a process in the caller's session leaves the caller's group alone
+
+
 def test_the_cli_sets_quiet_waiting_before_torch():
     code = ("import sys, os; sys.argv = ['workbench', '--version']; import workbench.cli as c\n"
             "try:\n    c.main()\nexcept SystemExit:\n    pass\nprint(os.environ['OMP_WAIT_POLICY'], 'torch' in sys.modules)")

@@ -5,9 +5,10 @@
    imported) and for every process it starts, unless the variable is set already. A spinning waiter
    burns a core another process could use; on a loaded machine it can take a run from seconds to minutes.
 2. Runs started detached (`workbench run --detach`, Launch on the dashboard, Resume / `restart`) work
-   at niceness `WORKBENCH_RUN_NICE` (default 10; 0 keeps the launcher's): the dashboard's page loads
-   win a contended core, the run takes what is left. On an otherwise idle machine niceness costs
-   nothing (the scheduler only weighs it when processes compete).
+   at niceness `WORKBENCH_RUN_NICE` (default 10; 0 keeps the launcher's), and so does their session's
+   autogroup on Linux (see `lower_priority`): the dashboard's page loads win a contended core, the run
+   takes what is left. On an otherwise idle machine niceness costs nothing (the scheduler only weighs
+   it when processes compete).
 """
 
 from __future__ import annotations
@@ -47,13 +48,39 @@ def child_env(env: dict[str, str] | None = None) -> dict[str, str]:
     return {**quiet_waiting(base), RUN_NICE_ENV: str(run_nice(base))}
 
 
+AUTOGROUP = "/proc/self/autogroup"
+
+
 def lower_priority(nice: int) -> int:
     """Raise this process's niceness to `nice` (never lowers it: that needs privileges); returns the
-    niceness in force. Threads and processes started afterwards inherit it."""
+    niceness in force. Threads and processes started afterwards inherit it.
+
+    On Linux with autogroup scheduling (`/proc/sys/kernel/sched_autogroup_enabled`, on by default in
+    most distributions) the scheduler first shares the CPU between sessions, and a process's niceness
+    only counts against processes of its own session; a detached run has a session of its own, so its
+    session's niceness (`/proc/self/autogroup`) is raised too, or the dashboard would gain nothing."""
     current = os.getpriority(os.PRIO_PROCESS, 0)
     if nice > current:
         os.setpriority(os.PRIO_PROCESS, 0, nice)
+    if nice > 0 and os.path.exists(AUTOGROUP) and os.getsid(0) == os.getpid():  # only a session of our own
+        try:
+            with open(AUTOGROUP, "r+") as f:
+                group = f.read().split()
+                if len(group) >= 3 and int(group[-1]) < nice:
+                    f.seek(0)
+                    f.write(str(nice))
+        except (OSError, ValueError):  # no permission, or no autogroup: the process niceness stands
+            pass
     return os.getpriority(os.PRIO_PROCESS, 0)
+
+
+def autogroup_nice() -> int | None:
+    """This process's autogroup niceness (Linux with autogroup scheduling), else None."""
+    try:
+        with open(AUTOGROUP) as f:
+            return int(f.read().split()[-1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def apply_run_priority() -> int | None:
