@@ -17,6 +17,7 @@ import pytest
 from waiting import wait_until
 from workbench import control
 from workbench.control.liveness import refresh_statuses
+from workbench.control.priority import DEFAULT_RUN_NICE, RUN_NICE_ENV
 
 pytestmark = pytest.mark.slow
 
@@ -56,6 +57,7 @@ def live(live_store_dir, tiny_config):
     # steps take ~0.1 s: it must outlive every test of the module; each step is committed before the next
     # starts: the store tells the step in progress exactly
     cfg = tiny_config(name="live", steps=2000, logging__background_writes=False, **LIVE)
+    suite_nice = os.environ.pop(RUN_NICE_ENV, None)  # this run (and its restart) at the default (tests/conftest.py)
     run_id = control.launch(cfg.to_dict(), store=live_store_dir)
     assert time.monotonic() - t0 < 60, "launch must return at once"
     with open_store(live_store_dir) as st:
@@ -64,7 +66,11 @@ def live(live_store_dir, tiny_config):
                    "the first step", every=0.3)
         assert status(st, run_id) == "running", log_of(live_store_dir, run_id)
         assert_below_the_dashboard(st.run(run_id)["pid"])
-        yield st, run_id
+        try:
+            yield st, run_id
+        finally:
+            if suite_nice is not None:
+                os.environ[RUN_NICE_ENV] = suite_nice
         if status(st, run_id) in ("running", "paused"):
             os.killpg(st.run(run_id)["pid"], signal.SIGKILL)
 
@@ -72,10 +78,10 @@ def live(live_store_dir, tiny_config):
 def assert_below_the_dashboard(pid: int) -> None:
     """A launched run works at niceness WORKBENCH_RUN_NICE (default 10) with torch's threads waiting
     quietly (workbench.control.priority)."""
-    assert os.getpriority(os.PRIO_PROCESS, pid) >= 10
+    assert os.getpriority(os.PRIO_PROCESS, pid) >= DEFAULT_RUN_NICE
     group = Path(f"/proc/{pid}/autogroup")
     if group.exists():  # Linux autogroup scheduling: the run's session is lowered too
-        assert int(group.read_text().split()[-1]) >= 10
+        assert int(group.read_text().split()[-1]) >= DEFAULT_RUN_NICE
     environ = Path(f"/proc/{pid}/environ")
     if environ.exists():  # Linux
         assert f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'PASSIVE')}".encode() in environ.read_bytes()
