@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import synth
-from test_browser import CHROMIUM, _free_port, _goto, _settled, browser  # noqa: F401 - browser: a fixture
+from test_browser import CHROMIUM, _free_port, _goto, browser  # noqa: F401 - browser: a fixture
 from waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
