@@ -9,7 +9,7 @@ from typing import Any
 import polars as pl
 import streamlit as st
 
-from app import data
+from app import access, data
 
 CURRENT_RUN = "current_run"
 """Session key holding the run the user last picked on any page (the default on the others)."""
@@ -57,6 +57,9 @@ def send(page: str, action, *args, **kwargs) -> int | None:
     Shows the control id, or the error as text; returns the id or None."""
     from workbench.errors import WorkbenchError
 
+    if not access.allowed(page, action.__name__, args[0] if args and isinstance(args[0], str) else None):
+        return None
+
     try:
         control_id = action(data.store(), *args, who="dashboard", **kwargs)
     except WorkbenchError as exc:
@@ -94,14 +97,17 @@ def lifecycle_buttons(page: str, run_id: str, status: str | None) -> None:
         st.caption(note)
         return
     live = status in ("running", "created", "paused", "stopping")
+    locked = not access.can_control()
+    access.note_if_read_only()
     c1, c2, c3 = st.columns(3)
-    if c1.button("Pause", key=f"{page}_pause", disabled=status != "running", icon=":material/pause:",
+    if c1.button("Pause", key=f"{page}_pause", disabled=locked or status != "running", icon=":material/pause:",
                  use_container_width=True):
         send(page, api.pause, run_id)
-    if c2.button("Resume", key=f"{page}_resume", disabled=status != "paused", icon=":material/play_arrow:",
+    if c2.button("Resume", key=f"{page}_resume", disabled=locked or status != "paused", icon=":material/play_arrow:",
                  use_container_width=True):
         send(page, api.resume, run_id)
-    if c3.button("Stop", key=f"{page}_stop", disabled=not live, icon=":material/stop:", use_container_width=True):
+    if c3.button("Stop", key=f"{page}_stop", disabled=locked or not live, icon=":material/stop:",
+                 use_container_width=True):
         send(page, api.stop, run_id)
 
 

@@ -1,8 +1,10 @@
 """The dashboard's data layer: one cached store handle and cached frames, all through
 `workbench.store`'s readers (no SQL here). Widgets are never read in here: pages pass values in.
 
-Live frames (runs, steps, controls) have a short TTL so the live fragments see new steps; frames of
-finished steps (rollouts, allocations) keep longer.
+Live frames (runs, steps, controls, alerts, ...) are cached per store snapshot (`live`): a page
+reopened, or a live page refreshing, while nothing new was committed answers from cache; the snapshot
+id itself is read at most every LIVE_TTL seconds (one catalog lookup), so a new commit shows within a
+live page's refresh interval. Frames of finished steps (rollouts, allocations) keep BROWSE_TTL.
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ from workbench.correctness import run_rule, with_correct
 from workbench.store import default_store_path, open_store
 
 LIVE_TTL = 2.0
+"""How stale the store's snapshot id may be (the key of every live frame)."""
 BROWSE_TTL = 30.0
+KEYED_TTL = 600.0
+"""How long a live frame answers from cache while nothing new is committed."""
 
 
 def store_location() -> str:
@@ -29,7 +34,7 @@ def store_location() -> str:
     $WORKBENCH_STORE, else ./store."""
     # Under `streamlit run`, sys.argv is the script and its arguments; elsewhere (AppTest, the bench)
     # it belongs to the host process and is not ours to parse.
-    argv = sys.argv[1:] if Path(sys.argv[0]).name == "main.py" else []
+    argv = sys.argv[1:] if Path(sys.argv[0]).name in ("main.py", "serve.py") else []
     for i, arg in enumerate(argv):
         if arg == "--store" and i + 1 < len(argv):
             return argv[i + 1]
@@ -64,10 +69,35 @@ def store():
     return _open(store_location())
 
 
+@st.cache_data(ttl=LIVE_TTL, show_spinner=False)
+def snapshot() -> int:
+    """The store's latest snapshot id, read at most every LIVE_TTL seconds."""
+    return store().snapshot_id()
+
+
+def live(fn):
+    """`fn` cached per store snapshot: answered from cache until a new commit, for up to KEYED_TTL.
+    The wrapper keeps `fn`'s name and a `clear()` as `st.cache_data` gives."""
+    import functools
+
+    def keyed(snap: int, *args, **kwargs):
+        return fn(*args, **kwargs)
+
+    keyed.__qualname__ = keyed.__name__ = f"{fn.__qualname__}_at_snapshot"  # one cache per function
+    cached = st.cache_data(ttl=KEYED_TTL, max_entries=256, show_spinner=False)(keyed)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return cached(snapshot(), *args, **kwargs)
+
+    wrapper.clear = cached.clear
+    return wrapper
+
+
 # --- runs and steps (live) ---------------------------------------------------------------------
 
 
-@st.cache_data(ttl=LIVE_TTL, show_spinner=False)
+@live
 def runs() -> pl.DataFrame:
     return store().list_runs()
 
@@ -87,34 +117,34 @@ def run(run_id: str) -> dict:
     return row
 
 
-@st.cache_data(ttl=LIVE_TTL, show_spinner=False)
+@live
 def steps(run_ids: tuple[str, ...]) -> pl.DataFrame:
     if not run_ids:
         return pl.DataFrame()
     return store().run_steps(list(run_ids))
 
 
-@st.cache_data(ttl=LIVE_TTL, show_spinner=False)
+@live
 def evals(run_id: str) -> pl.DataFrame:
     return store().evals(run_id)
 
 
-@st.cache_data(ttl=LIVE_TTL, show_spinner=False)
+@live
 def passk(run_id: str) -> pl.DataFrame:
     return derive.passk_by_step(evals(run_id))
 
 
-@st.cache_data(ttl=LIVE_TTL, show_spinner=False)
+@live
 def controls(run_id: str) -> pl.DataFrame:
     return store().controls(run_id)
 
 
-@st.cache_data(ttl=LIVE_TTL, show_spinner=False)
+@live
 def events(run_id: str) -> pl.DataFrame:
     return store().events(run_id)
 
 
-@st.cache_data(ttl=LIVE_TTL, show_spinner=False)
+@live
 def run_table() -> pl.DataFrame:
     """The Runs page's table: one row per run with its summary."""
     r = runs()
@@ -134,7 +164,7 @@ ENTROPY_WINDOW_ROLLOUTS = 50_000
 """Most rollouts read to compute per-step entropy quantiles when the engine does not log them."""
 
 
-@st.cache_data(ttl=LIVE_TTL, show_spinner=False)
+@live
 def entropy_quantiles(run_id: str) -> tuple[pl.DataFrame, str]:
     """Per-step quantiles of entropy (columns step, q, value) and where they come from: the step
     metrics `rollout/entropy_p10`, ... when the engine logs them; else the 10/50/90% quantiles of the
@@ -157,13 +187,13 @@ def entropy_quantiles(run_id: str) -> tuple[pl.DataFrame, str]:
         f"quantiles of rollout mean entropy, steps {step_min}–{int(s['step'].max())}")
 
 
-@st.cache_data(ttl=LIVE_TTL, show_spinner=False)
+@live
 def staleness_counts(run_id: str) -> pl.DataFrame:
     """Rollouts the trainer consumed at each staleness (`Store.staleness_counts`)."""
     return store().staleness_counts(run_id)
 
 
-@st.cache_data(ttl=LIVE_TTL, show_spinner=False)
+@live
 def workers(run_id: str) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The run's rollout workers (Ray backend): per step and worker its rollouts/s (`step, worker,
     rollouts_per_s, rollouts`), and per step the weight sync time (`step, weight_sync_s`). Both are
@@ -400,13 +430,13 @@ def step_comparison(run_id: str, before: int, after: int, window: int | None):
 # --- guards: alerts and the attempts a rollback abandoned ----------------------------------------
 
 
-@st.cache_data(ttl=LIVE_TTL, show_spinner=False)
+@live
 def alerts(run_id: str | None = None, status: str | None = None) -> pl.DataFrame:
     """Alerts newest first (of one run, or every run), optionally of one status."""
     return store().alerts(run_id, status=status)
 
 
-@st.cache_data(ttl=LIVE_TTL, show_spinner=False)
+@live
 def attempts(run_id: str) -> list[tuple[str, pl.DataFrame]]:
     """The run's abandoned attempts, oldest first: (label, their steps)."""
     s = store()

@@ -8,9 +8,16 @@ of each group in SHARED_WORKER share one worker."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+# Runs the tests launch detached work at the launcher's priority here, not at the default niceness 10
+# (workbench.control.priority): beside the other pytest-xdist worker at niceness 0 a run at 10 gets a
+# tenth of a core and a test waiting on its steps times out on a busy machine. tests/control/test_live.py
+# launches its run at the default and checks it.
+os.environ.setdefault("WORKBENCH_RUN_NICE", "0")
 
 # No per-example time limit: Hypothesis's default (200 ms) fails a correct test on a busy machine.
 try:  # the GPU check runs its GPU tests where only pytest is installed (dev/gpu-check.sh)
@@ -108,6 +115,7 @@ SHARED_WORKER = {
     "tests/app/test_browser_compare.py": "browser",
     "tests/app/test_browser_pipeline.py": "browser",
     "tests/app/test_browser_imported.py": "browser",
+    "tests/app/test_browser_gate.py": "browser",
     "tests/app/test_notebook_jupyterlab.py": "browser",
 }
 """Test files that must not run beside each other: a file named here runs on the worker of its group.

@@ -56,6 +56,12 @@ for _name in MODULES:
 
 
 def main() -> None:
+    import os
+
+    from workbench.control.priority import QUIET_WAITING
+
+    for key, value in QUIET_WAITING.items():  # before anything imports torch (workbench.control.priority)
+        os.environ.setdefault(key, value)
     try:
         app()
     except WorkbenchError as exc:

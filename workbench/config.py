@@ -213,9 +213,14 @@ class LoggingConfig:
     engine's store on one DuckDB thread, a default organism step took 0.78 s with it vs 0.86 s without."""
     heartbeat_s: float = 2.0
     """Seconds between heartbeats of a running engine."""
+    rollouts_block: int = 0
+    """Benchmark aid (`workbench bench engine`'s logging overhead): above 0, rollouts are logged in
+    alternate blocks of this many steps only (steps 0..n-1 logged, n..2n-1 not, ...), so that one run
+    holds both sides under the same load. 0 (the default): every step as `rollouts` says."""
 
     def __post_init__(self) -> None:
         check(self.heartbeat_s > 0, "logging.heartbeat_s", "a number > 0", self.heartbeat_s)
+        check(self.rollouts_block >= 0, "logging.rollouts_block", "an integer >= 0", self.rollouts_block)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,9 @@ from pathlib import Path
 APP_DIR = Path(__file__).resolve().parents[1] / "app"
 MAIN = APP_DIR / "main.py"
 
+SERVE = APP_DIR / "serve.py"
+"""What `workbench app` runs: `main.py` behind the gate (`app/gate.py`)."""
+
 
 @dataclass(frozen=True)
 class Page:

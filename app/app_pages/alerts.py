@@ -6,7 +6,7 @@ import json
 
 import streamlit as st
 
-from app import charts, components, data, derive
+from app import access, charts, components, data, derive
 from workbench.metrics import PRESENT, lookup
 
 PAGE = "alerts"
@@ -36,7 +36,9 @@ for row in frame.to_dicts():
         with st.expander("values that fired it"):
             st.json(json.loads(row["evidence"]) if row.get("evidence") else {})
         b1, b2 = st.columns([1, 3])
-        if row["status"] == "open" and b1.button("acknowledge", key=f"{PAGE}_ack_{row['alert_id']}"):
+        if (row["status"] == "open" and b1.button("acknowledge", key=f"{PAGE}_ack_{row['alert_id']}",
+                                                  disabled=not access.can_control())
+                and access.allowed(PAGE, "acknowledge", row["run_id"])):
             data.store().set_alert_status(row["alert_id"], "acknowledged")
             data.alerts.clear()
             st.rerun()
@@ -72,7 +74,9 @@ if run_id:
                                       key=f"{PAGE}_guard_temperature")
         lr = g4.number_input("rollback: learning rate after", value=None, min_value=0.0, format="%.2e",
                              key=f"{PAGE}_guard_lr")
-        submitted = st.form_submit_button("Check and add", icon=":material/add_alert:")
+        submitted = st.form_submit_button("Check and add", icon=":material/add_alert:",
+                                          disabled=not access.can_control())
+    access.note_if_read_only()
     if submitted:
         from workbench.control.guards import issue_guard
 

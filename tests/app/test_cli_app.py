@@ -25,7 +25,7 @@ def test_app_command_starts_streamlit_on_the_store(monkeypatch, tmp_path):
     result = runner.invoke(app, ["app", "--store", str(tmp_path), "--port", "8765", "--headless"])
     assert result.exit_code == 0, result.output
     argv = seen["argv"]
-    assert argv[1:4] == ["-m", "streamlit", "run"] and Path(argv[4]) == app_cmd.MAIN
+    assert argv[1:4] == ["-m", "streamlit", "run"] and Path(argv[4]) == app_cmd.SERVE  # main.py behind the gate
     assert argv[argv.index("--server.port") + 1] == "8765"
     assert argv[argv.index("--server.address") + 1] == "127.0.0.1"  # this machine only, unless told
     assert argv[argv.index("--server.headless") + 1] == "true"

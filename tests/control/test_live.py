@@ -10,12 +10,14 @@ import datetime as dt
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
 from waiting import wait_until
 from workbench import control
 from workbench.control.liveness import refresh_statuses
+from workbench.control.priority import DEFAULT_RUN_NICE, RUN_NICE_ENV
 
 pytestmark = pytest.mark.slow
 
@@ -55,6 +57,7 @@ def live(live_store_dir, tiny_config):
     # steps take ~0.1 s: it must outlive every test of the module; each step is committed before the next
     # starts: the store tells the step in progress exactly
     cfg = tiny_config(name="live", steps=2000, logging__background_writes=False, **LIVE)
+    suite_nice = os.environ.pop(RUN_NICE_ENV, None)  # this run (and its restart) at the default (tests/conftest.py)
     run_id = control.launch(cfg.to_dict(), store=live_store_dir)
     assert time.monotonic() - t0 < 60, "launch must return at once"
     with open_store(live_store_dir) as st:
@@ -62,9 +65,26 @@ def live(live_store_dir, tiny_config):
         wait_until(lambda: last_step(st, run_id) >= 1 or status(st, run_id) == "failed", TIMEOUT_S,
                    "the first step", every=0.3)
         assert status(st, run_id) == "running", log_of(live_store_dir, run_id)
-        yield st, run_id
+        assert_below_the_dashboard(st.run(run_id)["pid"])
+        try:
+            yield st, run_id
+        finally:
+            if suite_nice is not None:
+                os.environ[RUN_NICE_ENV] = suite_nice
         if status(st, run_id) in ("running", "paused"):
             os.killpg(st.run(run_id)["pid"], signal.SIGKILL)
+
+
+def assert_below_the_dashboard(pid: int) -> None:
+    """A launched run works at niceness WORKBENCH_RUN_NICE (default 10) with torch's threads waiting
+    quietly (workbench.control.priority)."""
+    assert os.getpriority(os.PRIO_PROCESS, pid) >= DEFAULT_RUN_NICE
+    group = Path(f"/proc/{pid}/autogroup")
+    if group.exists():  # Linux autogroup scheduling: the run's session is lowered too
+        assert int(group.read_text().split()[-1]) >= DEFAULT_RUN_NICE
+    environ = Path(f"/proc/{pid}/environ")
+    if environ.exists():  # Linux
+        assert f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'PASSIVE')}".encode() in environ.read_bytes()
 
 
 def applied(st, run_id, cid):
@@ -150,6 +170,7 @@ def test_stop_then_resume(live, live_store_dir):
     control.set_budget(st, run_id, 20)
     control.restart_run(st, run_id)
     wait_until(lambda: last_step(st, run_id) >= stopped_at + 2, TIMEOUT_S, "steps after the restart", every=0.3)
+    assert_below_the_dashboard(st.run(run_id)["pid"])  # the resumed process too
     steps = st.run_steps(run_id)["step"].to_list()
     assert steps == list(range(1, max(steps) + 1)), "a step was lost or counted twice"
     applied(st, run_id, control.stop(st, run_id))

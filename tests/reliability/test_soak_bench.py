@@ -1,5 +1,6 @@
 """R2 load, the CI version: three runs, the dashboard's pages, a notebook-style reader and live control on
-one store for 2 minutes: no failed commit, no reader error, no torn read, every rejection intended."""
+one store for 2 minutes: no failed commit, no reader error, no torn read, every rejection intended; the
+dashboard's page timings recorded per page (a person's browsing), and the runs' steps/s alone and beside it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 def test_two_minutes_of_load_on_one_store(organism_models, tmp_path):
     from workbench.experiments.soak import bench_soak
 
-    out = bench_soak(2.0, models=organism_models, workdir=tmp_path / "soak")
+    out = bench_soak(2.0, models=organism_models, workdir=tmp_path / "soak", baseline_s=15)
     assert out["failed_commits"] == 0, out["errors"]
     assert out["reader_errors"] == 0, out["errors"]
     assert out["torn_reads"] == 0, out["errors"]
@@ -20,3 +21,14 @@ def test_two_minutes_of_load_on_one_store(organism_models, tmp_path):
     assert out["controls_rejected"] == out["controls_rejected_intended"]
     assert out["controls_pending"] == 0
     assert set(out["final_status"].values()) == {"stopped"}
+    pages = out["page_ms"]
+    assert pages["pattern"] == "person"
+    from workbench.dashboard import PAGES
+
+    assert set(pages["pages"]) == {*PAGES, "live (refresh)"}
+    assert all(p["n"] >= 1 and 0 < p["p50_ms"] <= p["p95_ms"] for name, p in pages["pages"].items()
+               if name != "live (refresh)")  # every page timed at least once in 2 minutes
+    assert pages["pages"]["live (refresh)"]["n"] >= 1
+    assert 0 < pages["overall"]["p50_ms"] <= pages["overall"]["p95_ms"]
+    rates = out["steps_per_s"]
+    assert rates["alone"] > 0 and rates["with_dashboard"] > 0 and rates["alone_s"] == 15

@@ -35,6 +35,7 @@ def test_bench_engine_json_without_trl(no_trl, organism_store, tiny_config, tmp_
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert out["rollouts_per_s"] > 0 and out["trl_rollouts_per_s"] is None and out["ratio_vs_trl"] is None
+    assert out["logging_overhead_interleaved"]["block"] == engine_bench.INTERLEAVE_BLOCK
     assert "pip install -e '.[trl]'" in out["trl_missing"]
     err = [line for line in res.stderr.splitlines() if "TRL" in line or "trl" in line]  # (model loading bars aside)
     assert len(err) == 1 and "trl is not installed: add the peer with: pip install -e '.[trl]'" in err[0]
@@ -49,3 +50,39 @@ def test_bench_engine_rejects_bad_options():
     assert isinstance(res.exception, ConfigError) and "--workers: '1,x' is not a comma-separated" in str(res.exception)
     res = CliRunner().invoke(app, ["bench", "engine", "--backend", "vllm"])
     assert isinstance(res.exception, ConfigError) and "--backend: 'vllm' is not allowed" in str(res.exception)
+
+
+def test_logging_overhead_interval_brackets_the_median_and_narrows_with_steps():
+    """The bootstrap interval of `bench engine`'s logging overhead: around the median, seeded, and
+    narrower on more steps of the same spread."""
+    import random
+
+    from workbench.experiments.engine_bench import overhead_interval
+
+    rng = random.Random(1)
+    few_on = [{"wall_s": 0.42 + rng.gauss(0, 0.03)} for _ in range(12)]
+    few_off = [{"wall_s": 0.40 + rng.gauss(0, 0.03)} for _ in range(12)]
+    many_on = [{"wall_s": 0.42 + rng.gauss(0, 0.03)} for _ in range(400)]
+    many_off = [{"wall_s": 0.40 + rng.gauss(0, 0.03)} for _ in range(400)]
+    few, many = overhead_interval(few_on, few_off), overhead_interval(many_on, many_off)
+    assert few == overhead_interval(few_on, few_off)  # seeded
+    for x in (few, many):
+        assert x["low"] <= x["median"] <= x["high"] and x["level"] == 0.9
+    assert many["high"] - many["low"] < few["high"] - few["low"]
+    assert many["low"] > 0 and abs(many["median"] - 5.0) < 2.0  # a 5% overhead, resolved on 400 steps
+
+
+def test_rollouts_block_logs_rollouts_in_alternate_blocks(store_dir, tiny_config):
+    """`logging.rollouts_block=2`: the steps of every other block of two have rollouts in the store,
+    the others none; every step has its steps row."""
+    from workbench.engine import run
+    from workbench.engine.loop import logs_rollouts
+    from workbench.store import open_store
+
+    cfg = tiny_config(steps=6, eval__every=0, logging__rollouts_block=2)
+    run_id = run(cfg, store=str(store_dir), store_dir=store_dir)
+    with open_store(store_dir, read_only=True) as store:
+        steps = store.run_steps(run_id)["step"].to_list()
+        logged = set(store.sql("SELECT DISTINCT step FROM rollouts WHERE run_id = ?", [run_id])["step"].to_list())
+    assert len(steps) == 6
+    assert logged == {s for s in steps if logs_rollouts(2, s)} and 0 < len(logged) < len(steps)

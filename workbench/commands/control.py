@@ -217,3 +217,21 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         else:
             for k, v in result.items():
                 typer.echo(f"{k}: {v}")
+
+    @bench.command("priority")
+    def bench_priority_cmd(
+        threads: Annotated[int, typer.Option("--threads", help="Torch threads of the training loop.")] = 2,
+        iters: Annotated[int, typer.Option("--iters", help="Training iterations per timed loop.")] = 300,
+        busy: Annotated[int, typer.Option("--busy", help="Busy single-threaded processes beside it.")] = 1,
+        repeats: Annotated[int, typer.Option("--repeats", help="Interleaved repeats (medians reported).")] = 3,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """What the defaults for runs the workbench starts cost and give: OMP_WAIT_POLICY=PASSIVE against
+        ACTIVE alone and beside busy processes, niceness 10 against 0 beside them (wall s, busy CPU share)."""
+        from workbench.experiments.priority_bench import bench_priority
+
+        result = bench_priority(threads=threads, iters=iters, busy=busy, repeats=repeats)
+        if as_json:
+            print_json(result)
+        else:
+            typer.echo(json.dumps(result, indent=2))

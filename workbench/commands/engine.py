@@ -122,6 +122,10 @@ def run_cmd(
     overrides += [f'name="{name}"'] if name else []
     cfg = load_config(config, overrides)  # every bad value rejected before anything starts
     root = store_path(store)
+    if not detach:
+        from workbench.control.priority import apply_run_priority
+
+        apply_run_priority()  # a detached run's launcher asked for a lower priority
     if detach:
         from workbench.control.launch import launch
 
@@ -138,8 +142,10 @@ def resume_cmd(
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
 ) -> None:
     """Continue a stopped or crashed run from its last checkpoint (the store is rolled back to it)."""
+    from workbench.control.priority import apply_run_priority
     from workbench.engine import resume
 
+    apply_run_priority()  # started by the dashboard's Resume: below the dashboard
     root = store_path(store)
     planned = _planned_steps(root, run)  # an unknown run or store is refused before any bar is drawn
     if quiet:

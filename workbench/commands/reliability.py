@@ -57,17 +57,25 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         seed: Annotated[int, typer.Option("--seed", help="Seed of the control commands.")] = 0,
         workdir: Annotated[Optional[Path], typer.Option("--workdir", help="Directory to run in (kept "
                                                         "afterwards). Default: a temporary one, removed after.")] = None,
+        browse: Annotated[str, typer.Option("--browse", help="person: the pages in turn, the live page "
+                                            "refreshing, the data cache kept; hammer: every page each second, "
+                                            "cache cleared.")] = "person",
+        baseline_s: Annotated[Optional[float], typer.Option("--baseline-s", help="Seconds the runs train alone "
+                                                            "first (steps/s without the dashboard); default a "
+                                                            "fifth of the soak, 15-60 s.")] = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Load: three runs writing one store, every dashboard page each second, a notebook-style reader
         scanning rollouts, control commands every few seconds; failures, torn reads, p95 latency."""
         from workbench.experiments.soak import bench_soak as run_bench
 
-        out = run_bench(minutes, catalog=catalog, seed=seed, workdir=workdir)
+        out = run_bench(minutes, catalog=catalog, seed=seed, workdir=workdir, browse=browse, baseline_s=baseline_s)
         if as_json:
             print_json(out)
             return
         typer.echo(f"commits {out['commits']}, failed {out['failed_commits']}; reader queries "
                    f"{out['reader_queries']}, errors {out['reader_errors']}, torn {out['torn_reads']}; controls "
                    f"applied {out['controls_applied']}, rejected {out['controls_rejected']}; p95 reader ms "
-                   f"{out['p95_reader_ms']}")
+                   f"{out['p95_reader_ms']}; pages p50/p95 ms {out['page_ms']['overall']['p50_ms']}/"
+                   f"{out['page_ms']['overall']['p95_ms']}; steps/s alone {out['steps_per_s']['alone']}, with the "
+                   f"dashboard {out['steps_per_s']['with_dashboard']}")

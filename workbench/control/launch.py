@@ -9,7 +9,8 @@ bad field is reported before anything starts), creates the run's row in the stor
 in its own session (own process group: closing the dashboard or a terminal does not kill it), with
 stdout and stderr in `<store>/runs/<run id>/run.log`. It returns the run id at once; the engine
 adopts the row, heart-beats, and reports its status there. `restart(store, run_id)` starts
-`workbench resume RUN` the same way for a stopped or crashed run.
+`workbench resume RUN` the same way for a stopped or crashed run. Both work at a lower CPU priority
+than the dashboard and with torch's threads waiting quietly (`workbench.control.priority`).
 """
 
 from __future__ import annotations
@@ -223,7 +224,9 @@ def spawn(argv: list[str], log_path: Path, env_extra: dict[str, str] | None = No
     _reap()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "workbench.cli", *argv]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env_extra or {})}
+    from workbench.control.priority import child_env
+
+    env = {**child_env(), "PYTHONUNBUFFERED": "1", **(env_extra or {})}  # quiet waiting; the run lowers its own priority
     with open(log_path, "ab") as log:
         log.write(f"# {time.strftime('%Y-%m-%dT%H:%M:%S%z')} {' '.join(cmd)}\n".encode())
         log.flush()

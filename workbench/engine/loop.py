@@ -260,7 +260,7 @@ def record(s: Setup, run_id: str, batch: Batch, upd: Update, eval_rows: list[dic
         metrics = _step_metrics(s, batch, upd)
         metrics.update(eval_metrics)
         table = None
-        if cfg.logging.rollouts and r.n:
+        if cfg.logging.rollouts and r.n and logs_rollouts(cfg.logging.rollouts_block, batch.step):
             table = rollouts_table(run_id, batch.step, r, prompt_ids=s.train_ids, idx=_idx(upd.gidx),
                                    advantage=upd.adv, used=upd.used, token_ids=cfg.logging.token_ids,
                                    token_entropy=cfg.logging.token_entropy, staleness=upd.staleness,
@@ -281,6 +281,11 @@ def record(s: Setup, run_id: str, batch: Batch, upd: Update, eval_rows: list[dic
     s.writer.write(batch.step, metrics, table, batch.alloc_rows, batch.prompt_rows, eval_rows,
                    prompts, events)  # the store skips known prompts
     return metrics, table
+
+
+def logs_rollouts(block: int, step: int) -> bool:
+    """Whether `step` logs its rollouts under `logging.rollouts_block` (0: always)."""
+    return block <= 0 or (step // block) % 2 == 0
 
 
 def _idx(gidx: np.ndarray) -> np.ndarray:

@@ -81,6 +81,42 @@ def median(xs: list[float]) -> float:
     return float(statistics.median(xs)) if xs else float("nan")
 
 
+INTERLEAVE_BLOCK = 4
+"""Steps per block in the interleaved logging run: rollouts logged in one block, not in the next."""
+
+
+def interleaved_overhead(marks: list[dict[str, Any]], block: int) -> dict[str, float]:
+    """The logging overhead within runs whose rollouts were logged in alternate blocks of `block`
+    steps (`logging.rollouts_block`): steps of logged blocks against steps of unlogged ones, the first
+    step of each block left out (it still carries the previous block's background commit)."""
+    from workbench.engine.loop import logs_rollouts
+
+    body = [m for m in marks if m["step"] % block != 0]
+    on = [m for m in body if logs_rollouts(block, m["step"])]
+    off = [m for m in body if not logs_rollouts(block, m["step"])]
+    return {**overhead_interval(on, off), "steps_on": len(on), "steps_off": len(off), "block": block}
+
+
+def overhead_interval(on: list[dict[str, Any]], off: list[dict[str, Any]], *, level: float = 0.9,
+                      resamples: int = 2000, seed: int = 0) -> dict[str, float]:
+    """The logging overhead (median step time with logging over without, in %) with a bootstrap
+    interval: the steps of each side resampled `resamples` times (seeded). Steps of a round sit beside
+    the other side's steps of the same round (the rounds interleave), so drifting load widens the
+    interval instead of moving the figure; an interval that straddles 0 says the overhead is below
+    what this machine can resolve."""
+    import random
+
+    a, b = [m["wall_s"] for m in on], [m["wall_s"] for m in off]
+    if not a or not b:
+        return {"low": float("nan"), "median": float("nan"), "high": float("nan"), "level": level}
+    rng = random.Random(seed)
+    draws = sorted(100 * (median(rng.choices(a, k=len(a))) / median(rng.choices(b, k=len(b))) - 1)
+                   for _ in range(resamples))
+    tail = (1 - level) / 2
+    return {"low": round(draws[int(tail * (resamples - 1))], 2), "median": round(100 * (median(a) / median(b) - 1), 2),
+            "high": round(draws[int((1 - tail) * (resamples - 1))], 2), "level": level}
+
+
 def rollout_vs_bare(cfg, store: Path, repeats: int = 7) -> dict[str, float]:
     """Our rollout phase (generate, decode, verify) against bare `model.generate` of the same grants."""
     import torch
@@ -178,13 +214,16 @@ def bench_engine(*, steps: int = 12, with_trl: bool = True, rounds: int = 2, ove
     base_over += list(overrides or [])
     on_cfg = base_config(base_over, base)
     off_cfg = base_config(base_over + ["logging.rollouts=false"], base)
+    inter_cfg = base_config([*base_over[:-1], f"steps={2 * steps + WARMUP_STEPS + 1}",
+                             f"logging.rollouts_block={INTERLEAVE_BLOCK}"], base)
     ray_cfgs = {n: base_config(base_over + ["rollout.backend=\"ray\"", f"rollout.workers={n}"], base)
                 for n in (workers or [1, 2])} if backend == "ray" else {}
     absent = missing_peer() if with_trl else None
     cache_dir = Path(cache) if cache else default_store_path()
     with temp_store(cache_dir, on_cfg) as store, _ray_runtime(bool(ray_cfgs)):
-        on, off, ray_marks, per_round = [], [], {n: [] for n in ray_cfgs}, []
+        on, off, ray_marks, per_round, inter = [], [], {n: [] for n in ray_cfgs}, [], []
         for _ in range(rounds):  # interleaved, so drifting machine load hits every side alike
+            inter += timed_run(inter_cfg, store)
             a, b = timed_run(on_cfg, store), timed_run(off_cfg, store)
             on, off = on + a, off + b
             a_s, b_s = median([m["wall_s"] for m in a]), median([m["wall_s"] for m in b])
@@ -205,6 +244,8 @@ def bench_engine(*, steps: int = 12, with_trl: bool = True, rounds: int = 2, ove
         "logging_overhead_pct": 100 * (step_on - step_off) / step_off,
         "logging_overhead_pct_per_round": per_round,
         "logging_overhead_pct_median_of_rounds": median(per_round),
+        "logging_overhead_pct_interval": overhead_interval(on, off),
+        "logging_overhead_interleaved": interleaved_overhead(inter, INTERLEAVE_BLOCK),
         "rollout_vs_bare_ratio": bare["ratio"],
         "trl_rollouts_per_s": trl["rollouts_per_s"] if trl else None,
         "ratio_vs_trl": (rollouts / step_on) / trl["rollouts_per_s"] if trl else None,

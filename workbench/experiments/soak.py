@@ -5,8 +5,9 @@ What runs at once (each a separate process, except the controller):
 
 - three engine processes (`workbench.engine.run`, the small organism, 8 prompts x 4 rollouts per
   step, group commit on, an evaluation every 20 steps, a checkpoint every 25) writing one store;
-- the dashboard: every page script (`workbench.dashboard.PAGES`) run with Streamlit's AppTest,
-  each page once per second, the data cache cleared before each run so every run reads the store;
+- the dashboard: every page script (`workbench.dashboard.PAGES`) run with Streamlit's AppTest as a
+  person browses (`workbench.experiments.soak_pages`: the pages in turn, the live page refreshing;
+  `browse="hammer"`: every page each second with the data cache cleared), timed per page;
 - a notebook-style reader: a full scan of every run's rollouts (per-token entropy included) into
   Polars, then the entropy-by-step analysis, and a whole-step check in ONE statement (one snapshot):
   for every visible step, its `steps` row, its on-policy rollouts (as many as `steps.rollouts`), its
@@ -20,7 +21,9 @@ At the end every run is stopped with the `stop` command and the store is read on
 Figures: `commits` (snapshots committed during the soak, every writer: steps, heartbeats, controls,
 events), `failed_commits` (runs failed and commit errors in their logs), `reader_queries`,
 `reader_errors`, `torn_reads`, `controls_applied`, `controls_rejected` (and how many of them were the
-invalid ones sent on purpose), p95 reader latency per reader. Target: 0 failed commits, 0 reader
+invalid ones sent on purpose), p95 reader latency per reader, `page_ms` (p50/p95 per page and
+overall), `steps_per_s` (the runs alone for `baseline_s` before the soak, then during it: the ratio is
+what the dashboard, the reader and the controls cost them; pauses sent by the controller count). Target: 0 failed commits, 0 reader
 errors, 0 torn reads, every rejection an intended one.
 
 `catalog="postgres"` starts a throw-away PostgreSQL server (the installed binaries, a temporary
@@ -43,6 +46,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+from workbench.control.priority import run_nice
 from workbench.errors import WorkbenchError
 from workbench.store.audit import control_counts, last_snapshot, rollout_scan, row_count, steps_per_run, whole_steps
 
@@ -90,8 +94,10 @@ def postgres_catalog() -> Iterator[str]:
 
 def _engine_main(spec: dict[str, str], store_dir: str, run_id: str, config: str) -> None:
     from workbench.config import load_config
+    from workbench.control.priority import apply_run_priority
     from workbench.engine import run
 
+    apply_run_priority()  # as a run the dashboard launches (WORKBENCH_RUN_NICE, set by _spawn)
     with open_spec(spec, threads=1) as store:
         run(load_config(config), store=store, run_id=run_id, store_dir=store_dir)
 
@@ -101,46 +107,6 @@ def _p95(values: list[float]) -> float | None:
         return None
     v = sorted(values)
     return round(v[min(len(v) - 1, int(0.95 * len(v)))], 1)
-
-
-def _pages_main(spec: dict[str, str], seconds: float, out: str) -> None:
-    """Run every dashboard page once per second (cache cleared first); counts and latencies."""
-    import streamlit as st
-    from streamlit.testing.v1 import AppTest
-
-    from workbench.dashboard import MAIN, PAGES
-
-    if "path" in spec:
-        os.environ["WORKBENCH_STORE"] = spec["path"]
-    else:  # the dashboard opens a store by directory; hand it the catalog's store instead
-        import app.data
-
-        app.data.open_store = lambda _location: open_spec(spec)
-    at = AppTest.from_file(str(MAIN), default_timeout=120)
-    queries, errors, lat, messages = 0, 0, [], []
-    end = time.monotonic() + seconds
-    at.run()
-    while time.monotonic() < end:
-        t_round = time.monotonic()
-        for page in PAGES.values():
-            if time.monotonic() >= end:
-                break
-            t0 = time.perf_counter()
-            try:
-                at.switch_page(page)
-                st.cache_data.clear()
-                at.run()
-                failed = [str(e.value) for e in at.exception]
-            except Exception as exc:  # noqa: BLE001 - counted and reported
-                failed = [f"{type(exc).__name__}: {exc}"]
-            lat.append((time.perf_counter() - t0) * 1000.0)
-            queries += 1
-            if failed:
-                errors += 1
-                messages.append(f"{page}: {failed[0][:300]}")
-        time.sleep(max(0.0, 1.0 - (time.monotonic() - t_round)))
-    Path(out).write_text(json.dumps({"queries": queries, "errors": errors, "p95_ms": _p95(lat),
-                                     "p50_ms": _p50(lat), "messages": messages[:10]}))
 
 
 def _p50(values: list[float]) -> float | None:
@@ -188,8 +154,14 @@ def _scan_main(spec: dict[str, str], runs: list[str], seconds: float, out: str) 
                                      "messages": messages[:10]}))
 
 
-def _spawn(args: list[str], log: Path) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+def _spawn(args: list[str], log: Path, *, run: bool = False) -> subprocess.Popen:
+    """A soak process; with `run`, in the environment of a run the workbench launches (lower
+    priority, quiet waiting: `workbench.control.priority`)."""
+    from workbench.control.priority import RUN_NICE_ENV, child_env
+
+    env = {**(child_env() if run else os.environ), "PYTHONUNBUFFERED": "1"}
+    if not run:
+        env.pop(RUN_NICE_ENV, None)
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
     env.pop("WORKBENCH_FAULT", None)
@@ -240,10 +212,17 @@ def _control_round(store: Any, run_id: str, rng: random.Random, sent: dict[str, 
 
 def bench_soak(minutes: float = 10.0, *, catalog: str = "sqlite", seed: int = 0,
                control_every_s: float = 4.0, models: Path | str | None = None,
-               workdir: Path | str | None = None) -> dict[str, Any]:
-    """Run the soak for `minutes` (see the module docstring); its figures."""
+               workdir: Path | str | None = None, browse: str = "person",
+               baseline_s: float | None = None) -> dict[str, Any]:
+    """Run the soak for `minutes` (see the module docstring); its figures. Before the soak, the runs
+    train `baseline_s` seconds alone (default a fifth of the soak, 15 to 60 s): `steps_per_s` compares."""
+    from workbench.experiments.soak_pages import PATTERNS
+
     if catalog not in ("sqlite", "postgres"):
         raise WorkbenchError(f"bench soak: --catalog must be sqlite or postgres, got {catalog!r}")
+    if browse not in PATTERNS:
+        raise WorkbenchError(f"bench soak: --browse must be one of {', '.join(PATTERNS)}, got {browse!r}")
+    baseline_s = min(60.0, max(15.0, minutes * 12.0)) if baseline_s is None else float(baseline_s)
     if minutes <= 0:
         raise WorkbenchError(f"bench soak: --minutes must be > 0, got {minutes}")
     tmp = Path(tempfile.mkdtemp(prefix="workbench-soak-")) if workdir is None else Path(workdir)
@@ -256,15 +235,15 @@ def bench_soak(minutes: float = 10.0, *, catalog: str = "sqlite", seed: int = 0,
         if catalog == "postgres":
             with postgres_catalog() as url:
                 return _soak({"catalog": url, "data_path": str(root / "data")}, root, minutes, seed,
-                             control_every_s, catalog)
-        return _soak({"path": str(root)}, root, minutes, seed, control_every_s, catalog)
+                             control_every_s, catalog, browse, baseline_s)
+        return _soak({"path": str(root)}, root, minutes, seed, control_every_s, catalog, browse, baseline_s)
     finally:
         if workdir is None:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _soak(spec: dict[str, str], root: Path, minutes: float, seed: int, control_every_s: float,
-          catalog: str) -> dict[str, Any]:
+          catalog: str, browse: str, baseline_s: float) -> dict[str, Any]:
     from workbench.config_docs import to_toml
     from workbench.control import api
     from workbench.engine.setup import model_path
@@ -279,7 +258,7 @@ def _soak(spec: dict[str, str], root: Path, minutes: float, seed: int, control_e
         runs = [store.create_run(f"soak-{i}", cfg.to_dict(), cfg.seed, status="created") for i in range(RUNS)]
         snap0 = last_snapshot(store)
     logs = root / "soak"
-    engines = [_spawn(["engine", json.dumps(spec), str(root), rid, str(config)], logs / f"{rid}.log")
+    engines = [_spawn(["engine", json.dumps(spec), str(root), rid, str(config)], logs / f"{rid}.log", run=True)
                for rid in runs]
     procs: list[subprocess.Popen] = list(engines)
     rng = random.Random(seed)
@@ -289,13 +268,19 @@ def _soak(spec: dict[str, str], root: Path, minutes: float, seed: int, control_e
     try:
         with open_spec(spec) as store:
             _wait_steps(store, runs, engines, logs)
+            alone = _steps_per_s(store, runs, baseline_s)  # the same runs, no dashboard, no reader
             seconds = minutes * 60.0
+            pages = _spawn(["pages", json.dumps(spec), str(seconds), str(logs / "pages.json"), browse],
+                           logs / "pages.log")
+            procs.append(pages)
+            _wait_ready(pages, logs / "pages.json.ready", logs / "pages.log")
+            before = (_step_count(store, runs), time.monotonic())
             readers = [
-                _spawn(["pages", json.dumps(spec), str(seconds), str(logs / "pages.json")], logs / "pages.log"),
+                pages,
                 _spawn(["scan", json.dumps(spec), ",".join(runs), str(seconds), str(logs / "scan.json")],
                        logs / "scan.log"),
             ]
-            procs += readers
+            procs += readers[1:]
             end = time.monotonic() + seconds
             while time.monotonic() < end:
                 time.sleep(min(rng.uniform(0.5, 1.5) * control_every_s, max(0.0, end - time.monotonic())))
@@ -305,6 +290,7 @@ def _soak(spec: dict[str, str], root: Path, minutes: float, seed: int, control_e
                     _control_round(store, rng.choice(runs), rng, sent)
                 except Exception as exc:  # noqa: BLE001 - counted and reported
                     control_errors.append(f"{type(exc).__name__}: {exc}"[:300])
+            loaded = (_step_count(store, runs) - before[0]) / max(1e-9, time.monotonic() - before[1])
             for p in readers:
                 p.wait(timeout=300)
             for rid in runs:
@@ -321,8 +307,33 @@ def _soak(spec: dict[str, str], root: Path, minutes: float, seed: int, control_e
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
-    result.update(minutes=minutes, catalog=catalog, runs=RUNS, wall_s=round(soak_s, 1), seed=seed)
+    result.update(minutes=minutes, catalog=catalog, runs=RUNS, wall_s=round(soak_s, 1), seed=seed,
+                  run_nice=run_nice(), steps_per_s={"alone": round(alone, 3), "with_dashboard": round(loaded, 3),
+                                                    "ratio": round(loaded / alone, 3) if alone else None,
+                                                    "alone_s": baseline_s})
     return result
+
+
+def _wait_ready(proc: subprocess.Popen, ready: Path, log: Path) -> None:
+    """Wait for the dashboard reader's warm-up (every page once) before the soak's clock starts."""
+    deadline = time.monotonic() + 900
+    while not ready.exists():
+        if proc.poll() is not None:
+            raise WorkbenchError(f"bench soak: the dashboard reader exited ({proc.returncode}); see {log}")
+        if time.monotonic() > deadline:
+            raise WorkbenchError("bench soak: the dashboard's pages took over 900 s to load once")
+        time.sleep(0.5)
+
+
+def _step_count(store: Any, runs: list[str]) -> int:
+    return row_count(store, "steps", runs)
+
+
+def _steps_per_s(store: Any, runs: list[str], seconds: float) -> float:
+    """Steps per second of all the runs together over `seconds` with nothing else reading."""
+    n0, t0 = _step_count(store, runs), time.monotonic()
+    time.sleep(seconds)
+    return (_step_count(store, runs) - n0) / max(1e-9, time.monotonic() - t0)
 
 
 def _wait_steps(store: Any, runs: list[str], engines: list[subprocess.Popen], logs: Path) -> None:
@@ -367,6 +378,8 @@ def _figures(store: Any, runs: list[str], snap0: int, logs: Path, sent: dict[str
         "controls_pending": count("pending"),
         "controls_issued": sent["issued"] + len(runs),
         "control_api_errors": len(control_errors),
+        "page_ms": {"pattern": pages["pattern"], "warmup_s": pages["warmup_s"], "overall": {"n": pages["queries"], "p50_ms": pages["p50_ms"],
+                                                             "p95_ms": pages["p95_ms"]}, "pages": pages["pages"]},
         "p95_reader_ms": {"pages": pages["p95_ms"], "scan": scan["p95_ms"]},
         "p50_reader_ms": {"pages": pages["p50_ms"], "scan": scan["p50_ms"]},
         "page_runs": pages["queries"],
@@ -385,7 +398,9 @@ if __name__ == "__main__":
     if role == "engine":
         _engine_main(json.loads(args[0]), args[1], args[2], args[3])
     elif role == "pages":
-        _pages_main(json.loads(args[0]), float(args[1]), args[2])
+        from workbench.experiments.soak_pages import pages_main
+
+        pages_main(json.loads(args[0]), float(args[1]), args[2], args[3])
     elif role == "scan":
         _scan_main(json.loads(args[0]), args[1].split(","), float(args[2]), args[3])
     else:

@@ -69,6 +69,11 @@ class ReaderMixin:
 
     _lake: Lake
 
+    def snapshot_id(self) -> int:
+        """The store's latest committed snapshot (one per commit: a step, a heartbeat, a control). A
+        cache keyed on it answers until something new is committed (the dashboard's live frames)."""
+        return int(self._lake.read("SELECT id FROM lake.current_snapshot()")["id"][0])
+
     def list_runs(self, *, attempts: bool = False) -> pl.DataFrame:
         """Every run, newest first, with its last step and number of steps; the abandoned attempts
         of rolled-back runs only with `attempts` (see `Store.attempts`)."""

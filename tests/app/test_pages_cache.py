@@ -1,0 +1,95 @@
+"""The dashboard's live frames are cached per store snapshot: a page reopened while nothing new was
+committed answers from cache (no store read), and a new commit shows once the snapshot id is re-read
+(within `app.data.LIVE_TTL`, shorter than a live page's refresh)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+import synth  # noqa: E402
+from waiting import wait_until  # noqa: E402
+from workbench.store import open_store  # noqa: E402
+
+MAIN = str(Path(__file__).resolve().parents[2] / "app" / "main.py")
+
+
+def test_reopened_page_reads_nothing_until_a_commit(tmp_path, monkeypatch):
+    import streamlit as st
+
+    from app import data
+
+    path = tmp_path / "store"
+    ids = synth.fill(path, steps=2)
+    monkeypatch.setenv("WORKBENCH_STORE", str(path))
+    st.cache_data.clear()
+    at = AppTest.from_file(MAIN, default_timeout=60)
+    at.run()
+    handle = data.store()
+    reads = []
+    real = handle.list_runs
+    monkeypatch.setattr(handle, "list_runs", lambda *a, **k: reads.append(1) or real(*a, **k))
+    for _ in range(3):  # the Runs page reopened, nothing new committed
+        at.switch_page("app_pages/live.py").run()
+        at.switch_page("app_pages/runs.py").run()
+        assert not at.exception
+    assert reads == []
+    with open_store(path) as store:
+        store.set_run_status(ids[0], "stopped")  # one commit
+
+    def shows_it():
+        at.run()
+        return "stopped" in str(at.dataframe[0].value.to_dict())
+
+    wait_until(shows_it, 30, "the new commit on the Runs page", every=0.5)
+    assert len(reads) >= 1
+    settled = len(reads)
+    at.run()
+    at.run()
+    assert len(reads) == settled  # cached again under the new snapshot
+
+
+HOLD = """
+import fcntl, sqlite3, sys
+lock = open(sys.argv[1] + "/.write.lock", "a+")
+fcntl.flock(lock, fcntl.LOCK_EX)               # the store's writer lock, as during a commit
+con = sqlite3.connect(sys.argv[1] + "/catalog.sqlite", isolation_level=None)
+con.execute("BEGIN IMMEDIATE")                 # the catalog's write transaction, open
+con.execute("UPDATE ducklake_metadata SET value = value WHERE key = 'version'")
+print("held", flush=True)
+sys.stdin.read()                               # until the test closes our stdin
+con.execute("ROLLBACK")
+"""
+
+
+def test_the_dashboards_reads_do_not_wait_on_a_writers_commit(tmp_path, monkeypatch):
+    """A writer in the middle of a commit (the store's write lock and the SQLite catalog's write
+    transaction held, in another process) does not hold up a page: its reads go on (WAL)."""
+    import subprocess
+    import sys
+    import time
+
+    import streamlit as st
+
+    path = tmp_path / "store"
+    ids = synth.fill(path, steps=2)
+    monkeypatch.setenv("WORKBENCH_STORE", str(path))
+    st.cache_data.clear()
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(path)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        t0 = time.monotonic()
+        at = AppTest.from_file(MAIN, default_timeout=60)
+        at.run()
+        assert not at.exception, at.exception
+        shown = at.dataframe[0].value.to_dict()
+        assert all(any(r in str(v) for v in shown.values()) for r in ids)
+        assert holder.poll() is None and time.monotonic() - t0 < 60  # read while the commit was held
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)

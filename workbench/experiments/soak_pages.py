@@ -1,0 +1,110 @@
+"""The dashboard in `workbench bench soak`: every page script run with Streamlit's AppTest as a person
+browses, timed per page.
+
+- `person` (the default): the pages in turn, a second's look at each; the live page left open for
+  LIVE_REFRESHES refreshes at its default interval (LIVE_REFRESH_S; AppTest reruns the whole page where a
+  browser reruns only its live fragments, so these timings are an upper bound). The data cache is
+  kept, as in a real session: a page answers from cache while nothing new was committed.
+- `hammer` (the soak's earlier reader): every page once a second, the data cache cleared before each,
+  so every run reads the store afresh.
+
+Before the clock starts, every page runs once untimed (its imports, as a server that has been up has
+done them) and `<out>.ready` is written; the soak starts its other readers and controls then.
+
+Figures: per page (and `live (refresh)`) the number of runs, p50 and p95 wall milliseconds; overall
+p50 and p95; errors with their first messages.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+PATTERNS = ("person", "hammer")
+LOOK_S = 1.0
+"""How long the person looks at a page before opening the next."""
+LIVE_REFRESHES = 3
+LIVE_REFRESH_S = 5.0
+"""The live page's default refresh interval (app/app_pages/live.py)."""
+
+
+def quantiles(values: list[float]) -> dict[str, Any]:
+    """{"n", "p50_ms", "p95_ms"} of wall milliseconds (None when empty)."""
+    if not values:
+        return {"n": 0, "p50_ms": None, "p95_ms": None}
+    v = sorted(values)
+    return {"n": len(v), "p50_ms": round(statistics.median(v), 1),
+            "p95_ms": round(v[min(len(v) - 1, int(0.95 * len(v)))], 1)}
+
+
+def pages_main(spec: dict[str, str], seconds: float, out: str, pattern: str = "person") -> None:
+    """Browse the dashboard on the store `spec` names for `seconds`; write the figures to `out`."""
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    from workbench.dashboard import MAIN, PAGES
+    from workbench.experiments.soak import open_spec
+
+    if "path" in spec:
+        os.environ["WORKBENCH_STORE"] = spec["path"]
+    else:  # the dashboard opens a store by directory; hand it the catalog's store instead
+        import app.data
+
+        app.data.open_store = lambda _location: open_spec(spec)
+    at = AppTest.from_file(str(MAIN), default_timeout=120)
+    timings: dict[str, list[float]] = {name: [] for name in PAGES}
+    timings["live (refresh)"] = []
+    errors, messages = 0, []
+    t0 = time.perf_counter()
+    at.run()
+    for page in PAGES.values():  # a server that has been up: every page's imports done once, untimed
+        at.switch_page(page)
+        at.run()
+    warmup_s = time.perf_counter() - t0
+    Path(out + ".ready").write_text(f"{warmup_s:.1f}")
+    end = time.monotonic() + seconds
+
+    def timed(name: str, switch_to: str | None) -> None:
+        nonlocal errors
+        t0 = time.perf_counter()
+        try:
+            if switch_to:
+                at.switch_page(switch_to)
+            if pattern == "hammer":
+                st.cache_data.clear()
+            at.run()
+            failed = [str(e.value) for e in at.exception]
+        except Exception as exc:  # noqa: BLE001 - counted and reported
+            failed = [f"{type(exc).__name__}: {exc}"]
+        timings[name].append((time.perf_counter() - t0) * 1000.0)
+        if failed:
+            errors += 1
+            messages.append(f"{name}: {failed[0][:300]}")
+
+    while time.monotonic() < end:
+        t_round = time.monotonic()
+        for name, page in PAGES.items():
+            if time.monotonic() >= end:
+                break
+            timed(name, page)
+            if pattern == "hammer":
+                continue
+            time.sleep(LOOK_S)
+            if name == "live":
+                for _ in range(LIVE_REFRESHES):
+                    if time.monotonic() + LIVE_REFRESH_S >= end:
+                        break
+                    time.sleep(LIVE_REFRESH_S)
+                    timed("live (refresh)", None)
+        if pattern == "hammer":
+            time.sleep(max(0.0, 1.0 - (time.monotonic() - t_round)))
+    every = [t for ts in timings.values() for t in ts]
+    overall = quantiles(every)
+    Path(out).write_text(json.dumps({
+        "pattern": pattern, "warmup_s": round(warmup_s, 1), "queries": len(every), "errors": errors, "p95_ms": overall["p95_ms"],
+        "p50_ms": overall["p50_ms"], "pages": {name: quantiles(ts) for name, ts in timings.items()},
+        "messages": messages[:10]}))
