@@ -29,9 +29,10 @@ def test_two_minutes_of_load_on_one_store(organism_models, tmp_path):
     timed = {name: p for name, p in pages["pages"].items() if p["n"]}
     assert all(0 < p["p50_ms"] <= p["p95_ms"] for p in timed.values()), timed
     # The pages in menu order, a second's look at each, the live page refreshed 3 times: under this load a
-    # page takes 7-14 s (2026-12-03, an idle 2-core machine; docs/dashboard.md), so 2 minutes reach the
-    # first five or six pages. The CI form checks that they are timed; the 5-minute bench judges them.
-    assert {"runs", "live", "rollouts"} <= set(timed), sorted(timed)
+    # page takes 7-14 s on an idle 2-core machine and ~20 s beside other jobs (2026-12-03, dev/LOG.md), so
+    # 2 minutes reach the first two to six pages. The CI form checks that what it reaches is timed; the
+    # 5-minute bench judges the times (issue #34's targets).
+    assert {"runs", "live"} <= set(timed), sorted(timed)
     assert pages["pages"]["live (refresh)"]["n"] >= 1
     assert 0 < pages["overall"]["p50_ms"] <= pages["overall"]["p95_ms"]
     rates = out["steps_per_s"]
