@@ -70,9 +70,9 @@ def store():
 
 
 @st.cache_data(ttl=LIVE_TTL, show_spinner=False)
-def snapshot() -> int:
-    """The store's latest snapshot id, read at most every LIVE_TTL seconds."""
-    return store().snapshot_id()
+def snapshot(location: str) -> int:
+    """The latest snapshot id of the store at `location`, read at most every LIVE_TTL seconds."""
+    return _open(location).snapshot_id()
 
 
 def live(fn):
@@ -80,7 +80,7 @@ def live(fn):
     The wrapper keeps `fn`'s name and a `clear()` as `st.cache_data` gives."""
     import functools
 
-    def keyed(snap: int, *args, **kwargs):
+    def keyed(location: str, snap: int, *args, **kwargs):  # two stores' snapshot ids say nothing of each other
         return fn(*args, **kwargs)
 
     keyed.__qualname__ = keyed.__name__ = f"{fn.__qualname__}_at_snapshot"  # one cache per function
@@ -88,7 +88,8 @@ def live(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        return cached(snapshot(), *args, **kwargs)
+        location = store_location()
+        return cached(location, snapshot(location), *args, **kwargs)
 
     wrapper.clear = cached.clear
     return wrapper
