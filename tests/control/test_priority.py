@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from workbench.control.priority import DEFAULT_RUN_NICE, RUN_NICE_ENV, child_env, run_nice
+from workbench.control.priority import DEFAULT_RUN_NICE, RUN_NICE_ENV, autogroup_nice, child_env, run_nice
 from workbench.errors import ConfigError
 
 
@@ -50,9 +50,11 @@ def test_a_detached_run_lowers_its_sessions_autogroup_too():
     own = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
                          start_new_session=True).stdout.split()
     assert int(own[-1]) >= 7
-    mine = open("/proc/self/autogroup").read().split()[-1]
+    mine = autogroup_nice()
+    if mine is None:  # the file can read empty in a container whose session has no autogroup of its own
+        pytest.skip("this process has no readable autogroup")
     shared = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    assert shared.split()[-1] == mine  # a process in the caller's session leaves the caller's group alone
+    assert shared.split()[-1] == str(mine)  # a process in the caller's session leaves the caller's group alone
 
 
 def test_the_cli_sets_quiet_waiting_before_torch():
