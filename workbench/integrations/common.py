@@ -186,10 +186,7 @@ def text_column(frame: pl.DataFrame, name: str) -> pl.Series:
 
 def find_run(store: Any, source: str, path: Path, name: str) -> str | None:
     """The run an earlier import of `path` in `source` format under `name` created, if any."""
-    runs = store.list_runs()
-    if runs.height == 0 or "source" not in runs.columns:
-        return None
-    runs = runs.filter((pl.col("source") == source) & (pl.col("name") == name))
+    runs = store.runs_from(source, name)
     for run_id, config in runs.select("run_id", "config").iter_rows():
         try:
             where = (json.loads(config) if config else {}).get("import", {}).get("path")

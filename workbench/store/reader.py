@@ -83,6 +83,12 @@ class ReaderMixin:
             "(SELECT run_id, max(step) AS last_step, count(*) AS steps FROM steps GROUP BY run_id) s "
             f"USING (run_id) {where}ORDER BY r.created_at DESC, r.run_id")
 
+    def runs_from(self, source: str, name: str) -> pl.DataFrame:
+        """The id and config of the runs of one source and name, newest first (an importer finding the
+        run an earlier import created, without `list_runs`' join over every step)."""
+        return self._lake.read("SELECT run_id, config FROM runs WHERE source = ? AND name = ? "
+                               "ORDER BY created_at DESC, run_id", [source, name])
+
     def run(self, run_id: str) -> dict[str, Any]:
         """One run's row as a dict (`config` decoded from JSON); StoreError if there is no such run."""
         frame = self._lake.read("SELECT * FROM runs WHERE run_id = ?", [run_id])

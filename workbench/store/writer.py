@@ -79,6 +79,7 @@ class WriterMixin:
                "code_version": code_version, "log_path": log_path, "source": source}
         data = rows_to_arrow("runs", [row], {})
         self._lake.write(lambda cur: insert(cur, "runs", data), f"create run {name!r}")
+        self._last_step[run_id] = -(2**31)  # a new run has no steps: its first write needs no query
         return run_id
 
     def set_run_status(self, run_id: str, status: str, *, error: str | None = None,
