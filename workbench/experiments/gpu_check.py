@@ -59,6 +59,10 @@ GPU_TEST_FILES = ("tests/rollout/test_hf.py", "tests/rollout/test_vllm_parts.py"
 BUDGET_S = {"organism_cuda": 200, "organism_cpu": 90, "qwen05b_cuda": 150, "gpu_tests": 60,
             "vllm_organism": 120, "vllm_qwen05b": 150}
 """Each section's own time limit (seconds); the whole check's limit cuts them shorter."""
+CUDA_ONLY = ("organism_cuda",)
+"""Sections that only check for CUDA and skip without it (the others, qwen05b_cuda's CPU rehearsal and the
+vLLM sections' own reasons, run in their process): skipped without starting one when the check's own
+torch sees no CUDA."""
 REHEARSAL_BUDGET_S = 600
 """Each section's limit in the rehearsal (a shared 2-core machine, where torch alone may take 20 s to import)."""
 MIN_SECTION_S = 20
@@ -265,6 +269,10 @@ def check(*, limit_s: float, rehearse: bool, store: Path | None = None) -> dict[
         left = limit_s - (time.monotonic() - start)
         if left < MIN_SECTION_S:
             report["sections"][name] = {"status": "skipped", "reason": f"out of time ({left:.0f} s left)"}
+            continue
+        if name in CUDA_ONLY and report["environment"].get("cuda") is False:
+            # what its own process would find (it imports torch to see no CUDA: seconds spent on nothing)
+            report["sections"][name] = {"status": "skipped", "reason": "no CUDA", "wall_s": 0.0}
             continue
         print(f"gpu-check: {name} ({left:.0f} s left)", file=sys.stderr, flush=True)
         budget = REHEARSAL_BUDGET_S if rehearse else BUDGET_S[name]
