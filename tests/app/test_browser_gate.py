@@ -8,21 +8,16 @@ this machine) is refused by the Host check."""
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import urllib.error
 import urllib.request
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 import synth
-from test_browser import CHROMIUM, _free_port, _goto, browser  # noqa: F401 - browser: a fixture
+from test_browser import CHROMIUM, _goto, app_server
 from waiting import wait_until
 
-ROOT = Path(__file__).resolve().parents[2]
 CONTROL, READ = "control-token-for-the-browser-test", "read-token-for-the-browser-test"
 
 pytestmark = [
@@ -41,42 +36,13 @@ def _status(url: str, *, method: str = "GET", headers: dict | None = None) -> in
         return exc.code
 
 
-@contextmanager
-def locked_server(root: Path, log_path: Path):
-    port = _free_port()
-    log = open(log_path, "w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "workbench.cli", "app", "--store", str(root), "--port", str(port), "--headless",
-         "--token", CONTROL, "--read-token", READ],
-        stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True,
-        env={**os.environ, "WORKBENCH_STORE": str(root)},
-    )
-    base = f"http://127.0.0.1:{port}"
-
-    def healthy():
-        assert proc.poll() is None, log_path.read_text()
-        try:
-            return _status(f"{base}/_stcore/health", headers={"Authorization": f"token {READ}"}) == 200
-        except OSError:
-            return False
-
-    try:
-        wait_until(healthy, 120, "the locked app's health check", every=0.5)
-        yield base
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        log.close()
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     root = tmp_path_factory.mktemp("gate") / "store"
     ids = synth.fill(root, steps=3)
-    with locked_server(root, root.parent / "app.log") as base:
+    with app_server(root, root.parent / "app.log", "--token", CONTROL, "--read-token", READ,
+                    env={**os.environ, "WORKBENCH_STORE": str(root)},
+                    headers={"Authorization": f"token {READ}"}) as base:
         yield base, root, ids
 
 

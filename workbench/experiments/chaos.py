@@ -1,7 +1,10 @@
 """`workbench bench chaos`: kill a run with SIGKILL at random moments, resume it after each kill, and
 compare everything it stored with an uninterrupted run of the same config and seed.
 
-What runs (all engine work in real subprocesses, each a fresh Python process like `workbench run`):
+What runs (all engine work in real subprocesses, each its own process and session like `workbench run`;
+by default forked from a zygote that imported torch and the engine once, `workbench/experiments/zygote.py`,
+so that each of the many short processes does not spend seconds importing: `fork=False` starts each as a
+fresh Python instead):
 
 1. A shortened default experiment (`chaos_overrides`: the organism, uniform groups, 24 steps, a
    checkpoint every 3, an evaluation every 5), run in three *segments*: the run stops cleanly after
@@ -50,6 +53,7 @@ from typing import Any
 
 from workbench.errors import WorkbenchError
 from workbench.experiments.chaos_compare import async_checks, compare_runs
+from workbench.experiments.zygote import Zygote
 from workbench.faults import ENV, POINTS
 
 KINDS = (*POINTS, "timer")
@@ -57,6 +61,10 @@ KINDS = (*POINTS, "timer")
 
 TIMER_SHARE = 0.9
 """A timer kill lands within this share of the shortest reference process's lifetime."""
+
+ZYGOTE_ENTRY = ("import workbench.engine; from workbench.experiments.chaos import segment_cli; "
+                "from workbench.experiments.zygote import zygote; zygote(segment_cli)")
+"""The program of the zygote that forks the engine processes (`segment_cli` in each child)."""
 
 
 def chaos_overrides(steps: int = 24, organism: str = "small") -> dict[str, Any]:
@@ -153,25 +161,33 @@ def _child_env(fault: str | None) -> dict[str, str]:
 
 
 def run_segment(store: Path, run_id: str, until: int | None, *, config: Path | None, log: Path,
-                fault: str | None = None, timer_s: float | None = None, timeout_s: float = 600.0) -> dict[str, Any]:
+                fault: str | None = None, timer_s: float | None = None, timeout_s: float = 600.0,
+                zyg: Zygote | None = None) -> dict[str, Any]:
     """Run (config given) or resume `run_id` in a fresh process until step `until` (None: the end);
-    with `fault` armed in it, or killed after `timer_s`. Returns {"rc", "killed", "wall_s"}."""
-    argv = [sys.executable, "-m", "workbench.experiments.chaos", "segment", str(store), run_id,
-            "--until", str(until or 0)] + (["--config", str(config)] if config else [])
+    with `fault` armed in it, or killed after `timer_s`. Returns {"rc", "killed", "wall_s"}. `zyg`:
+    fork the process from this zygote (its output goes to `log`'s folder, one .out/.err per process)."""
+    args = ["segment", str(store), run_id, "--until", str(until or 0)] + (["--config", str(config)] if config else [])
     t0 = time.monotonic()
     with open(log, "ab") as out:
         out.write(f"# {time.strftime('%H:%M:%S')} {fault or ''} {timer_s or ''} until {until}\n".encode())
-        out.flush()
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True, env=_child_env(fault))
-        try:
-            rc = proc.wait(timeout=timer_s) if timer_s else proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            rc = proc.wait()
-            if not timer_s:
-                raise WorkbenchError(f"bench chaos: run {run_id} did not finish its segment within "
-                                     f"{timeout_s:.0f} s (log: {log})") from None
+    if zyg is not None:
+        n = sum(1 for _ in log.parent.glob("process-*.out"))
+        rc, timed_out = zyg.run(args, log.parent / f"process-{n:02d}.out", log.parent / f"process-{n:02d}.err",
+                                timer_s or timeout_s, env={ENV: fault})
+    else:
+        with open(log, "ab") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "workbench.experiments.chaos", *args],
+                                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True, env=_child_env(fault))
+            timed_out = False
+            try:
+                rc = proc.wait(timeout=timer_s or timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                rc, timed_out = proc.wait(), True
+    if timed_out and not timer_s:
+        raise WorkbenchError(f"bench chaos: run {run_id} did not finish its segment within "
+                             f"{timeout_s:.0f} s (log: {log})")
     return {"rc": rc, "killed": rc == -signal.SIGKILL, "wall_s": time.monotonic() - t0}
 
 
@@ -229,8 +245,9 @@ def _status(store: Path, run_id: str) -> str:
 
 
 def drive(store: Path, cfg: Any, name: str, kills: list[tuple[str, float]], *,
-          timeout_s: float = 600.0, lifetime_s: float = 10.0) -> dict[str, Any]:
-    """Run `cfg` through its segments as new run `name`, with the given kills; what happened."""
+          timeout_s: float = 600.0, lifetime_s: float = 10.0, zyg: Zygote | None = None) -> dict[str, Any]:
+    """Run `cfg` through its segments as new run `name`, with the given kills; what happened (each
+    engine process forked from `zyg` when given)."""
     run_id, rdir = _new_run(store, cfg, name)
     log = rdir / "run.log"
     ends = segments(cfg.steps)
@@ -257,7 +274,7 @@ def drive(store: Path, cfg: Any, name: str, kills: list[tuple[str, float]], *,
                 elif kill:
                     fault = f"{kill[0]}:{max(1, math.ceil(kill[1] * can[kill[0]]))}"
             out = run_segment(store, run_id, end if end < cfg.steps else None, config=config, log=log,
-                              fault=fault, timer_s=timer, timeout_s=timeout_s)
+                              fault=fault, timer_s=timer, timeout_s=timeout_s, zyg=zyg)
             starts += 1
             walls.append(round(out["wall_s"], 1))
             config = None  # from now on the run exists: resume it
@@ -287,11 +304,12 @@ def drive(store: Path, cfg: Any, name: str, kills: list[tuple[str, float]], *,
 
 def bench_chaos(kills: int = 20, *, seed: int = 0, steps: int = 24, organism: str = "small",
                 store_dir: Path | str | None = None, models: Path | str | None = None,
-                timeout_s: float = 600.0, eta: int = 0) -> dict[str, Any]:
+                timeout_s: float = 600.0, eta: int = 0, fork: bool = True) -> dict[str, Any]:
     """Run the reference and the chaos run in one store (a temporary one unless `store_dir`), compare.
 
     `models`: a directory holding built organisms (`<dir>/organism-<hash>/`) to link into the store
-    instead of building one (tests share one build). `eta` > 0: the asynchronous mode (module docstring)."""
+    instead of building one (tests share one build). `eta` > 0: the asynchronous mode (module docstring).
+    `fork`: the engine processes are forked from a zygote (module docstring), else each a fresh Python."""
     import shutil
 
     if eta < 0:
@@ -306,7 +324,7 @@ def bench_chaos(kills: int = 20, *, seed: int = 0, steps: int = 24, organism: st
         store_dir = tmp / "store"
     store = Path(store_dir).absolute()
     try:
-        return _bench(store, kills, seed, steps, organism, models, timeout_s, eta)
+        return _bench(store, kills, seed, steps, organism, models, timeout_s, eta, fork)
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -326,7 +344,7 @@ def code_digest() -> str:
 
 
 def _bench(store: Path, kills: int, seed: int, steps: int, organism: str, models: Path | str | None,
-           timeout_s: float, eta: int = 0) -> dict[str, Any]:
+           timeout_s: float, eta: int = 0, fork: bool = True) -> dict[str, Any]:
     from workbench.control.launch import resolve_config
     from workbench.engine.setup import model_path
     from workbench.store import open_store
@@ -343,9 +361,16 @@ def _bench(store: Path, kills: int, seed: int, steps: int, organism: str, models
     model_path(cfg, store)  # build the organism once, before anything is timed or killed
     build_s = time.monotonic() - t0
     digest = code_digest()
-    ref = drive(store, cfg, "chaos-reference", [], timeout_s=timeout_s)
-    chaos = drive(store, cfg, "chaos-killed", schedule(kills, seed), timeout_s=timeout_s,
-                  lifetime_s=min(ref["process_s"]))
+    zyg = Zygote(_child_env(None), store, entry=ZYGOTE_ENTRY) if fork else None
+    try:
+        if zyg is not None:
+            zyg.wait_ready()
+        ref = drive(store, cfg, "chaos-reference", [], timeout_s=timeout_s, zyg=zyg)
+        chaos = drive(store, cfg, "chaos-killed", schedule(kills, seed), timeout_s=timeout_s,
+                      lifetime_s=min(ref["process_s"]), zyg=zyg)
+    finally:
+        if zyg is not None:
+            zyg.close()
     code_changed = code_digest() != digest
     by_kind: dict[str, int] = {}
     for k in chaos["kills"]:
@@ -356,7 +381,7 @@ def _bench(store: Path, kills: int, seed: int, steps: int, organism: str, models
                 "kills_by_point": by_kind, "kills_planned": kills, "kills_not_reached": len(chaos["not_fired"]),
                 "steps": steps, "segments": segments(steps), "processes": chaos["processes"],
                 "kill_log": chaos["kills"], "reference_s": ref["wall_s"], "chaos_s": chaos["wall_s"],
-                "organism_build_s": round(build_s, 1), "seed": seed,
+                "organism_build_s": round(build_s, 1), "seed": seed, "forked": fork,
                 "run_ids": {"reference": ref["run_id"], "chaos": chaos["run_id"]}}
     cmp = compare_runs(store, chaos["run_id"], ref["run_id"])
     return {
@@ -381,12 +406,19 @@ def _bench(store: Path, kills: int, seed: int, steps: int, organism: str, models
         "chaos_s": chaos["wall_s"],
         "organism_build_s": round(build_s, 1),
         "seed": seed,
+        "forked": fork,
         "run_ids": {"reference": ref["run_id"], "chaos": chaos["run_id"]},
     }
 
 
-if __name__ == "__main__":
+def segment_cli() -> None:
+    """One engine process of `workbench bench chaos` from its command line (`sys.argv`): `python -m
+    workbench.experiments.chaos segment STORE RUN_ID [--until N] [--config FILE]`, or a zygote's child.
+    Its kill points are armed from `WORKBENCH_FAULT` here (a forked child's environment is set after
+    the zygote imported `workbench.faults`)."""
     import argparse
+
+    from workbench import faults
 
     parser = argparse.ArgumentParser(description="one engine process of `workbench bench chaos`")
     parser.add_argument("role", choices=["segment"])
@@ -394,5 +426,10 @@ if __name__ == "__main__":
     parser.add_argument("run_id")
     parser.add_argument("--until", type=int, default=0)
     parser.add_argument("--config")
-    a = parser.parse_args()
+    a = parser.parse_args(sys.argv[1:])
+    faults.arm(os.environ.get(ENV))
     _segment_main(a.store, a.run_id, a.until, a.config)
+
+
+if __name__ == "__main__":
+    segment_cli()

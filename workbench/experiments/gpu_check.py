@@ -59,6 +59,10 @@ GPU_TEST_FILES = ("tests/rollout/test_hf.py", "tests/rollout/test_vllm_parts.py"
 BUDGET_S = {"organism_cuda": 200, "organism_cpu": 90, "qwen05b_cuda": 150, "gpu_tests": 60,
             "vllm_organism": 120, "vllm_qwen05b": 150}
 """Each section's own time limit (seconds); the whole check's limit cuts them shorter."""
+CUDA_ONLY = ("organism_cuda",)
+"""Sections that only check for CUDA and skip without it (the others, qwen05b_cuda's CPU rehearsal and the
+vLLM sections' own reasons, run in their process): skipped without starting one when the check's own
+torch sees no CUDA."""
 REHEARSAL_BUDGET_S = 600
 """Each section's limit in the rehearsal (a shared 2-core machine, where torch alone may take 20 s to import)."""
 MIN_SECTION_S = 20
@@ -86,8 +90,10 @@ def _need_vllm() -> None:
 def _common(steps: int, device: str, rehearse: bool) -> list[str]:
     over = [f'model.device="{device}"', "eval.at_start=false", "eval.every=0", "checkpoint.every=0",
             f"steps={steps}"]
-    if rehearse:  # the test organism and a few small steps: the path, not the figures
+    if rehearse:  # the test organism and a few small steps on one thread: the path, not the figures
         from workbench.models.organism import small_recipe
+
+        over.append("model.threads=1")
 
         rec = small_recipe().to_dict()
         levels = ", ".join(f'"{lv}"' for lv in rec["task"]["levels"])
@@ -157,6 +163,8 @@ def qwen05b(device: str, backend: str, store: Path, rehearse: bool) -> dict[str,
             f"sampling.max_new_tokens={8 if rehearse else 64}", "algorithm.micro_batch_size=32"]
     if device == "cpu":
         over.append('model.dtype="float32"')
+    if rehearse:
+        over.append("model.threads=1")
     cfg = load_config(ROOT / "configs" / "gsm8k_local_model.toml", over)
     return _figures(cfg, store, with_bare=backend == "hf", repeats=1 if rehearse else 3)
 
@@ -234,11 +242,13 @@ def environment() -> dict[str, Any]:
 
 
 def _run_one(name: str, store: Path, rehearse: bool, limit_s: float) -> dict[str, Any]:
+    from workbench.control.priority import quiet_waiting
+
     cmd = [sys.executable, "-m", "workbench.experiments.gpu_check", "--section", name, "--store", str(store)]
     t0 = time.perf_counter()
-    try:
+    try:  # torch's threads sleep while they wait (as in every process the workbench starts)
         out = subprocess.run(cmd + (["--rehearse"] if rehearse else []), cwd=ROOT, capture_output=True, text=True,
-                             timeout=limit_s)
+                             timeout=limit_s, env=quiet_waiting(dict(os.environ)))
     except subprocess.TimeoutExpired:
         return {"status": "failed", "reason": f"stopped at its {limit_s:.0f} s limit", "wall_s": limit_s}
     lines = out.stdout.strip().splitlines()
@@ -265,6 +275,10 @@ def check(*, limit_s: float, rehearse: bool, store: Path | None = None) -> dict[
         left = limit_s - (time.monotonic() - start)
         if left < MIN_SECTION_S:
             report["sections"][name] = {"status": "skipped", "reason": f"out of time ({left:.0f} s left)"}
+            continue
+        if name in CUDA_ONLY and report["environment"].get("cuda") is False:
+            # what its own process would find (it imports torch to see no CUDA: seconds spent on nothing)
+            report["sections"][name] = {"status": "skipped", "reason": "no CUDA", "wall_s": 0.0}
             continue
         print(f"gpu-check: {name} ({left:.0f} s left)", file=sys.stderr, flush=True)
         budget = REHEARSAL_BUDGET_S if rehearse else BUDGET_S[name]

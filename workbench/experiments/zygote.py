@@ -31,7 +31,8 @@ ENTRY = "from workbench.cli import main; from workbench.experiments.zygote impor
 def zygote(main: Callable[[], None]) -> None:
     """Serve cases on stdin/stdout (one JSON object a line): for each `{"args", "out", "err"}`, fork a
     child that runs `main()` with `sys.argv = ["workbench", *args]`, exactly as the `workbench` entry
-    point does (own session, stdin /dev/null, stdout and stderr to the given files; an uncaught
+    point does (own session, stdin /dev/null, stdout and stderr to the given files, the request's
+    `env` applied to its environment: a value of null unsets the variable; an uncaught
     exception prints its traceback and exits 1), reply `{"pid"}` at once and `{"exit"}` when it ends
     (negative: killed by that signal). The child is a real process: a hang is killed by its session, a
     crash is its own."""
@@ -62,6 +63,11 @@ def zygote(main: Callable[[], None]) -> None:
                 sys.stdout = open(1, "w", closefd=False)
                 sys.stderr = open(2, "w", closefd=False)
                 sys.argv = ["workbench", *req["args"]]
+                for key, value in (req.get("env") or {}).items():
+                    if value is None:
+                        os.environ.pop(key, None)
+                    else:
+                        os.environ[key] = value
                 if os.environ.get("WORKBENCH_BADINPUT_DEBUG"):
                     import faulthandler
 
@@ -93,9 +99,10 @@ def zygote(main: Callable[[], None]) -> None:
 class Zygote:
     """One zygote process and the cases it runs, one at a time."""
 
-    def __init__(self, env: dict[str, str], cwd: Path):
+    def __init__(self, env: dict[str, str], cwd: Path, entry: str = ENTRY):
+        """`entry`: the zygote's program (default: the `workbench` command's, `ENTRY`)."""
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", ENTRY],
+            [sys.executable, "-c", entry],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=cwd)
 
     def wait_ready(self) -> None:
@@ -105,16 +112,19 @@ class Zygote:
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         if not line or not json.loads(line).get("ready"):
-            raise WorkbenchError("the bad-input corpus's zygote process failed to start")
+            raise WorkbenchError("a zygote process (which forks the bad-input corpus's cases or the chaos "
+                                 "bench's engine processes) failed to start")
 
-    def run(self, args: list[str], out: Path, err: Path, timeout_s: float) -> tuple[int | None, bool]:
-        """(exit code, timed out) of `workbench <args>` run in a forked child."""
+    def run(self, args: list[str], out: Path, err: Path, timeout_s: float,
+            env: dict[str, str | None] | None = None) -> tuple[int | None, bool]:
+        """(exit code, timed out) of `workbench <args>` run in a forked child (`env`: changes to its
+        environment, None unsetting a variable). Past `timeout_s` its session is killed (SIGKILL)."""
         import json
         import queue
         import threading
 
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps({"args": args, "out": str(out), "err": str(err)}) + "\n")
+        self.proc.stdin.write(json.dumps({"args": args, "out": str(out), "err": str(err), "env": env or {}}) + "\n")
         self.proc.stdin.flush()
         pid = json.loads(self.proc.stdout.readline())["pid"]
         box: queue.Queue = queue.Queue()
