@@ -172,3 +172,30 @@ def test_upkeep_defaults_on_for_a_directory_and_off_for_a_catalog_url(tmp_path):
     with open_store(catalog=f"sqlite:{tmp_path / 'c.sqlite'}", data_path=str(tmp_path / "data"),
                     upkeep_every=7) as asked:
         assert asked.upkeep_every == 7
+
+
+def test_writers_of_one_store_take_turns_at_upkeep(tmp_path):
+    """A round is store-wide: one due before another writer's round began is covered by it (nothing
+    run); one due after waits until the rounds have kept readers out at most UPKEEP_DUTY of the time;
+    a round waiting for its turn gives up when its store closes."""
+    from workbench.store.maintenance import UPKEEP_DUTY, UPKEEP_STAMP
+
+    with open_store(tmp_path / "s", upkeep_every=0) as a, open_store(tmp_path / "s", upkeep_every=0) as b:
+        run_id = a.create_run("r", {}, seed=0)
+        syn = SyntheticRun(run_id, SMALL, seed=3)
+        a.write_step(syn.step(0))
+        due = time.time()
+        assert maintenance.upkeep(a, due_at=due) is not None
+        start, end, held = (float(x) for x in (tmp_path / "s" / UPKEEP_STAMP).read_text().split())
+        assert due <= start < end and 0 < held <= end - start and held == pytest.approx(a.upkeep_held_s, abs=0.01)
+        assert maintenance.upkeep(b, due_at=due) is None and b.upkeep_held_s == 0  # covered by a's round
+        b.write_step(syn.step(1))
+        assert maintenance.upkeep(b, due_at=time.time()) is not None  # due after a's round began: runs...
+        start_b = float((tmp_path / "s" / UPKEEP_STAMP).read_text().split()[0])
+        assert start_b >= end + held * (1 / UPKEEP_DUTY - 1) - 0.01  # ...once a's round has its spacing
+        stop = threading.Event()
+        stop.set()
+        t0 = time.monotonic()
+        assert maintenance.upkeep(a, due_at=time.time(), stop=stop) is None  # waiting for its turn: stopped
+        assert time.monotonic() - t0 < 1.0
+        assert b.run_steps(run_id)["step"].to_list() == [0, 1]
