@@ -69,8 +69,9 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
                                                         "none.")] = None,
         as_json: JsonOpt = False,
     ) -> None:
-        """Load: three runs writing one store, every dashboard page each second, a notebook-style reader
-        scanning rollouts, control commands every few seconds; failures, torn reads, p95 latency."""
+        """Load: three runs writing one store, the dashboard's pages browsed as a person does (then again
+        with the runs stopped), a notebook-style reader scanning rollouts, control commands every few
+        seconds; failures, torn reads, page times per page, the runs' steps/s, the load average."""
         from workbench.experiments.soak import bench_soak as run_bench
 
         out = run_bench(minutes, catalog=catalog, seed=seed, workdir=workdir, browse=browse, baseline_s=baseline_s,
@@ -78,10 +79,11 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         if as_json:
             print_json(out)
             return
+        idle = out["page_ms"]["idle"]["overall"]
         typer.echo(f"commits {out['commits']}, failed {out['failed_commits']}; reader queries "
                    f"{out['reader_queries']}, errors {out['reader_errors']}, torn {out['torn_reads']}; controls "
                    f"applied {out['controls_applied']}, rejected {out['controls_rejected']}; p95 reader ms "
                    f"{out['p95_reader_ms']}; pages p50/p95 ms {out['page_ms']['overall']['p50_ms']}/"
                    f"{out['page_ms']['overall']['p95_ms']} (with no run training "
-                   f"{out['page_ms']['idle']['overall']['p50_ms']}/{out['page_ms']['idle']['overall']['p95_ms']}); steps/s alone {out['steps_per_s']['alone']}, with the "
+                   f"{idle['p50_ms']}/{idle['p95_ms']}); steps/s alone {out['steps_per_s']['alone']}, with the "
                    f"dashboard {out['steps_per_s']['with_dashboard']}")

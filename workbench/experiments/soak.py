@@ -322,7 +322,8 @@ def _soak(spec: dict[str, str], root: Path, minutes: float, seed: int, control_e
                 p.wait()
     result.update(minutes=minutes, catalog=catalog, runs=RUNS, wall_s=round(soak_s, 1), seed=seed,
                   run_nice=run_nice(), priority=priority, cpus=os.cpu_count(),
-                  load_average={k: [round(x, 2) for x in v] for k, v in load.items()}, steps_per_s={"alone": round(alone, 3), "with_dashboard": round(loaded, 3),
+                  load_average={k: [round(x, 2) for x in v] for k, v in load.items()},
+                  steps_per_s={"alone": round(alone, 3), "with_dashboard": round(loaded, 3),
                                                     "ratio": round(loaded / alone, 3) if alone else None,
                                                     "alone_s": baseline_s})
     return result
@@ -396,9 +397,9 @@ def _page_figures(pages: dict[str, Any]) -> dict[str, Any]:
     def ratio(a: dict[str, Any], b: dict[str, Any]) -> dict[str, float | None]:
         return {q: round(a[q] / b[q], 2) if a.get(q) and b.get(q) else None for q in ("p50_ms", "p95_ms")}
 
+    per_page = {k: ratio(v, idle["pages"].get(k, {})) for k, v in pages["pages"].items()}
     return {"pattern": pages["pattern"], "warmup_s": pages["warmup_s"], "overall": overall, "pages": pages["pages"],
-            "idle": idle, "ratio": {"overall": ratio(overall, idle["overall"]),
-                                    "pages": {k: ratio(v, idle["pages"].get(k, {})) for k, v in pages["pages"].items()}}}
+            "idle": idle, "ratio": {"overall": ratio(overall, idle["overall"]), "pages": per_page}}
 
 
 def _figures(store: Any, runs: list[str], snap0: int, logs: Path, sent: dict[str, int],
