@@ -28,7 +28,8 @@ def _rows(store, run_id):
     return store.rollouts(run_id, limit=10_000).drop("token_entropy").to_dicts()
 
 
-def test_small_files_are_merged_every_n_steps(tmp_path):
+def test_small_files_are_merged_every_n_steps(tmp_path, monkeypatch):
+    monkeypatch.setattr(maintenance, "UPKEEP_DUTY", 1.0)  # the second round right after the first (no spacing)
     with open_store(tmp_path / "off", upkeep_every=0) as off, open_store(tmp_path / "on", upkeep_every=4) as on:
         ids = {}
         for name, store in (("off", off), ("on", on)):
@@ -172,3 +173,31 @@ def test_upkeep_defaults_on_for_a_directory_and_off_for_a_catalog_url(tmp_path):
     with open_store(catalog=f"sqlite:{tmp_path / 'c.sqlite'}", data_path=str(tmp_path / "data"),
                     upkeep_every=7) as asked:
         assert asked.upkeep_every == 7
+
+
+def test_writers_of_one_store_take_turns_at_upkeep(tmp_path, monkeypatch):
+    """A round is store-wide: one due before another writer's round began is covered by it (nothing
+    run); one due after waits for its turn (the rounds keep readers out at most UPKEEP_DUTY of the
+    time), and gives up when its store closes meanwhile. (That a deferred round then runs:
+    test_small_files_are_merged_every_n_steps, whose second round comes right after its first.)"""
+    from workbench.store.maintenance import UPKEEP_STAMP
+
+    monkeypatch.setattr(maintenance, "UPKEEP_DUTY", 0.01)  # b's turn comes 99 x a's hold after a's round
+    with open_store(tmp_path / "s", upkeep_every=0) as a, open_store(tmp_path / "s", upkeep_every=0) as b:
+        run_id = a.create_run("r", {}, seed=0)
+        syn = SyntheticRun(run_id, SMALL, seed=3)
+        a.write_step(syn.step(0))
+        due = time.time()
+        assert maintenance.upkeep(a, due_at=due) is not None
+        stamp = (tmp_path / "s" / UPKEEP_STAMP).read_text()
+        start, end, held = (float(x) for x in stamp.split())
+        assert due <= start < end and 0 < held <= end - start and held == pytest.approx(a.upkeep_held_s, abs=0.01)
+        assert maintenance.upkeep(b, due_at=due) is None and b.upkeep_held_s == 0  # covered by a's round
+        b.write_step(syn.step(1))
+        stop = threading.Event()
+        threading.Timer(0.3, stop.set).start()  # b's store closing while its round waits for its turn
+        t0 = time.monotonic()
+        assert maintenance.upkeep(b, due_at=time.time(), stop=stop) is None
+        assert 0.25 < time.monotonic() - t0 < 5.0 and b.upkeep_held_s == 0  # it waited, ran nothing, gave up
+        assert (tmp_path / "s" / UPKEEP_STAMP).read_text() == stamp
+        assert b.run_steps(run_id)["step"].to_list() == [0, 1]

@@ -63,19 +63,27 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         baseline_s: Annotated[Optional[float], typer.Option("--baseline-s", help="Seconds the runs train alone "
                                                             "first (steps/s without the dashboard); default a "
                                                             "fifth of the soak, 15-60 s.")] = None,
+        idle_s: Annotated[Optional[float], typer.Option("--idle-s", help="Seconds the dashboard browses the same "
+                                                        "store after the runs stop (page times without the load, "
+                                                        "for the ratio); default a fifth of the soak, 15-60 s; 0: "
+                                                        "none.")] = None,
         as_json: JsonOpt = False,
     ) -> None:
-        """Load: three runs writing one store, every dashboard page each second, a notebook-style reader
-        scanning rollouts, control commands every few seconds; failures, torn reads, p95 latency."""
+        """Load: three runs writing one store, the dashboard's pages browsed as a person does (then again
+        with the runs stopped), a notebook-style reader scanning rollouts, control commands every few
+        seconds; failures, torn reads, page times per page, the runs' steps/s, the load average."""
         from workbench.experiments.soak import bench_soak as run_bench
 
-        out = run_bench(minutes, catalog=catalog, seed=seed, workdir=workdir, browse=browse, baseline_s=baseline_s)
+        out = run_bench(minutes, catalog=catalog, seed=seed, workdir=workdir, browse=browse, baseline_s=baseline_s,
+                        idle_s=idle_s)
         if as_json:
             print_json(out)
             return
+        idle = out["page_ms"]["idle"]["overall"]
         typer.echo(f"commits {out['commits']}, failed {out['failed_commits']}; reader queries "
                    f"{out['reader_queries']}, errors {out['reader_errors']}, torn {out['torn_reads']}; controls "
                    f"applied {out['controls_applied']}, rejected {out['controls_rejected']}; p95 reader ms "
                    f"{out['p95_reader_ms']}; pages p50/p95 ms {out['page_ms']['overall']['p50_ms']}/"
-                   f"{out['page_ms']['overall']['p95_ms']}; steps/s alone {out['steps_per_s']['alone']}, with the "
+                   f"{out['page_ms']['overall']['p95_ms']} (with no run training "
+                   f"{idle['p50_ms']}/{idle['p95_ms']}); steps/s alone {out['steps_per_s']['alone']}, with the "
                    f"dashboard {out['steps_per_s']['with_dashboard']}")

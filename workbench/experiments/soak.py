@@ -22,9 +22,13 @@ Figures: `commits` (snapshots committed during the soak, every writer: steps, he
 events), `failed_commits` (runs failed and commit errors in their logs), `reader_queries`,
 `reader_errors`, `torn_reads`, `controls_applied`, `controls_rejected` (and how many of them were the
 invalid ones sent on purpose), p95 reader latency per reader, `page_ms` (p50/p95 per page and
-overall), `steps_per_s` (the runs alone for `baseline_s` before the soak, then during it: the ratio is
-what the dashboard, the reader and the controls cost them; pauses sent by the controller count). Target: 0 failed commits, 0 reader
-errors, 0 torn reads, every rejection an intended one.
+overall; `idle`: the same browsing for `idle_s` after the runs stopped, on the same store; `ratio`:
+loaded over idle), `steps_per_s` (the runs alone for `baseline_s` before the soak, then during it: the
+ratio is what the dashboard, the reader and the controls cost them; pauses sent by the controller
+count), `load_average` (1/5/15-minute, at the baseline's start and end, the soak's end, the idle
+browsing's end: what else the machine ran), `priority` (niceness and autogroup niceness of the runs
+and of the dashboard's process). Target: 0 failed commits, 0 reader errors, 0 torn reads, every
+rejection an intended one; pages p95 <= 2 s and p50 <= 0.7 s (issue #34).
 
 `catalog="postgres"` starts a throw-away PostgreSQL server (the installed binaries, a temporary
 directory, a Unix socket, no TCP) and puts the catalog there, the Parquet files in a local directory.
@@ -213,9 +217,11 @@ def _control_round(store: Any, run_id: str, rng: random.Random, sent: dict[str, 
 def bench_soak(minutes: float = 10.0, *, catalog: str = "sqlite", seed: int = 0,
                control_every_s: float = 4.0, models: Path | str | None = None,
                workdir: Path | str | None = None, browse: str = "person",
-               baseline_s: float | None = None) -> dict[str, Any]:
+               baseline_s: float | None = None, idle_s: float | None = None) -> dict[str, Any]:
     """Run the soak for `minutes` (see the module docstring); its figures. Before the soak, the runs
-    train `baseline_s` seconds alone (default a fifth of the soak, 15 to 60 s): `steps_per_s` compares."""
+    train `baseline_s` seconds alone (default a fifth of the soak, 15 to 60 s): `steps_per_s` compares.
+    After it, with the runs stopped, the dashboard browses the same store `idle_s` seconds more
+    (default a fifth of the soak, 15 to 60 s; 0: not at all): `page_ms.idle` and `page_ms.ratio`."""
     from workbench.experiments.soak_pages import PATTERNS
 
     if catalog not in ("sqlite", "postgres"):
@@ -223,6 +229,7 @@ def bench_soak(minutes: float = 10.0, *, catalog: str = "sqlite", seed: int = 0,
     if browse not in PATTERNS:
         raise WorkbenchError(f"bench soak: --browse must be one of {', '.join(PATTERNS)}, got {browse!r}")
     baseline_s = min(60.0, max(15.0, minutes * 12.0)) if baseline_s is None else float(baseline_s)
+    idle_s = min(60.0, max(15.0, minutes * 12.0)) if idle_s is None else float(idle_s)
     if minutes <= 0:
         raise WorkbenchError(f"bench soak: --minutes must be > 0, got {minutes}")
     tmp = Path(tempfile.mkdtemp(prefix="workbench-soak-")) if workdir is None else Path(workdir)
@@ -235,15 +242,15 @@ def bench_soak(minutes: float = 10.0, *, catalog: str = "sqlite", seed: int = 0,
         if catalog == "postgres":
             with postgres_catalog() as url:
                 return _soak({"catalog": url, "data_path": str(root / "data")}, root, minutes, seed,
-                             control_every_s, catalog, browse, baseline_s)
-        return _soak({"path": str(root)}, root, minutes, seed, control_every_s, catalog, browse, baseline_s)
+                             control_every_s, catalog, browse, baseline_s, idle_s)
+        return _soak({"path": str(root)}, root, minutes, seed, control_every_s, catalog, browse, baseline_s, idle_s)
     finally:
         if workdir is None:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _soak(spec: dict[str, str], root: Path, minutes: float, seed: int, control_every_s: float,
-          catalog: str, browse: str, baseline_s: float) -> dict[str, Any]:
+          catalog: str, browse: str, baseline_s: float, idle_s: float) -> dict[str, Any]:
     from workbench.config_docs import to_toml
     from workbench.control import api
     from workbench.engine.setup import model_path
@@ -258,29 +265,31 @@ def _soak(spec: dict[str, str], root: Path, minutes: float, seed: int, control_e
         runs = [store.create_run(f"soak-{i}", cfg.to_dict(), cfg.seed, status="created") for i in range(RUNS)]
         snap0 = last_snapshot(store)
     logs = root / "soak"
+    seconds = minutes * 60.0
     engines = [_spawn(["engine", json.dumps(spec), str(root), rid, str(config)], logs / f"{rid}.log", run=True)
                for rid in runs]
-    procs: list[subprocess.Popen] = list(engines)
+    # the dashboard's process warms up (imports, every page once) while the runs start
+    marks = logs / "pages.json"
+    pages = _spawn(["pages", json.dumps(spec), str(seconds), str(marks), browse, str(idle_s)], logs / "pages.log")
+    procs: list[subprocess.Popen] = [*engines, pages]
     rng = random.Random(seed)
     sent = {"issued": 0, "invalid": 0, "pause_resume": 0}
     control_errors: list[str] = []
+    load: dict[str, list[float]] = {}
     t0 = time.monotonic()
     try:
         with open_spec(spec) as store:
             _wait_steps(store, runs, engines, logs)
+            _wait_for(pages, marks.with_name("pages.json.ready"), logs / "pages.log")
+            load["baseline_start"] = _loadavg()
             alone = _steps_per_s(store, runs, baseline_s)  # the same runs, no dashboard, no reader
-            seconds = minutes * 60.0
-            pages = _spawn(["pages", json.dumps(spec), str(seconds), str(logs / "pages.json"), browse],
-                           logs / "pages.log")
-            procs.append(pages)
-            _wait_ready(pages, logs / "pages.json.ready", logs / "pages.log")
+            load["baseline_end"] = _loadavg()
+            priority = _priorities(engines, pages)
+            marks.with_name("pages.json.go").write_text("")
             before = (_step_count(store, runs), time.monotonic())
-            readers = [
-                pages,
-                _spawn(["scan", json.dumps(spec), ",".join(runs), str(seconds), str(logs / "scan.json")],
-                       logs / "scan.log"),
-            ]
-            procs += readers[1:]
+            scan = _spawn(["scan", json.dumps(spec), ",".join(runs), str(seconds), str(logs / "scan.json")],
+                          logs / "scan.log")
+            procs.append(scan)
             end = time.monotonic() + seconds
             while time.monotonic() < end:
                 time.sleep(min(rng.uniform(0.5, 1.5) * control_every_s, max(0.0, end - time.monotonic())))
@@ -291,8 +300,9 @@ def _soak(spec: dict[str, str], root: Path, minutes: float, seed: int, control_e
                 except Exception as exc:  # noqa: BLE001 - counted and reported
                     control_errors.append(f"{type(exc).__name__}: {exc}"[:300])
             loaded = (_step_count(store, runs) - before[0]) / max(1e-9, time.monotonic() - before[1])
-            for p in readers:
-                p.wait(timeout=300)
+            load["soak_end"] = _loadavg()
+            scan.wait(timeout=300)
+            _wait_for(pages, marks.with_name("pages.json.loaded"), logs / "pages.log", timeout_s=300)
             for rid in runs:
                 try:
                     api.stop(store, rid, who="soak")
@@ -300,6 +310,9 @@ def _soak(spec: dict[str, str], root: Path, minutes: float, seed: int, control_e
                     control_errors.append(f"stop {rid}: {exc}"[:300])
             for p in engines:
                 p.wait(timeout=300)
+            marks.with_name("pages.json.idle").write_text("")  # the same pages, no run training
+            pages.wait(timeout=idle_s + 300)
+            load["idle_end"] = _loadavg()
             soak_s = time.monotonic() - t0
             result = _figures(store, runs, snap0, logs, sent, control_errors)
     finally:
@@ -308,21 +321,46 @@ def _soak(spec: dict[str, str], root: Path, minutes: float, seed: int, control_e
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
     result.update(minutes=minutes, catalog=catalog, runs=RUNS, wall_s=round(soak_s, 1), seed=seed,
-                  run_nice=run_nice(), steps_per_s={"alone": round(alone, 3), "with_dashboard": round(loaded, 3),
+                  run_nice=run_nice(), priority=priority, cpus=os.cpu_count(),
+                  load_average={k: [round(x, 2) for x in v] for k, v in load.items()},
+                  steps_per_s={"alone": round(alone, 3), "with_dashboard": round(loaded, 3),
                                                     "ratio": round(loaded / alone, 3) if alone else None,
                                                     "alone_s": baseline_s})
     return result
 
 
-def _wait_ready(proc: subprocess.Popen, ready: Path, log: Path) -> None:
-    """Wait for the dashboard reader's warm-up (every page once) before the soak's clock starts."""
-    deadline = time.monotonic() + 900
-    while not ready.exists():
+def _wait_for(proc: subprocess.Popen, mark: Path, log: Path, timeout_s: float = 900) -> None:
+    """Wait for the dashboard reader's mark (`.ready`: its warm-up, every page once, done; `.loaded`:
+    the soak's browsing done)."""
+    deadline = time.monotonic() + timeout_s
+    while not mark.exists():
         if proc.poll() is not None:
             raise WorkbenchError(f"bench soak: the dashboard reader exited ({proc.returncode}); see {log}")
         if time.monotonic() > deadline:
-            raise WorkbenchError("bench soak: the dashboard's pages took over 900 s to load once")
-        time.sleep(0.5)
+            raise WorkbenchError(f"bench soak: the dashboard reader wrote no {mark.name} in {timeout_s:.0f} s")
+        time.sleep(0.2)
+
+
+def _loadavg() -> list[float]:
+    """The 1-, 5- and 15-minute load averages (what else the machine was doing)."""
+    return list(os.getloadavg())
+
+
+def _priorities(engines: list[subprocess.Popen], pages: subprocess.Popen) -> dict[str, Any]:
+    """Niceness and autogroup niceness (Linux) of the runs and of the dashboard's process, as they ran."""
+
+    def of(pid: int) -> dict[str, int | None]:
+        try:
+            nice: int | None = os.getpriority(os.PRIO_PROCESS, pid)
+        except OSError:
+            nice = None
+        try:
+            group: int | None = int(Path(f"/proc/{pid}/autogroup").read_text().split()[-1])
+        except (OSError, ValueError, IndexError):
+            group = None
+        return {"nice": nice, "autogroup_nice": group}
+
+    return {"runs": [of(p.pid) for p in engines], "dashboard": of(pages.pid)}
 
 
 def _step_count(store: Any, runs: list[str]) -> int:
@@ -349,6 +387,19 @@ def _wait_steps(store: Any, runs: list[str], engines: list[subprocess.Popen], lo
         if time.monotonic() > deadline:
             raise WorkbenchError("bench soak: the runs took no step within 600 s")
         time.sleep(0.5)
+
+
+def _page_figures(pages: dict[str, Any]) -> dict[str, Any]:
+    """The dashboard's page times under the soak, with no run training (`idle`), and loaded / idle."""
+    overall = {"n": pages["queries"], "p50_ms": pages["p50_ms"], "p95_ms": pages["p95_ms"]}
+    idle = pages["idle"]
+
+    def ratio(a: dict[str, Any], b: dict[str, Any]) -> dict[str, float | None]:
+        return {q: round(a[q] / b[q], 2) if a.get(q) and b.get(q) else None for q in ("p50_ms", "p95_ms")}
+
+    per_page = {k: ratio(v, idle["pages"].get(k, {})) for k, v in pages["pages"].items()}
+    return {"pattern": pages["pattern"], "warmup_s": pages["warmup_s"], "overall": overall, "pages": pages["pages"],
+            "idle": idle, "ratio": {"overall": ratio(overall, idle["overall"]), "pages": per_page}}
 
 
 def _figures(store: Any, runs: list[str], snap0: int, logs: Path, sent: dict[str, int],
@@ -378,8 +429,7 @@ def _figures(store: Any, runs: list[str], snap0: int, logs: Path, sent: dict[str
         "controls_pending": count("pending"),
         "controls_issued": sent["issued"] + len(runs),
         "control_api_errors": len(control_errors),
-        "page_ms": {"pattern": pages["pattern"], "warmup_s": pages["warmup_s"], "overall": {"n": pages["queries"], "p50_ms": pages["p50_ms"],
-                                                             "p95_ms": pages["p95_ms"]}, "pages": pages["pages"]},
+        "page_ms": _page_figures(pages),
         "p95_reader_ms": {"pages": pages["p95_ms"], "scan": scan["p95_ms"]},
         "p50_reader_ms": {"pages": pages["p50_ms"], "scan": scan["p50_ms"]},
         "page_runs": pages["queries"],
@@ -400,7 +450,7 @@ if __name__ == "__main__":
     elif role == "pages":
         from workbench.experiments.soak_pages import pages_main
 
-        pages_main(json.loads(args[0]), float(args[1]), args[2], args[3])
+        pages_main(json.loads(args[0]), float(args[1]), args[2], args[3], float(args[4]))
     elif role == "scan":
         _scan_main(json.loads(args[0]), args[1].split(","), float(args[2]), args[3])
     else:

@@ -8,11 +8,18 @@ browses, timed per page.
 - `hammer` (the soak's earlier reader): every page once a second, the data cache cleared before each,
   so every run reads the store afresh.
 
-Before the clock starts, every page runs once untimed (its imports, as a server that has been up has
-done them) and `<out>.ready` is written; the soak starts its other readers and controls then.
+Phases, each started by the soak through a file beside `out` (so one process, one warm cache, one
+set of imports serves them all):
 
-Figures: per page (and `live (refresh)`) the number of runs, p50 and p95 wall milliseconds; overall
-p50 and p95; errors with their first messages.
+1. warm-up: every page runs once untimed (its imports, as a server that has been up has done them),
+   then `<out>.ready` is written; the process waits for `<out>.go` (the runs' baseline, alone);
+2. loaded: the pattern for `seconds` while the runs train beside it; then `<out>.loaded` is written
+   and the process waits for `<out>.idle` (the soak stops the runs);
+3. idle: the same pattern for `idle_s` seconds on the same store with no run training (what the
+   pages cost without the load, for the ratio).
+
+Figures: per page (and `live (refresh)`) the number of runs, p50 and p95 wall milliseconds, loaded
+and idle; overall p50 and p95 of each; errors with their first messages.
 """
 
 from __future__ import annotations
@@ -41,8 +48,18 @@ def quantiles(values: list[float]) -> dict[str, Any]:
             "p95_ms": round(v[min(len(v) - 1, int(0.95 * len(v)))], 1)}
 
 
-def pages_main(spec: dict[str, str], seconds: float, out: str, pattern: str = "person") -> None:
-    """Browse the dashboard on the store `spec` names for `seconds`; write the figures to `out`."""
+def _wait_for(path: Path, timeout_s: float = 1800.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"soak pages: {path.name} never came")
+        time.sleep(0.1)
+
+
+def pages_main(spec: dict[str, str], seconds: float, out: str, pattern: str = "person",
+               idle_s: float = 0.0) -> None:
+    """Browse the dashboard on the store `spec` names for `seconds` (then `idle_s` more once the runs
+    are stopped, see the module docstring); write the figures to `out`."""
     import streamlit as st
     from streamlit.testing.v1 import AppTest
 
@@ -56,8 +73,6 @@ def pages_main(spec: dict[str, str], seconds: float, out: str, pattern: str = "p
 
         app.data.open_store = lambda _location: open_spec(spec)
     at = AppTest.from_file(str(MAIN), default_timeout=120)
-    timings: dict[str, list[float]] = {name: [] for name in PAGES}
-    timings["live (refresh)"] = []
     errors, messages = 0, []
     t0 = time.perf_counter()
     at.run()
@@ -66,45 +81,62 @@ def pages_main(spec: dict[str, str], seconds: float, out: str, pattern: str = "p
         at.run()
     warmup_s = time.perf_counter() - t0
     Path(out + ".ready").write_text(f"{warmup_s:.1f}")
-    end = time.monotonic() + seconds
+    _wait_for(Path(out + ".go"))
 
-    def timed(name: str, switch_to: str | None) -> None:
+    def browse(seconds: float) -> dict[str, list[float]]:
         nonlocal errors
-        t0 = time.perf_counter()
-        try:
-            if switch_to:
-                at.switch_page(switch_to)
-            if pattern == "hammer":
-                st.cache_data.clear()
-            at.run()
-            failed = [str(e.value) for e in at.exception]
-        except Exception as exc:  # noqa: BLE001 - counted and reported
-            failed = [f"{type(exc).__name__}: {exc}"]
-        timings[name].append((time.perf_counter() - t0) * 1000.0)
-        if failed:
-            errors += 1
-            messages.append(f"{name}: {failed[0][:300]}")
+        timings: dict[str, list[float]] = {name: [] for name in PAGES}
+        timings["live (refresh)"] = []
+        end = time.monotonic() + seconds
 
-    while time.monotonic() < end:
-        t_round = time.monotonic()
-        for name, page in PAGES.items():
-            if time.monotonic() >= end:
-                break
-            timed(name, page)
+        def timed(name: str, switch_to: str | None) -> None:
+            nonlocal errors
+            t0 = time.perf_counter()
+            try:
+                if switch_to:
+                    at.switch_page(switch_to)
+                if pattern == "hammer":
+                    st.cache_data.clear()
+                at.run()
+                failed = [str(e.value) for e in at.exception]
+            except Exception as exc:  # noqa: BLE001 - counted and reported
+                failed = [f"{type(exc).__name__}: {exc}"]
+            timings[name].append((time.perf_counter() - t0) * 1000.0)
+            if failed:
+                errors += 1
+                messages.append(f"{name}: {failed[0][:300]}")
+
+        while time.monotonic() < end:
+            t_round = time.monotonic()
+            for name, page in PAGES.items():
+                if time.monotonic() >= end:
+                    break
+                timed(name, page)
+                if pattern == "hammer":
+                    continue
+                time.sleep(LOOK_S)
+                if name == "live":
+                    for _ in range(LIVE_REFRESHES):
+                        if time.monotonic() + LIVE_REFRESH_S >= end:
+                            break
+                        time.sleep(LIVE_REFRESH_S)
+                        timed("live (refresh)", None)
             if pattern == "hammer":
-                continue
-            time.sleep(LOOK_S)
-            if name == "live":
-                for _ in range(LIVE_REFRESHES):
-                    if time.monotonic() + LIVE_REFRESH_S >= end:
-                        break
-                    time.sleep(LIVE_REFRESH_S)
-                    timed("live (refresh)", None)
-        if pattern == "hammer":
-            time.sleep(max(0.0, 1.0 - (time.monotonic() - t_round)))
-    every = [t for ts in timings.values() for t in ts]
+                time.sleep(max(0.0, 1.0 - (time.monotonic() - t_round)))
+        return timings
+
+    loaded = browse(seconds)
+    Path(out + ".loaded").write_text("")
+    idle: dict[str, list[float]] = {}
+    if idle_s > 0:
+        _wait_for(Path(out + ".idle"))
+        idle = browse(idle_s)
+    every = [t for ts in loaded.values() for t in ts]
     overall = quantiles(every)
     Path(out).write_text(json.dumps({
-        "pattern": pattern, "warmup_s": round(warmup_s, 1), "queries": len(every), "errors": errors, "p95_ms": overall["p95_ms"],
-        "p50_ms": overall["p50_ms"], "pages": {name: quantiles(ts) for name, ts in timings.items()},
+        "pattern": pattern, "warmup_s": round(warmup_s, 1), "queries": len(every), "errors": errors,
+        "p95_ms": overall["p95_ms"], "p50_ms": overall["p50_ms"],
+        "pages": {name: quantiles(ts) for name, ts in loaded.items()},
+        "idle": {"seconds": idle_s, "overall": quantiles([t for ts in idle.values() for t in ts]),
+                 "pages": {name: quantiles(ts) for name, ts in idle.items()}},
         "messages": messages[:10]}))

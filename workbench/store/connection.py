@@ -11,8 +11,9 @@ the whole transaction is replayed, so no row is lost.
 File maintenance (flushing inlined rows, merging files) is not safe for DuckLake readers running at
 the same moment: a reader whose snapshot predates the maintenance commit, but which lists its files
 after it, can see a table's rows vanish (measured: whole tables empty for one read). So maintenance
-runs under an exclusive lock that every read of a local store takes shared, with writer preference
-(a gate file), so that readers polling without pause cannot starve it.
+runs under an exclusive lock that every read of a local store takes shared; it takes the lock in a
+gap between reads when one comes within MAINTENANCE_POLITE_S, else it closes a gate file (writer
+preference), so that readers polling without pause cannot starve it.
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ LOCK_FILE = ".write.lock"
 READ_LOCK_FILE = ".read.lock"  # shared by reads, exclusive during maintenance
 GATE_FILE = ".read.gate"  # held exclusive by maintenance waiting for readers: new reads queue behind it
 ALIAS = "lake"
+MAINTENANCE_POLITE_S = 1.0
+"""How long maintenance tries to take the read lock in a gap between reads before it closes the gate
+(new reads then queue behind it until it has run): while reads leave gaps, none of them waits for
+more than the maintenance statement itself."""
 
 _RETRYABLE = ("database is locked", "conflict", "busy", "could not serialize", "deadlock",
               "could not obtain lock", "current transaction is aborted")
@@ -292,13 +297,22 @@ class Lake:
         deadline = time.monotonic() + timeout_s
         fds: list[int] = []
         try:
-            for name in (GATE_FILE, READ_LOCK_FILE):
-                path = self.location.lock_dir / name
-                fd = _open_lock(path)
-                if fd is None:
-                    raise StoreError(f"cannot open the store's read lock {path} to {what}")
-                fds.append(fd)
-                _flock_until(fd, deadline, f"timed out waiting for readers to finish ({path}) to {what}")
+            read = self.location.lock_dir / READ_LOCK_FILE
+            fd = _open_lock(read)
+            if fd is None:
+                raise StoreError(f"cannot open the store's read lock {read} to {what}")
+            fds.append(fd)
+            # First take the lock in a gap between reads, the gate left open (reads go on meanwhile);
+            # only when none comes within MAINTENANCE_POLITE_S, close the gate: new reads queue behind it.
+            polite = min(deadline, time.monotonic() + MAINTENANCE_POLITE_S)
+            if not _flock_until(fd, polite, None):
+                gate = self.location.lock_dir / GATE_FILE
+                gfd = _open_lock(gate)
+                if gfd is None:
+                    raise StoreError(f"cannot open the store's read gate {gate} to {what}")
+                fds.append(gfd)
+                _flock_until(gfd, deadline, f"timed out waiting for other maintenance ({gate}) to {what}")
+                _flock_until(fd, deadline, f"timed out waiting for readers to finish ({read}) to {what}")
             self._local.maintaining = True
             yield
         finally:
@@ -386,14 +400,17 @@ def _open_lock(path: Path) -> int | None:
     return None
 
 
-def _flock_until(fd: int, deadline: float, message: str) -> None:
-    """Take an exclusive flock on `fd`, polling until `deadline`; StoreError(message) after it."""
+def _flock_until(fd: int, deadline: float, message: str | None) -> bool:
+    """Take an exclusive flock on `fd`, polling until `deadline`; after it StoreError(message), or
+    False when `message` is None. True once taken."""
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
+            return True
         except BlockingIOError:
             if time.monotonic() > deadline:
+                if message is None:
+                    return False
                 raise StoreError(message) from None
             time.sleep(0.002)
 

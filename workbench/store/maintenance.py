@@ -4,8 +4,10 @@ or the whole store to a single `.duckdb` file or to Parquet files)."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -58,11 +60,13 @@ rollouts) is merged, a group commit's (16,384 rollouts, ~23 MB) is big enough an
 upkeep does not rewrite what group commit already wrote well. `compact` merges up to the 32 MB target."""
 
 
-def _upkeep(store: Store, older_than_s: float, what: str, *, merge_below: int | None = None) -> float:
+def _upkeep(store: Store, older_than_s: float, what: str, *, merge_below: int | None = None,
+            pause: bool = False) -> float:
     """Run the maintenance statements, each table's flush and merge as its own short hold of the
     read lock, so readers (and the writer's commits) slip in between them instead of waiting for
     the whole round. `merge_below`: merge only files smaller than this many bytes (default: the
-    store's target file size). Returns the longest single hold in seconds (what a reader may wait)."""
+    store's target file size); `pause`: leave the lock free between statements (READER_PAUSE_S).
+    Returns the longest single hold in seconds (what a reader may wait)."""
     interval = f"INTERVAL '{float(older_than_s)} seconds'"
     size = "" if merge_below is None else f", max_file_size => {int(merge_below)}"
     statements = []
@@ -76,23 +80,94 @@ def _upkeep(store: Store, older_than_s: float, what: str, *, merge_below: int | 
     if store.location.lock_dir is not None:  # writers queue on its lock: no commit is half-way through
         # (a store directory, or an s3:// store with a SQLite catalog: files a killed writer left behind)
         statements.append(f"CALL ducklake_delete_orphaned_files('{ALIAS}', older_than => now() - {interval})")
-    longest = 0.0
-    for statement in statements:
+    longest = held = 0.0
+    for i, statement in enumerate(statements):
+        if i and pause:  # let the reads that queued behind the last statement through (see upkeep)
+            time.sleep(max(READER_PAUSE_S, held))
         with store._lake.maintaining(what):  # readers of this store wait: see connection.py
             t = time.perf_counter()
             store._lake.write(lambda cur, s=statement: cur.execute(s).arrow(), what, transaction=False)
-            longest = max(longest, time.perf_counter() - t)
+            held = time.perf_counter() - t
+            longest = max(longest, held)
+            store.upkeep_held_s += held
     return longest
 
 
-def upkeep(store: Store, *, older_than_s: float = 3600.0) -> float:
+UPKEEP_DUTY = 0.2
+"""The most of the wall time the writers' upkeep rounds may keep readers out of a store, together:
+after a round that held the read lock for H seconds (its statements summed), the next round of any
+writer of the store starts no sooner than H * (1 / UPKEEP_DUTY - 1) seconds after it ended."""
+READER_PAUSE_S = 0.05
+"""Between two statements of a writer's upkeep round, the lock is left free at least this long (and
+at least as long as the statement before held it): a waiting read is woken when the lock is freed,
+but a round that took it again at once would win before the read is scheduled, so reads would wait
+for the whole round instead of one statement."""
+UPKEEP_STAMP = ".upkeep"
+"""In the store's lock folder: the last round's start, end and read-lock seconds (one line), and the
+lock that keeps two writers' rounds from running at once."""
+
+
+def upkeep(store: Store, *, older_than_s: float = 3600.0, due_at: float | None = None,
+           stop: threading.Event | None = None) -> float | None:
     """`compact` without its before/after inventory: what the writer runs every `upkeep_every`
     steps, so a long run's store stays a few files per table (readers' scans open every file of a
-    table: at 1M rollouts in one file per step, filtered queries took 5-8x longer). Returns seconds."""
+    table: at 1M rollouts in one file per step, filtered queries took 5-8x longer). Returns seconds.
+
+    A round is store-wide (every table's inlined rows and small files, whoever wrote them), so the
+    writers of a store with a lock folder take turns: one round at a time, spaced by UPKEEP_DUTY,
+    and a round due at `due_at` (wall clock) that another writer's round started after is covered
+    by it: None, nothing run. Three engines committing 10 steps/s each, every one running its own
+    round every 100 steps, kept the store in maintenance most of the time and every dashboard read
+    waiting on it (dev/LOG.md, 2026-12-03). `stop` set while waiting for a turn: None."""
+    folder = store.location.lock_dir
+    if folder is None or due_at is None:
+        return _round(store, older_than_s)
+    path = folder / UPKEEP_STAMP
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # another writer's round: wait for it to end
+            start, end, held = _read_stamp(fd)
+            if start >= due_at:
+                return None  # a round that began after ours was due merged what we wrote
+            wait = end + held * (1.0 / UPKEEP_DUTY - 1.0) - time.time()
+            if wait <= 0:
+                _write_stamp(fd, time.time(), time.time(), 0.0)  # started: later-due writers wait for it
+                before, t0 = store.upkeep_held_s, time.time()
+                try:
+                    return _round(store, older_than_s)
+                finally:
+                    _write_stamp(fd, t0, time.time(), store.upkeep_held_s - before)
+        finally:
+            os.close(fd)  # releases the lock
+        if stop is not None and stop.wait(min(wait, 30.0)):
+            return None
+        if stop is None:
+            time.sleep(min(wait, 30.0))
+
+
+def _round(store: Store, older_than_s: float) -> float:
     t = time.perf_counter()
-    hold = _upkeep(store, older_than_s, "merge the store's small files", merge_below=UPKEEP_MERGE_BELOW)
+    hold = _upkeep(store, older_than_s, "merge the store's small files", merge_below=UPKEEP_MERGE_BELOW,
+                   pause=True)
     store.longest_upkeep_hold_s = max(hold, store.longest_upkeep_hold_s or 0.0)
     return time.perf_counter() - t
+
+
+def _read_stamp(fd: int) -> tuple[float, float, float]:
+    """(start, end, held seconds) of the store's last upkeep round; zeros when none or unreadable."""
+    os.lseek(fd, 0, os.SEEK_SET)
+    try:
+        start, end, held = (float(x) for x in os.read(fd, 200).split()[:3])
+    except ValueError:
+        return 0.0, 0.0, 0.0
+    return start, end, held
+
+
+def _write_stamp(fd: int, start: float, end: float, held: float) -> None:
+    os.ftruncate(fd, 0)
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.write(fd, f"{start:.3f} {end:.3f} {held:.3f}\n".encode())
 
 
 def compact(store: Store, *, older_than_s: float = 3600.0) -> dict[str, Any]:

@@ -54,6 +54,10 @@ class Store(WriterMixin, ReaderMixin, PromptReaderMixin, AlertsMixin):
         self._upkeep_due = False
         self.longest_upkeep_hold_s: float | None = None
         """Longest single hold of the read lock by this Store's upkeep so far (seconds a read waited at most)."""
+        self.upkeep_held_s = 0.0
+        """Seconds this Store's upkeep has held the read lock, all statements summed."""
+        self._upkeep_due_at = 0.0
+        self._upkeep_stop = threading.Event()
         self._lake = Lake(location, read_only=read_only, threads=threads)
         self._ro: Lake | None = None
         self._last_step: dict[str, int] = {}
@@ -65,7 +69,9 @@ class Store(WriterMixin, ReaderMixin, PromptReaderMixin, AlertsMixin):
             raise
 
     def close(self) -> None:
-        """Close the store's connections (idempotent), after a running round of upkeep ends."""
+        """Close the store's connections (idempotent), after a running round of upkeep ends (a round
+        still waiting for its turn behind another writer's is dropped: the next round merges it)."""
+        self._upkeep_stop.set()
         self.wait_upkeep()
         self._lake.close()
         if self._ro is not None:

@@ -158,8 +158,10 @@ class WriterMixin:
         time: a round due while one runs starts when it ends. A failure is logged, never raised: the
         steps are already committed and the next round tries again."""
         import threading
+        import time
 
         with self._upkeep_lock:
+            self._upkeep_due_at = time.time()  # a round of another writer starting after this covers it
             if self._upkeep_thread is not None and self._upkeep_thread.is_alive():
                 self._upkeep_due = True
                 return
@@ -172,8 +174,9 @@ class WriterMixin:
 
         while True:
             try:
-                seconds = upkeep(self)  # type: ignore[arg-type]
-                log.debug("store upkeep after %d steps took %.2f s", self._steps_written, seconds)
+                seconds = upkeep(self, due_at=self._upkeep_due_at, stop=self._upkeep_stop)  # type: ignore[arg-type]
+                if seconds is not None:
+                    log.debug("store upkeep after %d steps took %.2f s", self._steps_written, seconds)
             except StoreError as exc:
                 log.warning("store upkeep failed (steps are safe; it runs again later): %s", exc)
             except Exception as exc:  # noqa: BLE001 - a closed store, say: never kill the process
