@@ -180,18 +180,19 @@ def _engine_pattern(runs: dict[str, Any], first: int, steps: int, period_s: floa
     `steps` per store and spacing. Also the commits' own seconds (what the lag is made of)."""
     per = max(1, steps // blocks)
     found: dict[str, dict[str, list[float]]] = {}
-    step = first
+    next_step = {name: first for name in runs}  # each store's run stays contiguous
     for spacing in (ENGINE_SPACING_S, 0.0):
         for b in range(blocks):
             for name in (("local", "s3") if b % 2 == 0 else ("s3", "local")):
                 st, syn = runs[name]
+                step = next_step[name]
                 w = _paced(st, syn, range(step, step + per), period_s, spacing_s=spacing)
                 slot = found.setdefault(f"engine_pattern_{name}" + ("" if spacing else "_spacing_0"),
                                         {"lags": [], "commit_s": [], "steps_per_commit": []})
                 slot["lags"] += w.lags
                 slot["commit_s"] += [c[2] for c in w.commits]
                 slot["steps_per_commit"] += [float(c[0]) for c in w.commits]
-                step += per
+                next_step[name] = step + per
     out: dict[str, Any] = {}
     for key, slot in found.items():
         out[key] = {**_lags(slot["lags"]), "period_s": period_s,
