@@ -227,6 +227,80 @@ def test_engine_run_rollback_resume_and_guard_on_s3(s3, new_store, tmp_path, tin
     assert _holds_secret(local.resolve()) == []
 
 
+def test_import_follow_on_s3(s3, tmp_path):
+    """`import --follow`'s loop on an s3:// store: a step file that appears while it watches is
+    imported once, into the bucket."""
+    import shutil
+    import threading
+
+    from waiting import wait_until
+
+    from workbench.integrations import importer
+    from workbench.integrations.follow import follow
+
+    verl = Path(__file__).parents[1] / "fixtures" / "verl" / "rollouts"
+    dump = tmp_path / "rollouts"
+    dump.mkdir()
+    shutil.copy(verl / "1.jsonl", dump / "1.jsonl")
+    with open_store(f"s3://{BUCKET}/follow", catalog=str(tmp_path / "catalog.sqlite")) as st:
+        imp = importer(st, "verl", dump)
+        assert imp.run_once().steps == [1]
+        stop, imported = threading.Event(), []
+        watcher = threading.Thread(target=lambda: imported.append(follow(imp, poll_s=0.1, stop=stop)))
+        watcher.start()
+        try:
+            shutil.copy(verl / "2.jsonl", dump / "2.jsonl")
+            wait_until(lambda: st.run_steps(imp.run_id)["step"].to_list() == [1, 2], 60, "step 2 imported")
+        finally:
+            stop.set()
+            watcher.join()
+        assert imported == [1] and st.run_steps(imp.run_id)["step"].to_list() == [1, 2]
+    assert any(k.startswith("follow/main/rollouts/") for k in _keys(s3, "follow/"))
+
+
+def _short(completions, **_):  # noqa: ANN001 - a TRL reward function: shorter is better
+    return [1.0 / (1 + len(c)) for c in completions]
+
+
+@pytest.mark.slow  # TRL's import and two GRPO steps: ~25 s of CPU
+def test_trl_live_logger_on_s3(s3, organism_models, tmp_path, monkeypatch):
+    """The TRL live logger given `store="s3://..."` (catalog from $WORKBENCH_CATALOG): every
+    completion of a 2-step GRPO run lands once in the bucket's store; TRL's own output (and any
+    checkpoint it saves) stays in its local output_dir."""
+    pytest.importorskip("trl", reason="the trl extra is not installed")
+    import contextlib
+    import io
+
+    import torch
+    from datasets import Dataset
+    from trl import GRPOConfig
+
+    from workbench.integrations import trl as wtrl
+    from workbench.models import load_model
+    from workbench.models.organism import ensure_organism, small_recipe
+    from workbench.tasks import ArithmeticTask
+
+    recipe = small_recipe()
+    model, tokenizer = load_model(str(ensure_organism(organism_models, recipe)))
+    data = Dataset.from_list([{"prompt": p.text, "answer": p.answer} for p in ArithmeticTask(recipe.task).train_prompts()])
+    args = GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=8, num_generations=4,
+                      max_completion_length=4, max_steps=2, logging_steps=1, report_to="none", save_strategy="no",
+                      use_cpu=True, bf16=False, use_vllm=False, beta=0.0, seed=0, disable_tqdm=True)
+    torch.use_deterministic_algorithms(False)
+    monkeypatch.setenv("WORKBENCH_CATALOG", str(tmp_path / "catalog.sqlite"))
+    url = f"s3://{BUCKET}/trl"
+    trainer = wtrl.WorkbenchGRPOTrainer(model=model, reward_funcs=[_short], args=args, train_dataset=data, processing_class=tokenizer, store=url,
+                                        run_name="trl-s3")
+    with contextlib.redirect_stdout(io.StringIO()):
+        trainer.train()
+    with open_store(url, read_only=True) as st:
+        rid = trainer.workbench_run_id
+        assert st.run(rid)["status"] == "finished" and st.run(rid)["source"] == "trl"
+        assert st.run_steps(rid)["step"].to_list() == [1, 2] and st.count_rollouts(rid) == 2 * 8
+        assert st.location.data_path == f"{url}/"  # (8 rows a step stay inlined in the catalog until compact)
+    assert _holds_secret(tmp_path) == []
+
+
 def test_commands_and_launch_hand_the_url_and_catalog_on(tmp_path, monkeypatch):
     """What the CLI and the launcher give a child process for an s3:// store: the URL (not the folded
     `s3:/...` a Path makes of it), the catalog, and a local folder for logs and checkpoints."""

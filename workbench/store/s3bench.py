@@ -33,12 +33,15 @@ from typing import Any
 
 import numpy as np
 
+from workbench.config import StoreConfig
 from workbench.errors import StoreError
 from workbench.store.group import GroupWriter
 from workbench.store.store import Store, open_store
 from workbench.store.synthetic import Shape, SyntheticRun
 
 BUCKET = "workbench-bench"
+ENGINE_SPACING_S = StoreConfig().commit_spacing_s
+"""The engine's default `store.commit_spacing_s`, which the engine pattern uses (and 0, commit when idle)."""
 
 
 def _lags(lags: list[float]) -> dict[str, Any]:
@@ -63,10 +66,10 @@ def _ingest(store: Store, syn: SyntheticRun, steps: range) -> tuple[int, float]:
 
 
 def _paced(store: Store, syn: SyntheticRun, steps: range, period_s: float,
-           during: Any = None) -> GroupWriter:
-    """The engine's pattern: a step every `period_s`, released halfway; `during(i)` is called before
-    step number i (the outage hook). Returns the closed writer (its `lags`)."""
-    writer = GroupWriter(store, commit_spacing_s=0.5, name="bench-s3-engine")
+           during: Any = None, spacing_s: float = ENGINE_SPACING_S) -> GroupWriter:
+    """The engine's pattern: a step every `period_s`, released halfway, commits spaced by `spacing_s`;
+    `during(i)` is called before step number i (the outage hook). Returns the closed writer (its `lags`)."""
+    writer = GroupWriter(store, commit_spacing_s=spacing_s, name="bench-s3-engine")
     try:
         for i, s in enumerate(steps):
             if during is not None:
@@ -156,10 +159,7 @@ def bench_object_storage(*, data: str = "s3", steps: int = 120, rounds: int = 4,
         out["ingest_rollouts_per_s"] = rate
         out["s3_vs_local"] = rate["s3"] / rate["local"]
         out["reader_p95_ms"] = _readers(runs, rounds * per_block, shape, seed)
-        for name in ("local", "s3"):  # the same pattern on both, one after the other
-            st, syn = runs[name]
-            paced = _paced(st, syn, range(rounds * per_block, rounds * per_block + engine_steps), engine_period_s)
-            out[f"engine_pattern_{name}"] = {**_lags(paced.lags), "period_s": engine_period_s}
+        out.update(_engine_pattern(runs, rounds * per_block, engine_steps, engine_period_s))
         out["files_per_1000_steps"] = _files(remote, s3, "bench/ingest/", compact, info)
         out["check_after_ingest"] = _check_steps(remote, runs["s3"][1].run_id, shape.rollouts_per_step)
         if faults and s3 is not None:
@@ -170,6 +170,35 @@ def bench_object_storage(*, data: str = "s3", steps: int = 120, rounds: int = 4,
 
     shutil.rmtree(root, ignore_errors=True)
     out["load_average_at_end"] = os.getloadavg()
+    return out
+
+
+def _engine_pattern(runs: dict[str, Any], first: int, steps: int, period_s: float,
+                    blocks: int = 2) -> dict[str, Any]:
+    """The engine's pattern on both stores, with the engine's commit spacing and with none, in
+    alternating blocks (local, s3, then s3, local, ...) so that the machine's load falls on both alike;
+    `steps` per store and spacing. Also the commits' own seconds (what the lag is made of)."""
+    per = max(1, steps // blocks)
+    found: dict[str, dict[str, list[float]]] = {}
+    next_step = {name: first for name in runs}  # each store's run stays contiguous
+    for spacing in (ENGINE_SPACING_S, 0.0):
+        for b in range(blocks):
+            for name in (("local", "s3") if b % 2 == 0 else ("s3", "local")):
+                st, syn = runs[name]
+                step = next_step[name]
+                w = _paced(st, syn, range(step, step + per), period_s, spacing_s=spacing)
+                slot = found.setdefault(f"engine_pattern_{name}" + ("" if spacing else "_spacing_0"),
+                                        {"lags": [], "commit_s": [], "steps_per_commit": []})
+                slot["lags"] += w.lags
+                slot["commit_s"] += [c[2] for c in w.commits]
+                slot["steps_per_commit"] += [float(c[0]) for c in w.commits]
+                next_step[name] = step + per
+    out: dict[str, Any] = {}
+    for key, slot in found.items():
+        out[key] = {**_lags(slot["lags"]), "period_s": period_s,
+                    "commit_spacing_s": 0.0 if key.endswith("_spacing_0") else ENGINE_SPACING_S,
+                    "commits": len(slot["commit_s"]), "commit_p50_s": float(np.median(slot["commit_s"])),
+                    "steps_per_commit_mean": float(np.mean(slot["steps_per_commit"]))}
     return out
 
 
