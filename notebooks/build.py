@@ -106,9 +106,13 @@ def entropy() -> list:
                           "branch. Which token ids they are, and where in the response they sit."),
         new_code_cell(
             "forks = wa.forking_tokens(rollouts, top_frac=top_frac)\n"
-            "counts = with_labels(wa.forking_token_counts(forks), runs)\n"
-            "px.bar(counts.group_by(\"label\").head(15).with_columns(pl.col(\"token_id\").cast(pl.String)),\n"
-            "       x=\"token_id\", y=\"share\", color=\"label\", barmode=\"group\",\n"
+            "# each run's tokens as text, with its own tokenizer (a subword model's ' the' shows as '\u2423the')\n"
+            "counts = with_labels(pl.concat([\n"
+            "    wa.forking_token_counts(forks.filter(pl.col(\"run_id\") == r), decode=wa.token_text(store, r))\n"
+            "    for r in forks[\"run_id\"].unique(maintain_order=True)]\n"
+            "    or [wa.forking_token_counts(forks).with_columns(text=pl.lit(\"\"))], how=\"diagonal\"), runs)\n"
+            "px.bar(counts.group_by(\"label\").head(15), x=\"text\", y=\"share\", color=\"label\", barmode=\"group\",\n"
+            "       hover_data=[\"token_id\", \"count\", \"entropy_mean\"],\n"
             "       title=f\"Most frequent forking tokens (top {top_frac:.0%} entropy)\")"),
         new_code_cell(
             "px.histogram(with_labels(forks, runs), x=\"position\", color=\"label\", barmode=\"group\",\n"

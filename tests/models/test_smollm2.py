@@ -6,7 +6,6 @@ that reach the store. Slow: the model is 134.5M parameters on a CPU (one load pe
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -117,22 +116,9 @@ def test_behaviour_logprobs_equal_the_trainers(loaded):
 
 
 @pytest.fixture(scope="module")
-def two_steps(smollm2_dir, new_store, tmp_path_factory):
-    """Two engine steps of configs/smollm2.toml, shrunk (2 prompts x 2 rollouts, 8 new tokens, a final
-    evaluation of 2 prompts x 2 samples): (store, run id)."""
-    from workbench.engine import run
-    from workbench.engine.checkpoint import checkpoint_dir
-    from workbench.experiments.real_model import smollm2_config
-
-    store = new_store(tmp_path_factory.mktemp("smollm2") / "store")
-    cfg = smollm2_config(["steps=2", "allocator.prompts_per_step=2", "allocator.budget=4", "allocator.params.n=2",
-                          "sampling.max_new_tokens=8", "eval.at_start=false", "eval.every=0", "eval.max_prompts=2",
-                          "eval.samples=2", "model.threads=1", "model.device=\"cpu\"", "logging.heartbeat_s=0.5"])
-    rid = run(cfg, store=str(store), store_dir=store)
-    ckpt = checkpoint_dir(store, rid)
-    assert any(ckpt.iterdir())  # the final checkpoint was written ...
-    shutil.rmtree(ckpt)  # ... and is ~1.6 GB (weights and AdamW state): not kept in the temporary folder
-    return store, rid
+def two_steps(smollm2_run):
+    """The shared two-step run (tests/models/conftest.py): (store, run id)."""
+    return smollm2_run
 
 
 def test_two_engine_steps_reach_the_store(two_steps):
@@ -154,7 +140,7 @@ def test_two_engine_steps_reach_the_store(two_steps):
     assert all(t[-1] == 2 for t in stops["token_ids"])  # <|im_end|> ends every stopped response
     assert set(rollouts["reward"]) <= {0.0, 1.0}
     assert all(t.startswith("What is ") and t.endswith("Answer with the number only.") for t in prompts["text"])
-    assert evals.height == 2 and set(evals["samples"]) == {2}
+    assert evals.height == 4 and set(evals["samples"]) == {2} and set(evals["step"]) == {0, 2}
 
 
 def test_rollouts_page_shows_or_hides_the_chat_template(two_steps, monkeypatch):

@@ -30,6 +30,7 @@ from workbench.analysis.passk import (
     with_pass_at_k,
 )
 from workbench.analysis.terms import term_names, terms_by_step, terms_wide
+from workbench.analysis.tokens import token_text
 
 __all__ = [
     "allocation_efficiency",
@@ -54,6 +55,7 @@ __all__ = [
     "terms_by_step",
     "terms_wide",
     "token_entropies",
+    "token_text",
     "with_pass_at_k",
     "zero_signal_by_step",
 ]

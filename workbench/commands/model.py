@@ -68,7 +68,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         typer.echo(f"removed {path}" if path else f"{source}: nothing cached in this store")
 
     real = typer.Typer(help="The real model (SmolLM2-135M-Instruct): step-0 pass rates, GSM8K, log-prob "
-                       "agreement, speed. Each prints one JSON object.", no_args_is_help=True)
+                       "agreement, speed, TRL. Each prints one JSON object.", no_args_is_help=True)
     bench.add_typer(real, name="real-model")
 
     @real.command("step0")
@@ -122,3 +122,31 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         from workbench.experiments.real_model import speed
 
         print_json(speed(store_path(store), steps=steps, repeats=repeats, overrides=list(set_ or [])))
+
+    @real.command("trl")
+    def bench_trl(
+        store: StoreOpt = None,
+        steps: Annotated[int, typer.Option("--steps", help="Timed steps per side (after one warm-up step).")] = 2,
+        rounds: Annotated[int, typer.Option("--rounds", help="Alternations of the engine and TRL.")] = 1,
+        set_: SetOpt = None,
+    ) -> None:
+        """The engine against TRL's GRPOTrainer on SmolLM2: rollouts/s side by side (the `trl` extra)."""
+        from workbench.experiments.real_trl import trl_vs_engine
+
+        print_json(trl_vs_engine(store_path(store), steps=steps, rounds=rounds, overrides=list(set_ or [])))
+
+    @real.command("async")
+    def bench_real_async(
+        store: StoreOpt = None,
+        steps: Annotated[int, typer.Option("--steps", help="Steps per run (the first 2 and the last are not "
+                                           "timed).")] = 5,
+        set_: SetOpt = None,
+    ) -> None:
+        """The asynchronous pipeline at eta = 1 against the synchronous loop (1 and 2 torch threads) on
+        SmolLM2: rollouts/s, speed-up, the phase-time bound (as `bench async` reports for the organism)."""
+        from workbench.experiments.async_bench import bench_async
+        from workbench.experiments.real_model import SMOLLM2_CONFIG
+
+        out = bench_async(steps=steps, etas=[1], profiles=["default"], overrides=list(set_ or []),
+                          cache=store_path(store), partial=False, config=SMOLLM2_CONFIG)
+        print_json({**out, "organism": None, "model": "smollm2"})

