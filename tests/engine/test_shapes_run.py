@@ -90,6 +90,8 @@ def test_bench_shapes_refuses_bad_options_naming_them():
         run_bench(organism="smollm2", group=4)
     with pytest.raises(ConfigError, match="--max-new-tokens: 0"):
         run_bench(organism="smollm2", max_new_tokens=0)
+    with pytest.raises(ConfigError, match="--allocator: 'greedy'"):
+        run_bench(allocator="greedy")
 
 
 def test_bench_shapes_sizes_the_real_models_runs():
@@ -100,3 +102,6 @@ def test_bench_shapes_sizes_the_real_models_runs():
     assert cfg["allocator"]["params"] == {"n": 4} and cfg["allocator"]["budget"] == 8
     assert (cfg["allocator"]["prompts_per_step"], cfg["sampling"]["max_new_tokens"], cfg["task"]["train_size"]) == (2, 32, 2)
     assert cfg["eval"]["every"] == 0 and cfg["eval"]["at_start"] is False
+    tracked = _config("small", 3, 16, 0, SHAPES["speculative-exact"], _sizes(None, None, None, "value_tracker"))
+    assert tracked.to_dict()["allocator"]["name"] == "value_tracker"
+    assert tracked.to_dict()["allocator"]["params"]["n"] == 4  # the tiny run's group

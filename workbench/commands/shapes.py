@@ -24,6 +24,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         prompts_per_step: Optional[int] = typer.Option(None, "--prompts-per-step", help="Prompts a step (with --group)."),
         max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="Response length cap "
                                                      "(default: the config's)."),
+        allocator: Optional[str] = typer.Option(None, "--allocator", help="uniform or value_tracker, for every "
+                                                "shape (default: the config's)."),
         seed: int = typer.Option(0, "--seed", help="The runs' seed."),
         shape: Optional[list[str]] = typer.Option(None, "--shape", help="These shapes only (repeatable; "
                                                   "independent always runs)."),
@@ -35,7 +37,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
 
         result = run_bench(store, organism=organism, steps=steps, train_size=train_size, seed=seed,
                            shapes=tuple(shape or SHAPES), group=group, prompts_per_step=prompts_per_step,
-                           max_new_tokens=max_new_tokens)
+                           max_new_tokens=max_new_tokens, allocator=allocator)
         if as_json:
             print_json(result)
         else:

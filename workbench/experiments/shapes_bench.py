@@ -9,7 +9,8 @@ own figures and reports medians over the steps after the first:
   the shape included) over its rollouts; `vs_independent`: that over independent's (< 1: faster);
 - `tokens_per_rollout` (response tokens) and `fresh_tokens_per_rollout` (decoded, not reused);
 - `reused_share`: reused over response tokens (speculative); `accept_rate`: reused over offered draft
-  tokens; `zero_signal_frac`: share of groups whose rewards all agree; tree: `branches` a step;
+  tokens; `zero_signal_frac` (median) and `zero_signal_mean`: share of groups whose rewards all agree;
+  tree: `branches` a step;
 - the shape's own phases per rollout, inside the generate time: `verify_s` (the teacher-forced pass over
   the drafts and the verification), `rows_s` (exact mode: the pass that keeps each new draft's rows),
   `tree_s` (the tree phase).
@@ -57,20 +58,27 @@ def _config(organism: str, steps: int, train_size: int, seed: int, over: dict[st
     return resolve_config({"name": "shapes-bench"}, common)
 
 
-def _sizes(group: int | None, prompts_per_step: int | None, max_new_tokens: int | None) -> dict[str, Any]:
-    """The overrides of the group size (`allocator.params.n`, the budget following), the prompts a step
-    and the response length; none given: the config's."""
+ALLOCATORS = ("uniform", "value_tracker")
+"""The allocators a shape can be measured with (`--allocator`; both grant `n` rollouts per chosen prompt)."""
+
+
+def _sizes(group: int | None, prompts_per_step: int | None, max_new_tokens: int | None,
+           allocator: str | None = None) -> dict[str, Any]:
+    """The overrides of the group size (`allocator.params.n`, the budget following), the prompts a step,
+    the response length and the allocator; none given: the config's."""
     from workbench.errors import ConfigError
 
     for flag, value in (("--group", group), ("--prompts-per-step", prompts_per_step),
                         ("--max-new-tokens", max_new_tokens)):
         if value is not None and value < 1:
             raise ConfigError(f"bench shapes: {flag}: {value} must be at least 1")
-    out: dict[str, Any] = {}
+    if allocator is not None and allocator not in ALLOCATORS:
+        raise ConfigError(f"bench shapes: --allocator: {allocator!r} is not allowed ({', '.join(ALLOCATORS)})")
+    out: dict[str, Any] = {"allocator.name": allocator} if allocator else {}
     if group is not None or prompts_per_step is not None:
         if group is None or prompts_per_step is None:
             raise ConfigError("bench shapes: --group and --prompts-per-step go together (the budget is their product)")
-        out.update({"allocator.name": "uniform", "allocator.params": {"n": group},
+        out.update({"allocator.name": allocator or "uniform", "allocator.params": {"n": group},
                     "allocator.prompts_per_step": prompts_per_step, "allocator.budget": group * prompts_per_step})
     if max_new_tokens is not None:
         out["sampling.max_new_tokens"] = max_new_tokens
@@ -91,6 +99,7 @@ def _summary(steps: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
         "tokens_per_rollout": _median([t / k for t, k in zip(tokens, n)]),
         "fresh_tokens_per_rollout": _median([f / k for f, k in zip(fresh, n)]),
         "zero_signal_frac": _median([m.get("rollout/zero_signal_frac", 0.0) for m in later]),
+        "zero_signal_mean": statistics.fmean([m.get("rollout/zero_signal_frac", 0.0) for m in later]),
         "rollouts_per_step": _median([float(k) for k in n]),
         "wall_s": round(wall_s, 2),
     }
@@ -110,7 +119,7 @@ def _summary(steps: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
 def run_bench(store_path: str | Path | None = None, *, organism: str = "small", steps: int = 12,
               train_size: int = 16, seed: int = 0, shapes: tuple[str, ...] = tuple(SHAPES),
               group: int | None = None, prompts_per_step: int | None = None,
-              max_new_tokens: int | None = None) -> dict[str, Any]:
+              max_new_tokens: int | None = None, allocator: str | None = None) -> dict[str, Any]:
     """One run per shape; the summary per shape and its ratios to independent (see the module docstring)."""
     from workbench.engine import run
     from workbench.errors import ConfigError
@@ -123,7 +132,7 @@ def run_bench(store_path: str | Path | None = None, *, organism: str = "small", 
         raise ConfigError(f"bench shapes: --organism: {organism!r} is not allowed ({', '.join(ORGANISMS)})")
     if steps < 2:
         raise ConfigError(f"bench shapes: --steps: {steps} is too few (at least 2: the first step has no drafts)")
-    sizes = _sizes(group, prompts_per_step, max_new_tokens)
+    sizes = _sizes(group, prompts_per_step, max_new_tokens, allocator)
     tmp = None
     if store_path is None:
         tmp = tempfile.TemporaryDirectory(prefix="shapes-bench-")
