@@ -191,7 +191,8 @@ def rollout_groups(page: str, run_id: str, frame, *, link_prompt: bool = True, t
                     st.html(table)
             else:
                 st.html(table)
-    colours = shapes_legend(frame) + (f"entropy colour scale: white 0 → red ≥ {h_max:.2f} nats (98th percentile on this page)"
+    colours = shapes_legend(frame) + (
+               f"entropy colour scale: white 0 → red ≥ {h_max:.2f} nats (98th percentile on this page)"
                if gap_max is None else
                f"token colour: trainer − behaviour log-prob, red ≤ −{gap_max:.3g} < white 0 < green ≥ +{gap_max:.3g} "
                "nats (98th percentile of |gap| on this page, at least "

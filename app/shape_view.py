@@ -107,8 +107,9 @@ def mark_reused(spans: list[str], reused: int, rejected_at: int | None, draft: i
     `rejected_at` marked as the first after a rejected draft, and a note of the draft's fate at the end."""
     out = list(spans)
     if rejected_at is not None and 0 <= rejected_at < len(out):
-        out[rejected_at] = (f'<span data-draft-rejected="{rejected_at}" title="draft rejected here: this token '
-                            f'and the rest are the current policy\'s" style="{REJECTED_STYLE}">{out[rejected_at]}</span>')
+        out[rejected_at] = (f'<span data-draft-rejected="{rejected_at}" title="draft rejected here: this '
+                            f'token and the rest are the current policy\'s" style="{REJECTED_STYLE}">'
+                            f"{out[rejected_at]}</span>")
     k = min(reused, len(out))
     if k > 0:
         title = f"reused from the draft: {k} token{'s' if k != 1 else ''} accepted by the current policy"
@@ -134,7 +135,8 @@ def _shown(piece: str) -> str:
 
 def _mark_html(mark: BranchMark, parent_idx: Any) -> str:
     h = "–" if mark.entropy is None else f"{mark.entropy:.3f}"
-    alt = "" if mark.parent_token is None else f" · #{html.escape(str(parent_idx))} took “{_shown(mark.parent_token)}”"
+    alt = ("" if mark.parent_token is None
+           else f" · #{html.escape(str(parent_idx))} took “{_shown(mark.parent_token)}”")
     return (f'<span data-branch-at="{mark.at}" data-branch-token="{html.escape(mark.token, quote=True)}" '
             f'data-branch-entropy="{h}" title="branched at response token {mark.at}: the token this row took there, '
             f'and the entropy (nats) of the distribution it was chosen from" style="{BRANCH_STYLE}">'

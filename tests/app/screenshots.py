@@ -77,7 +77,8 @@ def shoot(store: Path, out: Path, run_id: str | None = None, pages: list[str] | 
                     if start:  # the app scrolls in its own container: a tall viewport, clipped
                         box = page.locator(start).first.bounding_box()
                         top = max(0.0, box["y"] - 130)
-                        page.screenshot(path=str(path), clip={"x": 0, "y": top, "width": 1400, "height": height or 1000})
+                        clip = {"x": 0, "y": top, "width": 1400, "height": height or 1000}
+                        page.screenshot(path=str(path), clip=clip)
                     else:
                         page.screenshot(path=str(path), full_page=height is None)
                     written.append(path)

@@ -21,7 +21,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
                                      "(the real model, configs/smollm2.toml: about a minute a step on 2 CPU cores)."),
         group: Optional[int] = typer.Option(None, "--group", help="Rollouts per prompt (with --prompts-per-step; "
                                             "default: the config's)."),
-        prompts_per_step: Optional[int] = typer.Option(None, "--prompts-per-step", help="Prompts a step (with --group)."),
+        prompts_per_step: Optional[int] = typer.Option(None, "--prompts-per-step",
+                                                       help="Prompts a step (with --group)."),
         max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="Response length cap "
                                                      "(default: the config's)."),
         allocator: Optional[str] = typer.Option(None, "--allocator", help="uniform or value_tracker, for every "
