@@ -156,7 +156,7 @@ def rollout_groups(page: str, run_id: str, frame, *, link_prompt: bool = True, t
     `term` when given, and with `pipelined` each rollout's version span, staleness and weight. With
     `chat_template`, each prompt as the model saw it (the template's turns and markers) and the
     responses' special tokens (the end of turn); without, the question and the text only."""
-    from app import derive
+    from app import derive, shape_view
     from app.terms import term_range
 
     if frame.is_empty():
@@ -183,9 +183,16 @@ def rollout_groups(page: str, run_id: str, frame, *, link_prompt: bool = True, t
             if link_prompt:
                 st.page_link("app_pages/prompt.py", label="this prompt's story", icon=":material/timeline:",
                              query_params={"run": run_id, "prompt": str(prompt_id)})
-            st.html(derive.group_html(rows, decode, h_max, term=term, term_span=span, pipelined=pipelined,
-                                      gap_max=gap_max, special=chat_template))
-    colours = (f"entropy colour scale: white 0 → red ≥ {h_max:.2f} nats (98th percentile on this page)"
+            table = derive.group_html(rows, decode, h_max, term=term, term_span=span, pipelined=pipelined,
+                                      gap_max=gap_max, special=chat_template)
+            if shape_view.is_tree_group(rows):  # a tree-shaped run (issue #32): the tree, the table folded
+                st.html(tree_view(rows, decode, h_max, gap_max, chat_template))
+                with st.expander("the group as a table"):
+                    st.html(table)
+            else:
+                st.html(table)
+    colours = shapes_legend(frame) + (
+               f"entropy colour scale: white 0 → red ≥ {h_max:.2f} nats (98th percentile on this page)"
                if gap_max is None else
                f"token colour: trainer − behaviour log-prob, red ≤ −{gap_max:.3g} < white 0 < green ≥ +{gap_max:.3g} "
                "nats (98th percentile of |gap| on this page, at least "
@@ -193,6 +200,34 @@ def rollout_groups(page: str, run_id: str, frame, *, link_prompt: bool = True, t
     st.caption(colours
                + (f" · reward terms cell coloured by {term}: red < 0 < green, scaled by the largest |value| on "
                   f"this page ({max(abs(span[0]), abs(span[1])):.3g}); grey: the rollout has no {term}" if term else ""))
+
+
+def tree_view(rows: list[dict], decode, h_max: float, gap_max: float | None, special: bool) -> str:
+    """A tree-shaped group drawn as a tree (`app.shape_view.tree_html`), its tokens coloured as the table's."""
+    from app import derive, shape_view
+    from workbench.analysis.pipeline import token_logprob_gaps
+
+    def pieces_of(row: dict) -> list[str]:
+        return derive.token_pieces(row.get("response") or "", row.get("token_ids"), decode, special=special)
+
+    def tokens_of(row: dict, start: int) -> str:
+        pieces, ents = pieces_of(row), list(row.get("token_entropy") or [])
+        start = start if len(pieces) == row.get("length") else 0  # no per-token pieces: the whole text
+        gaps = (token_logprob_gaps(row.get("token_logprobs"), row.get("token_trainer_logprobs"))
+                if gap_max is not None else None)
+        return derive.token_html(pieces[start:], ents[start:] if len(ents) == len(pieces) else None, h_max,
+                                 gaps=None if gaps is None else list(gaps)[start:], gap_max=gap_max or derive.GAP_FLOOR)
+
+    return shape_view.tree_html(rows, pieces_of, tokens_of)
+
+
+def shapes_legend(frame) -> str:
+    """The caption's words on the rollout shapes the page shows (none: empty)."""
+    shapes = set(frame["shape"].drop_nulls().to_list()) if "shape" in frame.columns else set()
+    return (("tree groups: each branch under the row it left, ↳ its branch point (token, entropy there), "
+             "… the prefix it shares (drawn once, in its parent) · " if "tree" in shapes else "")
+            + ("speculative: blue band = prefix reused from the draft (accepted by the current policy), red bar = "
+               "first token after a rejected draft · " if "speculative" in shapes else ""))
 
 
 def alert_banner(run_id: str) -> None:

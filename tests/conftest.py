@@ -129,6 +129,7 @@ SHARED_WORKER = {
     "tests/app/test_browser_pipeline.py": "browser",
     "tests/app/test_browser_imported.py": "browser",
     "tests/app/test_browser_gate.py": "browser",
+    "tests/app/test_browser_shapes.py": "browser",
     "tests/app/test_notebook_jupyterlab.py": "browser",
 }
 """Test files that must not run beside each other: a file named here runs on the worker of its group.

@@ -3,6 +3,8 @@
     workbench run configs/organism.toml --store store/default      # the default experiment
     python tests/app/screenshots.py store/default docs/img
     python tests/app/screenshots.py store/default docs/img --pages compare-prompts
+    python tests/app/screenshots.py STORE docs/img RUN_ID --pages rollouts --as rollouts-tree --height 900 \
+        --from '[data-rollout-tree]:has([data-depth="2"])'
 
 Starts `workbench app` on the store, opens every page (or those of `--pages`) in headless chromium
 (Debian's, through Playwright) with the newest run picked (or RUN_ID) and automatic refresh off, waits
@@ -48,7 +50,10 @@ def open_scatter_point(page) -> str | None:
     return None
 
 
-def shoot(store: Path, out: Path, run_id: str | None = None, pages: list[str] | None = None) -> list[Path]:
+def shoot(store: Path, out: Path, run_id: str | None = None, pages: list[str] | None = None, *,
+          stem: str | None = None, height: int | None = None, start: str | None = None) -> list[Path]:
+    """Each page's shot (full page; with `height`, the top `height` pixels; with `start` too, `height` pixels
+    from a little above the first element matching that CSS selector) as `<page>.png` (or `<stem>.png`)."""
     out.mkdir(parents=True, exist_ok=True)
     written = []
     try:
@@ -58,7 +63,7 @@ def shoot(store: Path, out: Path, run_id: str | None = None, pages: list[str] | 
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
                     "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"])
-                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                page = browser.new_page(viewport={"width": 1400, "height": (height or 1000) + (6000 if start else 0)})
                 for name in pages or PAGES:
                     query = [f"run={run_id}"] if run_id else []
                     query += ["refresh=0"] if name == "live" else []
@@ -70,8 +75,14 @@ def shoot(store: Path, out: Path, run_id: str | None = None, pages: list[str] | 
                     time.sleep(2.0)  # charts finish their transitions
                     if page.locator("[data-testid='stException']").count():
                         raise RuntimeError(f"the {name} page raised: see {out / '.app.log'}")
-                    path = out / f"{name}.png"
-                    page.screenshot(path=str(path), full_page=True)
+                    path = out / f"{stem or name}.png"
+                    if start:  # the app scrolls in its own container: a tall viewport, clipped
+                        box = page.locator(start).first.bounding_box()
+                        top = max(0.0, box["y"] - 130)
+                        clip = {"x": 0, "y": top, "width": 1400, "height": height or 1000}
+                        page.screenshot(path=str(path), clip=clip)
+                    else:
+                        page.screenshot(path=str(path), full_page=height is None)
                     written.append(path)
                 browser.close()
     finally:
@@ -85,10 +96,17 @@ if __name__ == "__main__":
     parser.add_argument("out", type=Path)
     parser.add_argument("run_id", nargs="?", default=None)
     parser.add_argument("--pages", default=None, help=f"comma-separated, of {', '.join(PAGES)} (default: all)")
+    parser.add_argument("--as", dest="stem", default=None, help="the file's name (one page only), not <page>.png")
+    parser.add_argument("--height", type=int, default=None, help="the top HEIGHT pixels only, not the full page")
+    parser.add_argument("--from", dest="start", default=None, help="CSS selector: the shot starts just above the "
+                        "first element it matches (with --height)")
     args = parser.parse_args()
     chosen = [p.strip() for p in args.pages.split(",")] if args.pages else None
     unknown = sorted(set(chosen or []) - set(PAGES))
     if unknown:
         parser.error(f"--pages: unknown page(s) {unknown}; pages are {', '.join(PAGES)}")
-    for p in shoot(args.store, args.out, args.run_id, chosen):
+    if args.stem and len(chosen or PAGES) != 1:
+        parser.error("--as: name one page with --pages")
+    for p in shoot(args.store, args.out, args.run_id, chosen, stem=args.stem, height=args.height,
+                   start=args.start):
         print(p)

@@ -86,3 +86,23 @@ def test_bench_shapes_refuses_bad_options_naming_them():
         run_bench(steps=1)
     with pytest.raises(ConfigError, match="--organism"):
         run_bench(organism="huge")
+    with pytest.raises(ConfigError, match="--group and --prompts-per-step go together"):
+        run_bench(organism="smollm2", group=4)
+    with pytest.raises(ConfigError, match="--max-new-tokens: 0"):
+        run_bench(organism="smollm2", max_new_tokens=0)
+    with pytest.raises(ConfigError, match="--allocator: 'greedy'"):
+        run_bench(allocator="greedy")
+
+
+def test_bench_shapes_sizes_the_real_models_runs():
+    from workbench.experiments.shapes_bench import SHAPES, _config, _sizes
+
+    cfg = _config("smollm2", 3, 2, 0, SHAPES["tree-latr"], _sizes(4, 2, 32)).to_dict()
+    assert cfg["model"]["path"] == "smollm2" and cfg["rollout"]["shape"] == "tree"
+    assert cfg["allocator"]["params"] == {"n": 4} and cfg["allocator"]["budget"] == 8
+    assert cfg["allocator"]["prompts_per_step"] == 2 and cfg["task"]["train_size"] == 2
+    assert cfg["sampling"]["max_new_tokens"] == 32
+    assert cfg["eval"]["every"] == 0 and cfg["eval"]["at_start"] is False
+    tracked = _config("small", 3, 16, 0, SHAPES["speculative-exact"], _sizes(None, None, None, "value_tracker"))
+    assert tracked.to_dict()["allocator"]["name"] == "value_tracker"
+    assert tracked.to_dict()["allocator"]["params"]["n"] == 4  # the tiny run's group

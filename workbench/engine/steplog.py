@@ -154,6 +154,19 @@ def _trainer_array(values: torch.Tensor | None, mask: torch.Tensor, lengths: tor
     return pa.ListArray.from_arrays(lists.offsets, lists.values, mask=pa.array(missing))
 
 
+def _parent_as_idx(parent: np.ndarray, idx: np.ndarray, prompt: np.ndarray, stage: np.ndarray) -> np.ndarray:
+    """A tree row's parent, given by the shape as a slot of its stage's group (the k-th row of the prompt in
+    that stage), as the parent row's `idx` in the step (a prompt's rows of a stage are consecutive in `idx`:
+    stages are concatenated in order). The same numbers in a one-stage step; -1 stays -1."""
+    first: dict[tuple[int, int], int] = {}
+    for i, key in enumerate(zip(np.asarray(prompt).tolist(), np.asarray(stage).tolist())):
+        first.setdefault(key, int(idx[i]))
+    out = parent.copy()
+    for i in np.flatnonzero(parent >= 0):
+        out[i] = first[(int(prompt[i]), int(stage[i]))] + int(parent[i])
+    return out
+
+
 def rollouts_table(
     run_id: str,
     step: int,
@@ -223,6 +236,7 @@ def rollouts_table(
         cols["shape"] = pa.array(list(r.shape["shape"]), pa.string())
         for name in ("reused_tokens", "draft_tokens", "draft_rejected_at", "parent_idx", "branch_at"):
             v = np.asarray(r.shape[name], dtype=np.int64)
+            v = _parent_as_idx(v, idx, r.prompt, r.stage) if name == "parent_idx" else v
             cols[name] = pa.array(v.astype(np.int32), pa.int32(), mask=v < 0)
     return pa.table(cols)
 

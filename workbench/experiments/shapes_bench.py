@@ -9,12 +9,14 @@ own figures and reports medians over the steps after the first:
   the shape included) over its rollouts; `vs_independent`: that over independent's (< 1: faster);
 - `tokens_per_rollout` (response tokens) and `fresh_tokens_per_rollout` (decoded, not reused);
 - `reused_share`: reused over response tokens (speculative); `accept_rate`: reused over offered draft
-  tokens; `zero_signal_frac`: share of groups whose rewards all agree; tree: `branches` a step;
+  tokens; `zero_signal_frac` (median) and `zero_signal_mean`: share of groups whose rewards all agree;
+  tree: `branches` a step;
 - the shape's own phases per rollout, inside the generate time: `verify_s` (the teacher-forced pass over
   the drafts and the verification), `rows_s` (exact mode: the pass that keeps each new draft's rows),
   `tree_s` (the tree phase).
 
-Learning to a target pass@1, and the real model, are not measured here (docs/rollout-shapes.md).
+On the real model (`organism = "smollm2"`) keep to a few steps and small groups: its figures are the
+rollout phase's, not learning. Learning to a target pass@1 is not measured here (docs/rollout-shapes.md).
 """
 
 from __future__ import annotations
@@ -34,15 +36,53 @@ SHAPES: dict[str, dict[str, Any]] = {
 }
 
 
-def _config(organism: str, steps: int, train_size: int, seed: int, over: dict[str, Any]) -> Any:
+ORGANISMS = ("small", "default", "smollm2")
+"""small: the tiny run; default: the default config's organism; smollm2: the real model
+(configs/smollm2.toml), where a training step takes about a minute on 2 CPU cores: keep it to a few
+steps and small groups (`group`, `prompts_per_step`)."""
+
+
+def _config(organism: str, steps: int, train_size: int, seed: int, over: dict[str, Any],
+            sizes: dict[str, Any] | None = None) -> Any:
     from workbench.control.launch import resolve_config
     from workbench.experiments.tiny import tiny_run
 
-    common = {"steps": steps, "seed": seed, "eval.every": 0, "checkpoint.every": 0,
-              "task.train_size": train_size, **over}
+    common = {"steps": steps, "seed": seed, "eval.every": 0, "eval.at_start": False, "checkpoint.every": 0,
+              "task.train_size": train_size, **(sizes or {}), **over}
     if organism == "small":
         return tiny_run(common)
+    if organism == "smollm2":
+        from workbench.experiments.real_model import smollm2_config
+
+        return resolve_config(smollm2_config().to_dict(), {"name": "shapes-bench-smollm2", **common})
     return resolve_config({"name": "shapes-bench"}, common)
+
+
+ALLOCATORS = ("uniform", "value_tracker")
+"""The allocators a shape can be measured with (`--allocator`; both grant `n` rollouts per chosen prompt)."""
+
+
+def _sizes(group: int | None, prompts_per_step: int | None, max_new_tokens: int | None,
+           allocator: str | None = None) -> dict[str, Any]:
+    """The overrides of the group size (`allocator.params.n`, the budget following), the prompts a step,
+    the response length and the allocator; none given: the config's."""
+    from workbench.errors import ConfigError
+
+    for flag, value in (("--group", group), ("--prompts-per-step", prompts_per_step),
+                        ("--max-new-tokens", max_new_tokens)):
+        if value is not None and value < 1:
+            raise ConfigError(f"bench shapes: {flag}: {value} must be at least 1")
+    if allocator is not None and allocator not in ALLOCATORS:
+        raise ConfigError(f"bench shapes: --allocator: {allocator!r} is not allowed ({', '.join(ALLOCATORS)})")
+    out: dict[str, Any] = {"allocator.name": allocator} if allocator else {}
+    if group is not None or prompts_per_step is not None:
+        if group is None or prompts_per_step is None:
+            raise ConfigError("bench shapes: --group and --prompts-per-step go together (the budget is their product)")
+        out.update({"allocator.name": allocator or "uniform", "allocator.params": {"n": group},
+                    "allocator.prompts_per_step": prompts_per_step, "allocator.budget": group * prompts_per_step})
+    if max_new_tokens is not None:
+        out["sampling.max_new_tokens"] = max_new_tokens
+    return out
 
 
 def _median(values: list[float]) -> float | None:
@@ -59,6 +99,7 @@ def _summary(steps: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
         "tokens_per_rollout": _median([t / k for t, k in zip(tokens, n)]),
         "fresh_tokens_per_rollout": _median([f / k for f, k in zip(fresh, n)]),
         "zero_signal_frac": _median([m.get("rollout/zero_signal_frac", 0.0) for m in later]),
+        "zero_signal_mean": statistics.fmean([m.get("rollout/zero_signal_frac", 0.0) for m in later]),
         "rollouts_per_step": _median([float(k) for k in n]),
         "wall_s": round(wall_s, 2),
     }
@@ -76,33 +117,37 @@ def _summary(steps: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
 
 
 def run_bench(store_path: str | Path | None = None, *, organism: str = "small", steps: int = 12,
-              train_size: int = 16, seed: int = 0, shapes: tuple[str, ...] = tuple(SHAPES)) -> dict[str, Any]:
+              train_size: int = 16, seed: int = 0, shapes: tuple[str, ...] = tuple(SHAPES),
+              group: int | None = None, prompts_per_step: int | None = None,
+              max_new_tokens: int | None = None, allocator: str | None = None) -> dict[str, Any]:
     """One run per shape; the summary per shape and its ratios to independent (see the module docstring)."""
     from workbench.engine import run
     from workbench.errors import ConfigError
-    from workbench.experiments.tiny import small_organism_models
+    from workbench.experiments.tiny import shared_smollm2, small_organism_models
 
     unknown = sorted(set(shapes) - set(SHAPES))
     if unknown:
         raise ConfigError(f"bench shapes: --shape: {unknown[0]!r} is not allowed (one of {', '.join(SHAPES)})")
-    if organism not in ("small", "default"):
-        raise ConfigError(f"bench shapes: --organism: {organism!r} is not allowed (small or default)")
+    if organism not in ORGANISMS:
+        raise ConfigError(f"bench shapes: --organism: {organism!r} is not allowed ({', '.join(ORGANISMS)})")
     if steps < 2:
         raise ConfigError(f"bench shapes: --steps: {steps} is too few (at least 2: the first step has no drafts)")
+    sizes = _sizes(group, prompts_per_step, max_new_tokens, allocator)
     tmp = None
     if store_path is None:
         tmp = tempfile.TemporaryDirectory(prefix="shapes-bench-")
         store_path = tmp.name
     try:
         root = Path(store_path)
-        if organism == "small" and not (root / "models").exists():
+        if organism in ("small", "smollm2") and not (root / "models").exists():  # the shared, converted models
             root.mkdir(parents=True, exist_ok=True)
-            (root / "models").symlink_to(small_organism_models())
+            (root / "models").symlink_to(small_organism_models() if organism == "small" else
+                                         shared_smollm2().parent)
         results: dict[str, Any] = {}
         for name in ("independent",) + tuple(s for s in shapes if s != "independent"):
             seen: list[dict[str, Any]] = []
             t0 = time.perf_counter()
-            run(_config(organism, steps, train_size, seed, SHAPES[name]), store=str(root),
+            run(_config(organism, steps, train_size, seed, SHAPES[name], sizes), store=str(root),
                 on_step=lambda step, m: seen.append(m) if step > 0 else None)
             results[name] = _summary(seen, time.perf_counter() - t0)
     finally:
@@ -111,4 +156,5 @@ def run_bench(store_path: str | Path | None = None, *, organism: str = "small", 
     base = results["independent"]["generate_s_per_rollout"] or 1e-12
     for r in results.values():
         r["generate_vs_independent"] = round((r["generate_s_per_rollout"] or 0.0) / base, 3)
-    return {"organism": organism, "steps": steps, "train_size": train_size, "seed": seed, "shapes": results}
+    return {"organism": organism, "steps": steps, "train_size": train_size, "seed": seed, **sizes,
+            "shapes": results}

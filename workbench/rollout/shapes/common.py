@@ -89,8 +89,8 @@ class Shaped:
 SHAPE_COLUMNS = ("shape", "reused_tokens", "draft_tokens", "draft_rejected_at", "parent_idx", "branch_at")
 """The rollouts' shape columns (see `workbench.store.schema`): the shape's name; speculative: tokens
 reused from the draft, the draft's length and the position of its first rejected token (null: none
-rejected); tree: the row (within the group) it branched from and the response position of the branch
-(null: a root or a plainly sampled row)."""
+rejected); tree: the row it branched from (here a slot of the stage's group; the store keeps that row's
+`idx`) and the response position of the branch (null: a root or a plainly sampled row)."""
 
 
 class ShapeMetrics:
