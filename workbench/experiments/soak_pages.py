@@ -84,7 +84,6 @@ def pages_main(spec: dict[str, str], seconds: float, out: str, pattern: str = "p
     _wait_for(Path(out + ".go"))
 
     def browse(seconds: float) -> dict[str, list[float]]:
-        nonlocal errors
         timings: dict[str, list[float]] = {name: [] for name in PAGES}
         timings["live (refresh)"] = []
         end = time.monotonic() + seconds
