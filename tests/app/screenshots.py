@@ -50,6 +50,19 @@ def open_scatter_point(page) -> str | None:
     return None
 
 
+def wait_still(page, timeout_s: float = 15.0, every_s: float = 0.3) -> None:
+    """Wait until the page's pixels stop changing (charts finish their transitions): two shots in a row
+    alike, or `timeout_s` passed (then the shot is taken as it is)."""
+    deadline = time.monotonic() + timeout_s
+    last = page.screenshot()
+    while time.monotonic() < deadline:
+        page.wait_for_timeout(every_s * 1000)
+        shot = page.screenshot()
+        if shot == last:
+            return
+        last = shot
+
+
 def shoot(store: Path, out: Path, run_id: str | None = None, pages: list[str] | None = None, *,
           stem: str | None = None, height: int | None = None, start: str | None = None) -> list[Path]:
     """Each page's shot (full page; with `height`, the top `height` pixels; with `start` too, `height` pixels
@@ -72,7 +85,7 @@ def shoot(store: Path, out: Path, run_id: str | None = None, pages: list[str] | 
                         page.set_viewport_size({"width": 1400, "height": TALL})
                         print(f"compare-prompts: opened a point of {open_scatter_point(page)!r}", file=sys.stderr)
                         page.evaluate("() => document.querySelectorAll('*').forEach(e => { e.scrollTop = 0; })")
-                    time.sleep(2.0)  # charts finish their transitions
+                    wait_still(page)
                     if page.locator("[data-testid='stException']").count():
                         raise RuntimeError(f"the {name} page raised: see {out / '.app.log'}")
                     path = out / f"{stem or name}.png"

@@ -16,13 +16,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # the tests' helpers, as pytest's pythonpath
 sys.path.insert(0, str(HERE.parent / "app"))
 
+from screenshots import wait_still  # noqa: E402
 from test_browser import CHROMIUM, _goto, _rerun, app_server  # noqa: E402
 
 SHOTS = (("runs", "runs", False), ("live", "live?refresh=0", False), ("rollouts", "rollouts", False),
@@ -55,7 +55,7 @@ def shoot(store: Path, out: Path, url: str | None = None) -> list[Path]:
             if template:
                 switch = page.get_by_text("show the chat template")
                 _rerun(page, switch.click)
-            time.sleep(2.0)  # charts finish their transitions
+            wait_still(page)
             if page.locator("[data-testid='stException']").count():
                 raise RuntimeError(f"the {name} page raised an exception")
             path = out / f"real-model-{name}.png"
