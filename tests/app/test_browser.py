@@ -119,8 +119,9 @@ def _click(page, target):
     _rerun(page, target.click)
 
 
-def _goto(page, url):
-    """Load `url` and wait until its page has rendered and its script is idle."""
+def _goto(page, url, settle=True):
+    """Load `url` and wait until its page has rendered and (`settle`) its script is idle. A page that
+    refreshes itself faster than a busy machine runs it may never be idle: pass settle=False for it."""
     if not page.evaluate("'__scriptRuns' in window"):
         page.add_init_script(RUN_COUNTER)  # every document this page loads from now on
     page.goto(url)
@@ -128,7 +129,8 @@ def _goto(page, url):
     # a new page's script may not have started when the app shell is there (the script state reads "not
     # running" then, too): wait for its title, which every page writes first, before waiting for idle
     page.wait_for_selector("h1", timeout=120_000)
-    _settled(page)
+    if settle:
+        _settled(page)
 
 
 def _open(page, base, name):

@@ -125,8 +125,9 @@ def test_the_run_page_draws_the_pipeline_of_a_live_async_run(async_run, server, 
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "dashboard-live-pipeline.png"), full_page=True)
 
-    # refreshed while the run goes: the timeline gains the steps made since
-    _goto(page, f"{server}/live?run={run_id}&refresh=3")
+    # refreshed while the run goes: the timeline gains the steps made since (four fragments refreshing every
+    # few seconds may keep a loaded machine's page running throughout, so this does not wait for it to idle)
+    _goto(page, f"{server}/live?run={run_id}&refresh=5", settle=False)
     wait_until(lambda: len(_figures(page).get(PANELS[0], [{"x": []}])[0]["x"]) > len(drawn), 180,
                "the timeline to draw a newer step", every=1.0)
 
