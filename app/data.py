@@ -18,7 +18,7 @@ import polars as pl
 import streamlit as st
 
 from app import derive
-from workbench.analysis.terms import metric_items
+from workbench.analysis.terms import metrics_long
 from workbench.correctness import run_rule, with_correct
 from workbench.store import default_store_path, open_store
 
@@ -130,9 +130,21 @@ def evals(run_id: str) -> pl.DataFrame:
     return store().evals(run_id)
 
 
-@live
-def passk(run_id: str) -> pl.DataFrame:
+def fingerprint(frame: pl.DataFrame) -> tuple[int, int]:
+    """A frame's content as a cache key (rows, and a sum of its rows' hashes): what a derived frame is
+    cached on, so that a commit elsewhere in the store, which changes the snapshot, does not recompute it."""
+    return (frame.height, int(frame.hash_rows(seed=0).sum()) if frame.height else 0)
+
+
+@st.cache_data(ttl=KEYED_TTL, max_entries=64, show_spinner=False)
+def _passk(run_id: str, evals_fingerprint: tuple[int, int]) -> pl.DataFrame:
     return derive.passk_by_step(evals(run_id))
+
+
+def passk(run_id: str) -> pl.DataFrame:
+    """Held-out pass@k per evaluated step (`derive.passk_by_step`: bootstraps), recomputed only when the
+    run's evaluations change (the run evaluates every few steps; other commits leave it cached)."""
+    return _passk(run_id, fingerprint(evals(run_id)))
 
 
 @live
@@ -174,14 +186,10 @@ def entropy_quantiles(run_id: str) -> tuple[pl.DataFrame, str]:
     s = steps((run_id,))
     if s.is_empty():
         return pl.DataFrame(schema=schema), ""
-    rows = []
-    if "metrics" in s.columns:
-        for step, metrics in zip(s["step"].to_list(), s["metrics"].to_list()):
-            for key, value in metric_items(metrics):
-                if key.startswith("rollout/entropy_p") and value is not None:
-                    rows.append({"step": step, "q": key.removeprefix("rollout/entropy_"), "value": float(value)})
-    if rows:
-        return pl.DataFrame(rows, schema=schema), "token entropy quantiles logged by the engine"
+    logged = metrics_long(s, prefix="rollout/entropy_p").drop_nulls("value")
+    if not logged.is_empty():
+        return (logged.select("step", pl.col("key").str.strip_prefix("rollout/entropy_").alias("q"), "value")
+                .cast(schema), "token entropy quantiles logged by the engine")
     step_min = derive.window_start(s, ENTROPY_WINDOW_ROLLOUTS)
     frame = store().rollouts(run_id, step_min=step_min, limit=_limit(s, step_min), columns=["step", "entropy_mean"])
     return derive.step_quantiles(frame, "entropy_mean"), (
@@ -205,21 +213,24 @@ def workers(run_id: str) -> tuple[pl.DataFrame, pl.DataFrame]:
 def worker_frames(steps_frame: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """`workers` from a steps frame: reads `perf/worker/<name>/rollouts_per_s`, `.../rollouts` and
     `timing_s/weight_sync` out of each step's metrics."""
-    rates: dict[tuple[int, str], dict[str, Any]] = {}
-    sync = []
-    if "metrics" in steps_frame.columns:
-        for step, metrics in zip(steps_frame["step"].to_list(), steps_frame["metrics"].to_list()):
-            items = dict(metric_items(metrics))
-            for key, value in items.items():
-                if key.startswith("perf/worker/") and value is not None:
-                    name, _, field = key.removeprefix("perf/worker/").rpartition("/")
-                    rates.setdefault((step, name), {"step": step, "worker": name})[field] = float(value)
-            if any(k.startswith("perf/worker/") for k in items) and items.get("timing_s/weight_sync") is not None:
-                sync.append({"step": step, "weight_sync_s": float(items["timing_s/weight_sync"])})
-    rows = [dict(r, rollouts_per_s=r.get("rollouts_per_s"), rollouts=r.get("rollouts")) for r in rates.values()]
-    frame = pl.DataFrame(rows, schema={"step": pl.Int64, "worker": pl.Utf8, "rollouts_per_s": pl.Float64,
-                                       "rollouts": pl.Float64})
-    return frame.sort("step", "worker"), pl.DataFrame(sync, schema={"step": pl.Int64, "weight_sync_s": pl.Float64})
+    rate_schema = {"step": pl.Int64, "worker": pl.Utf8, "rollouts_per_s": pl.Float64, "rollouts": pl.Float64}
+    sync_schema = {"step": pl.Int64, "weight_sync_s": pl.Float64}
+    long = metrics_long(steps_frame, prefix="perf/worker/") if "step" in steps_frame.columns else pl.DataFrame()
+    if long.is_empty():
+        return pl.DataFrame(schema=rate_schema), pl.DataFrame(schema=sync_schema)
+    parts = long.drop_nulls("value").with_columns(pl.col("key").str.strip_prefix("perf/worker/"))
+    parts = parts.with_columns(pl.col("key").str.extract(r"^(.*)/").fill_null("").alias("worker"),
+                               pl.col("key").str.extract(r"([^/]*)$").alias("field"))
+    frame = pl.DataFrame(schema=rate_schema)
+    if not parts.is_empty():
+        wide = parts.group_by("step", "worker", "field").agg(pl.col("value").last()).pivot(
+            on="field", index=["step", "worker"], values="value")
+        frame = wide.select([(pl.col(c) if c in wide.columns else pl.lit(None)).cast(t).alias(c)
+                             for c, t in rate_schema.items()])
+    sync = metrics_long(steps_frame, keys=("timing_s/weight_sync",)).drop_nulls("value").filter(
+        pl.col("step").is_in(long["step"].unique().implode()))
+    sync = sync.select("step", pl.col("value").alias("weight_sync_s")).cast(sync_schema)
+    return frame.sort("step", "worker"), sync.sort("step")
 
 
 # --- browsing (finished steps) -----------------------------------------------------------------

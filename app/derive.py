@@ -12,7 +12,7 @@ from typing import Any
 
 import polars as pl
 
-from workbench.analysis.terms import metric_items
+from workbench.analysis.terms import metrics_long
 from workbench.correctness import correct_expr, is_correct
 from workbench.metrics import CATALOGUE, lookup
 
@@ -210,10 +210,8 @@ def zero_signal_groups(steps: pl.DataFrame) -> pl.DataFrame:
 def metric_choices(steps: pl.DataFrame) -> list[str]:
     """The metric picker's names for a run: the numbers it recorded, in the catalogue's order
     (`workbench/metrics.py`), then those the catalogue does not declare (an imported run's own)."""
-    seen: set[str] = set()
-    if "metrics" in steps.columns:
-        for m in steps["metrics"].to_list():
-            seen |= {k for k, v in metric_items(m) if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    long = metrics_long(steps) if "step" in steps.columns else pl.DataFrame()
+    seen = set(long.drop_nulls("value")["key"].unique().to_list()) if not long.is_empty() else set()
     order = {m.name: i for i, m in enumerate(CATALOGUE)}
 
     def rank(name: str) -> tuple[int, str]:
@@ -225,13 +223,11 @@ def metric_choices(steps: pl.DataFrame) -> list[str]:
 
 def metric_series(steps: pl.DataFrame, name: str) -> pl.DataFrame:
     """Columns step and `name`: one metric of the steps' `metrics` map (steps that lack it left out)."""
-    rows = []
-    if "metrics" in steps.columns:
-        for step, m in zip(steps["step"].to_list(), steps["metrics"].to_list()):
-            value = dict(metric_items(m)).get(name)
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                rows.append({"step": int(step), name: float(value)})
-    return pl.DataFrame(rows, schema={"step": pl.Int64, name: pl.Float64}).sort("step")
+    schema = {"step": pl.Int64, name: pl.Float64}
+    long = metrics_long(steps, keys=(name,)) if "step" in steps.columns else pl.DataFrame()
+    if long.is_empty():
+        return pl.DataFrame(schema=schema)
+    return long.drop_nulls("value").select("step", pl.col("value").alias(name)).cast(schema).sort("step")
 
 
 def cumulative_axes(steps: pl.DataFrame) -> pl.DataFrame:

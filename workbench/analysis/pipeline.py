@@ -15,7 +15,7 @@ from typing import Any
 
 import polars as pl
 
-from workbench.analysis.terms import metric_items
+from workbench.analysis.terms import metric_columns, metrics_long
 
 PIPELINE_MARK = "timing_s/generator_busy"
 """The step metric only a pipelined run logs (the generator thread's busy seconds): what tells a run
@@ -44,9 +44,9 @@ updated the policy only; null elsewhere)."""
 def is_pipelined(steps: pl.DataFrame) -> bool:
     """Whether any step of a steps frame was made by the pipeline's generator thread (it logged
     `timing_s/generator_busy`). Synchronous runs and imported runs are not."""
-    if "metrics" not in steps.columns:
+    if "metrics" not in steps.columns or "step" not in steps.columns:
         return False
-    return any(key == PIPELINE_MARK for metrics in steps["metrics"].to_list() for key, _ in metric_items(metrics))
+    return not metrics_long(steps, keys=(PIPELINE_MARK,)).is_empty()
 
 
 def pipeline_by_step(steps: pl.DataFrame) -> pl.DataFrame:
@@ -56,12 +56,9 @@ def pipeline_by_step(steps: pl.DataFrame) -> pl.DataFrame:
     schema = {"step": pl.Int64, **{col: pl.Float64 for col in PIPELINE_METRICS.values()}}
     if steps.is_empty() or not is_pipelined(steps):
         return pl.DataFrame(schema=schema)
-    rows = []
-    for step, metrics in zip(steps["step"].to_list(), steps["metrics"].to_list()):
-        got = dict(metric_items(metrics))
-        rows.append({"step": step, **{col: None if got.get(key) is None else float(got[key])
-                                      for key, col in PIPELINE_METRICS.items()}})
-    return pl.DataFrame(rows, schema=schema).sort("step")
+    frame = pl.concat([steps.select(pl.col("step").cast(pl.Int64)), metric_columns(steps, PIPELINE_METRICS)],
+                      how="horizontal")
+    return frame.select(list(schema)).cast(schema).sort("step")
 
 
 def idle_fractions(frame: pl.DataFrame) -> dict[str, float | None]:

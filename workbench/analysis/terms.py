@@ -32,14 +32,57 @@ def metric_items(metrics: Any) -> list[tuple[str, Any]]:
     return [(m["key"], m["value"]) for m in metrics]
 
 
+def _is_key_value_list(dtype: pl.DataType) -> bool:
+    return (isinstance(dtype, pl.List) and isinstance(dtype.inner, pl.Struct)
+            and {f.name for f in dtype.inner.fields} >= {"key", "value"})
+
+
+def metrics_long(steps: pl.DataFrame, *, prefix: str | None = None, keys: Any = None,
+                 index: str = "step") -> pl.DataFrame:
+    """The steps' `metrics` maps as one row per (step row, metric): columns `index` (the step, or a
+    row-number column the caller added), `key`, `value` (Float64; null where a value is not a number),
+    in row order. Only keys starting with `prefix`, or in `keys`, when given. Vectorised for the
+    store's MAP (a list of key/value structs); other forms (dicts, JSON text) row by row."""
+    schema = {index: pl.Int64, "key": pl.Utf8, "value": pl.Float64}
+    if steps.is_empty() or "metrics" not in steps.columns or index not in steps.columns:
+        return pl.DataFrame(schema=schema)
+    dtype = steps.schema["metrics"]
+    if getattr(pl, "Map", None) is not None and isinstance(dtype, pl.Map):  # the store's MAP, as polars reads it
+        steps = steps.with_columns(pl.col("metrics").cast(pl.List(pl.Struct({"key": dtype.key, "value": dtype.value}))))
+    if _is_key_value_list(steps.schema["metrics"]):
+        long = (steps.select(pl.col(index).cast(pl.Int64), "metrics").explode("metrics").drop_nulls("metrics")
+                .select(index, pl.col("metrics").struct.field("key").cast(pl.Utf8).alias("key"),
+                        pl.col("metrics").struct.field("value").cast(pl.Float64, strict=False).alias("value")))
+    else:
+        rows = [(i, str(k), float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None)
+                for i, m in zip(steps[index].to_list(), steps["metrics"].to_list()) for k, v in metric_items(m)]
+        long = pl.DataFrame(rows, schema=schema, orient="row")
+    if prefix is not None:
+        long = long.filter(pl.col("key").str.starts_with(prefix))
+    if keys is not None:
+        long = long.filter(pl.col("key").is_in(list(keys)))
+    return long
+
+
+def metric_columns(steps: pl.DataFrame, columns: dict[str, str]) -> pl.DataFrame:
+    """One row per row of `steps`, in order, with one Float64 column per wanted metric (`columns`: metric
+    key -> column name; null where a row did not log it; the last value where a row logged it twice)."""
+    base = steps.with_row_index("_row").with_columns(pl.col("_row").cast(pl.Int64))
+    long = metrics_long(base, keys=columns, index="_row")
+    out = pl.DataFrame({"_row": pl.int_range(0, steps.height, dtype=pl.Int64, eager=True)})
+    if not long.is_empty():
+        wide = long.group_by("_row", "key").agg(pl.col("value").last()).pivot(on="key", index="_row", values="value")
+        out = out.join(wide, on="_row", how="left", maintain_order="left")
+    return out.select([(pl.col(k) if k in out.columns else pl.lit(None)).cast(pl.Float64).alias(c)
+                       for k, c in columns.items()])
+
+
 def term_names(steps: pl.DataFrame) -> list[str]:
     """The reward terms a run logged (its `reward/<term>` step metrics), in first-seen order."""
-    names: dict[str, None] = {}
-    if "metrics" in steps.columns:
-        for metrics in steps["metrics"].to_list():
-            names.update((k[len(METRIC_PREFIX):], None) for k, _ in metric_items(metrics)
-                         if k.startswith(METRIC_PREFIX))
-    return list(names)
+    long = metrics_long(steps, prefix=METRIC_PREFIX) if "step" in steps.columns else pl.DataFrame()
+    if long.is_empty():
+        return []
+    return [k[len(METRIC_PREFIX):] for k in long["key"].unique(maintain_order=True).to_list()]
 
 
 def terms_by_step(steps: pl.DataFrame) -> pl.DataFrame:
@@ -48,12 +91,10 @@ def terms_by_step(steps: pl.DataFrame) -> pl.DataFrame:
     if "step" not in steps.columns:
         return pl.DataFrame()
     keep = ["step", *[c for c in REGIME_COLUMNS if c in steps.columns]]
-    values: dict[str, list[float | None]] = {METRIC_PREFIX + n: [] for n in term_names(steps)}
-    for metrics in steps["metrics"].to_list() if values else []:
-        got = dict(metric_items(metrics))
-        for key, col in values.items():
-            col.append(None if got.get(key) is None else float(got[key]))
-    return steps.select(keep).with_columns([pl.Series(k, v, dtype=pl.Float64) for k, v in values.items()])
+    names = [METRIC_PREFIX + n for n in term_names(steps)]
+    if not names:
+        return steps.select(keep)
+    return pl.concat([steps.select(keep), metric_columns(steps, {n: n for n in names})], how="horizontal")
 
 
 def terms_wide(rollouts: pl.DataFrame) -> pl.DataFrame:
