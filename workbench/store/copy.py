@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import sqlite3
 import threading
 import time
@@ -177,8 +178,14 @@ def _copy(con: duckdb.DuckDBPyConnection, source: Location, target: Location, sr
         finally:
             cat.close()
         os.replace(staging, dst_file)
-    except BaseException:
+    except BaseException as exc:
         staging.unlink(missing_ok=True)
+        if target.root is not None:  # it was empty or absent: leave it so
+            for child in target.root.iterdir() if target.root.is_dir() else []:
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
+        elif isinstance(exc, StoreError):
+            raise StoreError(f"{exc} (the files copied so far stay under {target.data_path}: remove them "
+                             "before copying there again)") from exc
         raise
     return {"source": source.describe(), "destination": target.describe(), "files": len(files),
             "bytes": sum(size for _, size in files)}
