@@ -73,10 +73,10 @@ def copy_store(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, src_
         if check_runs is not None:
             check_runs(con.execute("SELECT * FROM src.runs").pl().to_dicts())
         _check_empty(con, target, dst_file)
-        with _write_lock(source):
+        with _write_lock(source):  # held until the rows are compared: no commit lands in between
             out = _copy(con, source, target, src_file, dst_file, threads, progress)
-        _attach(con, "dst", target)
-        out["rows"] = _compare_rows(con)
+            _attach(con, "dst", target)
+            out["rows"] = _compare_rows(con)
     finally:
         con.close()
     out["seconds"] = round(time.perf_counter() - t0, 2)
