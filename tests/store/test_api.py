@@ -140,6 +140,25 @@ def test_controls_lifecycle(store):
         store.resolve_control(999, "applied")
 
 
+
+def test_reads_of_an_empty_table_answer_its_empty_frame_until_a_row_lands(store, tmp_path):
+    """controls/events/alerts are read with `read_sparse`: the empty answer keeps the query's columns
+    and types, and a row written since (by this handle or another process's) is seen at once."""
+    run_id = store.create_run("c", {}, seed=0)
+    first = store.controls(run_id)
+    again = store.controls(run_id)  # answered from the probe: no row in the table
+    assert again.is_empty() and again.schema == first.schema and "control_id" in again.columns
+    assert any("FROM controls" in query for query in store._lake._empty)  # the probe answers it
+    assert store.events(run_id).schema == store.events(run_id).schema
+    assert store.alerts(run_id).is_empty()
+    with open_store(tmp_path / "store") as other:  # a writer on another handle
+        other.add_control(run_id, "pause", {})
+        other.add_event(run_id, "info", "note", "hello")
+    assert store.controls(run_id)["command"].to_list() == ["pause"]
+    assert not any("FROM controls" in query for query in store._lake._empty)
+    assert store.events(run_id)["message"].to_list() == ["hello"]
+    assert store.controls("another-run").is_empty()  # the table has rows now: the query runs
+
 def test_rows_checked_against_schema(store):
     run_id = store.create_run("bad", {}, seed=0)
     table = pa.table({"prompt_id": ["a"], "idx": [0], "rewrd": [1.0]})

@@ -1,5 +1,6 @@
 """The dashboard's commands: `workbench app` starts the Streamlit app on a store; `workbench bench app`
-times every page's full script run on a synthetic store of N rollouts."""
+times every page's full script run on a synthetic store of N rollouts (and on its copy in a bucket,
+`--s3`; the timing is in workbench/experiments/app_bench.py)."""
 
 from __future__ import annotations
 
@@ -179,11 +180,12 @@ def _bench_run(store, name: str, seed: int, rollouts: int, eval_every: int, eval
     return {"run_id": run_id, "steps": steps, "reused": False, "rollouts": store.count_rollouts(run_id)}
 
 
-def time_prompt_table(store_path: Path, run_ids: list[str], *, repeats: int = 5) -> dict:
-    """Median and worst wall milliseconds (and median CPU ms) of the prompt table of two runs:
+def time_prompt_table(store_path: Path | str, run_ids: list[str], *, repeats: int = 5) -> dict:
+    """Median, p95 and worst wall milliseconds (and median CPU ms) of the prompt table of two runs:
     `workbench.analysis.compare_runs` at each run's end, on a store handle opened once, after one
     warm-up call (what the Compare prompts page computes before it draws)."""
     from workbench.analysis import compare_runs
+    from workbench.experiments.app_bench import quantile
     from workbench.store import open_store
 
     with open_store(store_path, read_only=True) as store:
@@ -195,44 +197,48 @@ def time_prompt_table(store_path: Path, run_ids: list[str], *, repeats: int = 5)
             times.append((time.perf_counter() - t0) * 1000.0)
             cpu.append((time.process_time() - c0) * 1000.0)
     return {"runs": len(run_ids), "prompts": rows, "median_ms": round(statistics.median(times), 1),
-            "max_ms": round(max(times), 1), "median_cpu_ms": round(statistics.median(cpu), 1)}
+            "p95_ms": round(quantile(times, 0.95), 1), "max_ms": round(max(times), 1),
+            "median_cpu_ms": round(statistics.median(cpu), 1)}
 
 
-def time_pages(store: Path, *, repeats: int = 5, cached: bool = False,
-               pages: list[str] | None = None) -> tuple[dict[str, float], dict[str, float]]:
-    """Median milliseconds of each page's full script run with its default selections (AppTest),
-    after one warm-up run: wall time, and this process's CPU time (all threads: the script thread
-    and DuckDB's), the figure that stays comparable on a shared, busy machine. With `cached=False`
-    the data cache is cleared before every timed run (the store handle stays open), so each run
-    reads the store afresh."""
-    import streamlit as st
-    from streamlit.testing.v1 import AppTest
+def _medians(pages: dict[str, dict], key: str) -> dict[str, float]:
+    return {name: stats[key]["median"] for name, stats in pages.items()}
 
-    os.environ["WORKBENCH_STORE"] = str(store)
-    at = AppTest.from_file(str(MAIN), default_timeout=300)
-    at.run()
-    out: dict[str, float] = {}
-    cpu_out: dict[str, float] = {}
-    for name, page in PAGES.items():
-        if pages is not None and name not in pages:
-            continue
-        at.switch_page(page)
-        at.run()
-        if at.exception:
-            raise StoreError(f"page {name} failed on {store}: {at.exception[0].value}")
-        times, cpu = [], []
-        for _ in range(repeats):
-            if not cached:
-                st.cache_data.clear()
-            t0, c0 = time.perf_counter(), time.process_time()
-            at.run()
-            times.append((time.perf_counter() - t0) * 1000.0)
-            cpu.append((time.process_time() - c0) * 1000.0)
-            if at.exception:
-                raise StoreError(f"page {name} failed on {store}: {at.exception[0].value}")
-        out[name] = round(statistics.median(times), 1)
-        cpu_out[name] = round(statistics.median(cpu), 1)
-    return out, cpu_out
+
+def bench_app_result(path: Path | str, info: dict, *, repeats: int, chosen: list[str] | None, s3: bool) -> dict:
+    """The pages (and the prompt table) timed on the store at `path`; with `s3`, also on its copy in a
+    bucket (`workbench store copy`), side by side (workbench/experiments/app_bench.py)."""
+    from workbench.experiments.app_bench import copy_to_bucket, ratios, s3_server, time_pages as time_all
+
+    load_start = round(os.getloadavg()[0], 1)
+    if not s3:
+        pages = time_all({"local": str(path)}, repeats=repeats, pages=chosen)["local"]
+        return {"prompt_table": time_prompt_table(path, info["run_ids"], repeats=repeats), "pages": pages,
+                **_old_fields(pages), "load_avg_1m_start": load_start}
+    catalog = Path(f"{path}-s3-catalog") / "catalog.sqlite"
+    with s3_server() as bucket:
+        url = f"s3://{bucket}/bench-app-{info['rollouts']}-{int(time.time())}"
+        copied = copy_to_bucket(Path(path), bucket, url.split("/", 3)[3], catalog)
+        timed = time_all({"local": str(path), "s3": url}, repeats=repeats, pages=chosen, catalog=str(catalog))
+        os.environ["WORKBENCH_CATALOG"], saved = str(catalog), os.environ.get("WORKBENCH_CATALOG")
+        try:
+            table_s3 = time_prompt_table(url, info["run_ids"], repeats=repeats)
+        finally:
+            if saved is None:
+                os.environ.pop("WORKBENCH_CATALOG", None)
+            else:
+                os.environ["WORKBENCH_CATALOG"] = saved
+    table = time_prompt_table(path, info["run_ids"], repeats=repeats)
+    return {"prompt_table": table, "pages": timed["local"], **_old_fields(timed["local"]),
+            "s3": {"store": url, "catalog": str(catalog), "copy": copied, "pages": timed["s3"],
+                   **_old_fields(timed["s3"]), "prompt_table": table_s3},
+            "s3_over_local": ratios(timed["local"], timed["s3"]), "load_avg_1m_start": load_start}
+
+
+def _old_fields(pages: dict[str, dict]) -> dict[str, dict[str, float]]:
+    """The medians under the names the bench has always printed."""
+    return {"page_ms": _medians(pages, "cold"), "page_cpu_ms": _medians(pages, "cold_cpu"),
+            "page_ms_cached": _medians(pages, "cached"), "page_cpu_ms_cached": _medians(pages, "cached_cpu")}
 
 
 def register(app: typer.Typer, bench: typer.Typer) -> None:
@@ -289,15 +295,21 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
     def bench_app(
         rollouts: Annotated[int, typer.Option("--rollouts", help="Rollouts in the synthetic store.")] = 1_000_000,
         store: StoreOpt = None,
-        repeats: Annotated[int, typer.Option("--repeats", help="Timed runs per page (median reported).")] = 5,
+        repeats: Annotated[int, typer.Option("--repeats", help="Timed rounds per page (a cold and a cached run "
+                                             "each; median, p95 and max reported).")] = 5,
         pages: Annotated[str | None, typer.Option("--pages", help="Comma-separated pages to time (default: all; "
                                                   f"{', '.join(PAGES)}).")] = None,
+        s3: Annotated[bool, typer.Option("--s3", help="Also copy the store into a bucket (`workbench store copy`) "
+                                         "and time every page on both, alternately: the S3 server of "
+                                         "AWS_ENDPOINT_URL, else a local one (moto, the dev extra) in a "
+                                         "subprocess.")] = False,
         as_json: JsonOpt = False,
     ) -> None:
         """Time each dashboard page's full script run (default selections, AppTest) on a synthetic store
-        of two runs of N rollouts each (built once, then reused): median of --repeats runs after a
-        warm-up, in ms; and the prompt table of the two runs (`prompt_table`: the comparison the Compare
-        prompts page draws, timed alone)."""
+        of two runs of N rollouts each (built once, then reused): per page a first run, then --repeats
+        rounds of a cold run (data cache cleared) and a cached one; median, p95 and max of wall and CPU
+        ms; and the prompt table of the two runs (`prompt_table`: the comparison the Compare prompts
+        page draws, timed alone). With --s3, the same on the store's copy in a bucket, side by side."""
         _check_app()
         chosen = [p.strip() for p in pages.split(",")] if pages else None
         unknown = sorted(set(chosen or []) - set(PAGES))
@@ -305,19 +317,15 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             raise typer.BadParameter(f"unknown page(s) {unknown}; pages are {', '.join(PAGES)}", param_hint="--pages")
         path = (store or Path("store") / f"bench-{rollouts}").resolve() if not (
             store and _on_object_storage(store)) else store  # s3://: docs/object-storage.md
+        if s3 and _on_object_storage(path):
+            raise typer.BadParameter("--s3 copies a local store into a bucket: give a directory as --store",
+                                     param_hint="--s3")
         t0 = time.perf_counter()
         info = ensure_bench_store(path, rollouts, runs=2)
         build_s = time.perf_counter() - t0
-        table = time_prompt_table(path, info["run_ids"], repeats=repeats)
-        cold, cold_cpu = time_pages(path, repeats=repeats, cached=False, pages=chosen)
-        warm, warm_cpu = time_pages(path, repeats=repeats, cached=True, pages=chosen)
         result = {
-            "prompt_table": table,
+            **bench_app_result(path, info, repeats=repeats, chosen=chosen, s3=s3),
             "rollouts": rollouts,
-            "page_ms": cold,
-            "page_cpu_ms": cold_cpu,
-            "page_ms_cached": warm,
-            "page_cpu_ms_cached": warm_cpu,
             "load_avg_1m": round(os.getloadavg()[0], 1),
             "cpus": os.cpu_count(),
             "repeats": repeats,

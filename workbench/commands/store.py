@@ -1,4 +1,4 @@
-"""Commands of the store: `workbench query`, `workbench store info|compact|export`, `workbench bench
+"""Commands of the store: `workbench query`, `workbench store info|compact|export|copy`, `workbench bench
 store`, `workbench bench logprobs` (see workbench/commands/__init__.py). Thin: parse, call one workbench.store function, print."""
 
 from __future__ import annotations
@@ -115,6 +115,49 @@ def export_cmd(
         typer.echo(f"exported {'run ' + run if run else 'the store'} to {out['target']} ({out['format']}): {rows}")
 
 
+def copy_cmd(
+    src: Annotated[str, typer.Argument(help="The store to copy: a directory, or s3://bucket/prefix with its catalog "
+                                       "from `workbench --catalog ...` or $WORKBENCH_CATALOG.")],
+    dst: Annotated[str, typer.Argument(help="Where to: an empty (or new) directory, or an empty s3://bucket/prefix.")],
+    catalog: Annotated[Optional[str], typer.Option("--catalog", help="The destination's catalog when DST is "
+                                                   "s3://...: a .sqlite file to create (default: "
+                                                   "$WORKBENCH_CATALOG).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Copy a whole store, every snapshot of it, to an empty place: a store directory to a bucket (for
+    readers on other machines) or back. Its data files are copied as they are, with a copy of the
+    catalog that names the new place; refused while the store is being written."""
+    from workbench.store.copy import copy_store
+
+    step = [0]
+
+    def progress(done: int, total: int) -> None:
+        if done * 10 // total > step[0] or done == total:
+            step[0] = done * 10 // total
+            typer.echo(f"  {done}/{total} files", err=True)
+
+    out = copy_store(src, dst, dst_catalog=catalog, check_runs=_refuse_live_runs, progress=progress)
+    if as_json:
+        print_json(out)
+    else:
+        typer.echo(f"copied {out['source']} to {out['destination']}: {out['files']} files, "
+                   f"{out['bytes'] / 1e6:.1f} MB in {out['seconds']:.1f} s; rows equal in every table "
+                   f"(rollouts {out['rows']['rollouts']:,})")
+
+
+def _refuse_live_runs(runs: list[dict]) -> None:
+    """One line when a run of the source is alive (a live status and a fresh heartbeat): the copy
+    holds the store's write lock and would stall its commits."""
+    from workbench.control.liveness import LIVE_STATUSES, STALE_S, heartbeat_age_s
+    from workbench.errors import StoreError
+
+    for run in runs:
+        age = heartbeat_age_s(run)
+        if run.get("status") in LIVE_STATUSES and age is not None and age < STALE_S:
+            raise StoreError(f"store copy: run {run['run_id']} is {run['status']} (heartbeat {age:.0f} s ago); "
+                             "copy the store when it has stopped")
+
+
 def bench_store_cmd(
     rollouts: Annotated[int, typer.Option("--rollouts", help="Synthetic rollouts to ingest (512 per step).")] = 100_000,
     path: Annotated[Path | None, typer.Option("--path", help="Build the store here and keep it (default: a temp dir, removed); a path holding an interrupted build of the same size resumes it.")] = None,
@@ -200,5 +243,6 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
     store_app.command("info")(info_cmd)
     store_app.command("compact")(compact_cmd)
     store_app.command("export")(export_cmd)
+    store_app.command("copy")(copy_cmd)
     bench.command("store")(bench_store_cmd)
     bench.command("logprobs")(bench_logprobs_cmd)

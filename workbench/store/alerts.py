@@ -84,13 +84,13 @@ class AlertsMixin:
         if status is not None:
             clauses.append("status = ?")
             params.append(status)
-        return self._lake.read(f"SELECT * FROM alerts WHERE {' AND '.join(clauses)} "
-                               "ORDER BY created_at DESC, alert_id", params)
+        return self._lake.read_sparse("alerts", f"SELECT * FROM alerts WHERE {' AND '.join(clauses)} "
+                                      "ORDER BY created_at DESC, alert_id", params)
 
     def alert_rollouts(self, alert_id: str) -> pl.DataFrame:
         """The keys (run_id, step, stage, prompt_id, idx) of the rollouts behind an alert."""
-        return self._lake.read("SELECT * FROM alert_rollouts WHERE alert_id = ? "
-                               "ORDER BY step, stage, prompt_id, idx", [alert_id])
+        return self._lake.read_sparse("alert_rollouts", "SELECT * FROM alert_rollouts WHERE alert_id = ? "
+                                      "ORDER BY step, stage, prompt_id, idx", [alert_id])
 
     def attempts(self, run_id: str) -> pl.DataFrame:
         """The earlier (abandoned) attempts of a run, oldest first, with their first and last step."""

@@ -142,7 +142,8 @@ def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def configure_s3(con: object, data_path: str, settings: S3Settings | None = None) -> None:
+def configure_s3(con: object, data_path: str, settings: S3Settings | None = None, *,
+                 name: str = SECRET_NAME) -> None:
     """Load httpfs into `con` and make a temporary S3 secret (this connection only, in memory)
     scoped to the store's bucket, from `settings` (default: the environment). Without keys in the
     environment no secret is made: a DuckDB secret the user created serves (persistent secrets load
@@ -154,10 +155,10 @@ def configure_s3(con: object, data_path: str, settings: S3Settings | None = None
     load_extension(con, "httpfs")  # type: ignore[arg-type]
     bucket = data_path.split("/")[2]
     if settings.key_id is None:
-        for name, value in (("s3_endpoint", settings.endpoint), ("s3_region", settings.region),
+        for setting, value in (("s3_endpoint", settings.endpoint), ("s3_region", settings.region),
                             ("s3_url_style", settings.url_style), ("s3_use_ssl", settings.use_ssl)):
             if value is not None:
-                con.execute(f"SET {name} = ?", [value])  # type: ignore[attr-defined]
+                con.execute(f"SET {setting} = ?", [value])  # type: ignore[attr-defined]
         return
     options = ["TYPE s3", f"SCOPE {_literal(f's3://{bucket}')}", f"URL_STYLE {_literal(settings.url_style)}",
                f"USE_SSL {'true' if settings.use_ssl else 'false'}",
@@ -168,7 +169,7 @@ def configure_s3(con: object, data_path: str, settings: S3Settings | None = None
         options.append(f"REGION {_literal(settings.region)}")
     if settings.session_token:
         options.append(f"SESSION_TOKEN {_literal(settings.session_token)}")
-    con.execute(f"CREATE OR REPLACE TEMPORARY SECRET {SECRET_NAME} ({', '.join(options)})")  # type: ignore[attr-defined]
+    con.execute(f"CREATE OR REPLACE TEMPORARY SECRET {name} ({', '.join(options)})")  # type: ignore[attr-defined]
 
 
 def redact(text: str, env: dict[str, str] | None = None) -> str:

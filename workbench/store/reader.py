@@ -207,11 +207,13 @@ class ReaderMixin:
 
     def controls(self, run_id: str) -> pl.DataFrame:
         """Control commands of a run with their outcomes, oldest first."""
-        return self._lake.read("SELECT * FROM controls WHERE run_id = ? ORDER BY control_id", [run_id])
+        return self._lake.read_sparse("controls", "SELECT * FROM controls WHERE run_id = ? ORDER BY control_id",
+                                      [run_id])
 
     def events(self, run_id: str) -> pl.DataFrame:
         """Events of a run in time order (rolled-back ones included, marked `rolled_back`)."""
-        return self._lake.read("SELECT * FROM events WHERE run_id = ? ORDER BY ts, event_id", [run_id])
+        return self._lake.read_sparse("events", "SELECT * FROM events WHERE run_id = ? ORDER BY ts, event_id",
+                                      [run_id])
 
     def prompts(self, run_id: str) -> pl.DataFrame:
         """Prompts a run used (text, answer, level), by prompt id."""
