@@ -7,6 +7,7 @@ refused, shown why, and recorded as an event in the store."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 
@@ -33,8 +34,14 @@ def role() -> str:
         given = None
     if given in ("read", "control"):
         return given
-    gate = Gate.from_env(os.environ.get(ENV))
-    return "control" if gate.open_without_token else "read"
+    return "control" if _open_without_token(os.environ.get(ENV)) else "read"
+
+
+@functools.lru_cache(maxsize=8)
+def _open_without_token(settings: str | None) -> bool:
+    """Whether the gate's settings (`Gate.to_env`) let a session in without a token; parsed once per
+    settings text (every control widget of a page asks for the session's role)."""
+    return Gate.from_env(settings).open_without_token
 
 
 def can_control() -> bool:

@@ -22,8 +22,15 @@ scope = c1.selectbox("run", choices, index=choices.index(wanted) if wanted in ch
 status = c2.selectbox("status", STATUSES, key=f"{PAGE}_status")
 frame = data.alerts(None if scope == "every run" else scope, None if status == "any" else status)
 
+SHOWN = 20
+"""Alerts drawn at first, newest first (a run whose guard fires every few steps has hundreds)."""
+
 if frame.is_empty():
     st.info("No alerts. Guards (docs/guards.md) raise one when their rule holds for their window.")
+elif frame.height > SHOWN:
+    shown = st.number_input(f"alerts shown (newest first, of {frame.height})", 1, frame.height, SHOWN, step=SHOWN,
+                            key=f"{PAGE}_shown")
+    frame = frame.head(int(shown))
 for row in frame.to_dicts():
     with st.container(border=True):
         head = f"**{row['guard']}** · {row['status']} · {row['action']} · run {data.short_id(row['run_id'])}"
