@@ -279,3 +279,28 @@ def test_alerts_page_metric_picker_reads_the_catalogue(app, lake):
     picker.set_value("rollout/reward_mean").run()
     assert not at.exception, at.exception
     assert any(c.value.startswith(lookup("rollout/reward_mean").meaning) for c in at.caption)
+
+
+def test_alerts_page_draws_the_newest_alerts_and_more_on_request(tmp_path, monkeypatch):
+    """A guard that fired 25 times: the page draws the newest 20 (newest first) and all 25 when asked."""
+    import streamlit as st
+
+    path = tmp_path / "store"
+    run_id = synth.fill(path, runs=("uniform",), steps=2)[0]
+    with open_store(path) as store:
+        for i in range(25):
+            store.add_alert(run_id, dict(guard="zero_signal", rule="rollout/zero_signal_frac > 0.95", window_steps=1,
+                                         action="alert", first_step=1, step=1, evidence={"1": {"i": i}},
+                                         message=f"guard 'zero_signal' fired, number {i}"))
+    monkeypatch.setenv("WORKBENCH_STORE", str(path))
+    st.cache_data.clear()
+    at = AppTest.from_file(MAIN, default_timeout=60)
+    at.run()
+    at = page(at, "alerts")
+    fired = [t.value for t in at.text if t.value.startswith("guard 'zero_signal'")]
+    assert len(fired) == 20 and fired[0] == "guard 'zero_signal' fired, number 24"
+    (shown,) = [n for n in at.number_input if n.label.startswith("alerts shown")]
+    assert "of 25" in shown.label
+    shown.set_value(25).run()
+    assert not at.exception, at.exception
+    assert len([t for t in at.text if t.value.startswith("guard 'zero_signal'")]) == 25
