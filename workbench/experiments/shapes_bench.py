@@ -11,9 +11,10 @@ own figures and reports medians over the steps after the first:
 - `reused_share`: reused over response tokens (speculative); `accept_rate`: reused over offered draft
   tokens; `zero_signal_frac` (median) and `zero_signal_mean`: share of groups whose rewards all agree;
   tree: `branches` a step;
-- the shape's own phases per rollout, inside the generate time: `verify_s` (the teacher-forced pass over
-  the drafts and the verification), `rows_s` (exact mode: the pass that keeps each new draft's rows),
-  `tree_s` (the tree phase).
+- the shape's own phases per rollout, inside the generate time: `verify_s` (the cached teacher-forced
+  pass over the drafts and the verification), `residual_s` (exact mode: the drafting weights' pass at
+  the rejected positions and the residual draws), `keep_s` (keeping the new drafts; exact mode copies
+  the weights), `tree_s` (the tree phase); the rest of the generate time is decoding.
 
 On the real model (`organism = "smollm2"`) keep to a few steps and small groups: its figures are the
 rollout phase's, not learning. Learning to a target pass@1 is not measured here (docs/rollout-shapes.md).
@@ -108,7 +109,7 @@ def _summary(steps: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
                                        for m, t in zip(later, tokens)])
         out["accept_rate"] = _median([m["rollout/shape/accept_rate"] for m in later
                                       if m.get("rollout/shape/draft_tokens")])
-    for key in ("verify_s", "rows_s", "tree_s"):  # the shape's own phases, inside timing_s/generate
+    for key in ("verify_s", "residual_s", "keep_s", "tree_s"):  # the shape's own phases, inside timing_s/generate
         if any(f"rollout/shape/{key}" in m for m in later):
             out[f"{key}_per_rollout"] = _median([m.get(f"rollout/shape/{key}", 0.0) / k for m, k in zip(later, n)])
     if any("rollout/shape/branches" in m for m in later):
