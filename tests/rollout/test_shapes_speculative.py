@@ -284,3 +284,23 @@ def test_the_verification_pass_in_chunks_equals_one_pass(policies):
     for a, b in zip(whole.logp, small.logp):
         assert np.allclose(a, b, atol=1e-5)
     assert torch.allclose(whole.state.logits, small.state.logits, atol=1e-4)
+
+
+def test_the_drafting_weights_rows_at_the_rejected_positions_equal_whole_sequences(policies):
+    """`prefix_logits` (distinct prompts prefilled once, prefixes as right-padded columns, logits kept at
+    each row's end) through the old weights' `functional_call` on the current module: the old model's
+    logits after each whole prompt + prefix."""
+    from workbench.rollout.shapes.draft_pass import prefix_logits
+    from workbench.rollout.shapes.tree import last_logits
+
+    new, old, tok = policies
+    p, q = prompt(tok), prompt(tok, "12+30=")
+    prompts, prefixes = [p, p, q, p, q], [[5, 6], [], [7], [5, 6, 2], [7, 8]]
+    weights = weights_of(old)
+    with torch.inference_mode():
+        got = prefix_logits(lambda **kw: torch.func.functional_call(new, weights, (), kw, tie_weights=True),
+                            new.config, prompts, prefixes, tok.pad_token_id, torch.device("cpu"))
+    want = last_logits(old, tok.pad_token_id)([a + b for a, b in zip(prompts, prefixes)])
+    assert torch.allclose(got, want, atol=1e-4)
+    assert not torch.allclose(got, last_logits(new, tok.pad_token_id)([a + b for a, b in zip(prompts, prefixes)]),
+                              atol=1e-2)

@@ -21,7 +21,7 @@ the engine's decoding loop lays out a batch (`workbench.rollout.hf.HFBackend`):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -137,3 +137,37 @@ def _judge(pred: torch.Tensor, toks: torch.Tensor, t0: int, lens: np.ndarray, ol
             accepted[i], rejected[i], decided[i], pending[i] = t0 + k, True, True, pred[i, k]
         elif t0 + m < t0 + n_cols:  # the draft ended inside this chunk, every token kept
             accepted[i], decided[i], pending[i] = t0 + m, True, pred[i, m]
+
+
+def prefix_logits(forward: Callable[..., Any], config: Any, prompts: Sequence[Sequence[int]],
+                  prefixes: Sequence[Sequence[int]], pad_token_id: int, device: torch.device) -> torch.Tensor:
+    """[N, V] the next-token logits after each prompt + prefix, from `forward` (a causal LM's call, such as
+    the drafting weights' `functional_call`): each distinct prompt prefilled once and its cache rows
+    copied out, then the prefixes as new columns (right padded, masked), logits kept only at the
+    columns some row ends at."""
+    from transformers import DynamicCache
+
+    uniques, where = distinct_prompts(prompts)
+    ids, mask = left_pad_ids(uniques, pad_token_id)
+    ids, mask = ids.to(device), mask.to(device)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    cache = DynamicCache(config=config)
+    index = torch.tensor(where, dtype=torch.long, device=device)
+    first = forward(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True,
+                    logits_to_keep=1).logits[:, -1][index]
+    lens = [len(x) for x in prefixes]
+    if max(lens, default=0) == 0:
+        return first
+    cache.batch_select_indices(index)
+    mask, start = mask[index], pos[index][:, -1] + 1
+    width = max(lens)
+    cols = torch.full((len(prefixes), width), pad_token_id, dtype=torch.long)
+    for i, x in enumerate(prefixes):
+        cols[i, :len(x)] = torch.as_tensor(list(x), dtype=torch.long)
+    valid = (torch.arange(width).unsqueeze(0) < torch.as_tensor(lens).unsqueeze(1)).to(device, mask.dtype)
+    ends = sorted({n - 1 for n in lens if n})
+    out = forward(input_ids=cols.to(device), attention_mask=torch.cat([mask, valid], dim=1),
+                  position_ids=start.unsqueeze(1) + torch.arange(width, device=device), cache=cache, use_cache=True,
+                  logits_to_keep=torch.as_tensor(ends, device=device)).logits
+    at = {c: k for k, c in enumerate(ends)}
+    return torch.stack([out[i, at[n - 1]] if n else first[i] for i, n in enumerate(lens)])

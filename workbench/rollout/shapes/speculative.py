@@ -44,12 +44,11 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from workbench.algorithms.logprobs import left_pad_ids
 from workbench.rollout.base import GenerationBatch, SamplingParams, group_seed
 from workbench.rollout.hf import DecodeState, GroupStreams, HFBackend, inverse_cdf_sample, sampling_logprobs
 from workbench.rollout.shapes.common import (Shaped, ShapeMetrics, empty_columns, entropy_of, eos_ids, pad_batch,
                                              row_of)
-from workbench.rollout.shapes.draft_pass import Checked, acceptance, check_drafts
+from workbench.rollout.shapes.draft_pass import Checked, acceptance, check_drafts, prefix_logits
 
 MODES = ("exact", "lenient")
 
@@ -262,7 +261,8 @@ class SpeculativeShape(ShapeMetrics):
                   chk: Checked, u_res: Sequence[float], sampling: SamplingParams, pad_token_id: int) -> np.ndarray:
         """Exact mode's draw at each rejected position from norm(max(0, p_new - p_old)): p_new is the
         verification pass's row there, p_old the drafting weights' row, recomputed by one forward of
-        those weights over prompt + kept prefix (the rejected rows only, batched per drafting version)."""
+        those weights over prompt + kept prefix (the rejected rows only, batched per drafting version,
+        each distinct prompt prefilled once: `prefix_logits`)."""
         forced = np.full(len(prompts), -1, np.int64)
         rej = np.flatnonzero(chk.rejected)
         new_rows = sampling_logprobs(chk.state.logits[torch.as_tensor(rej)], sampling)
@@ -273,14 +273,13 @@ class SpeculativeShape(ShapeMetrics):
             groups.setdefault((d.version, d.temperature, d.top_p, d.top_k), []).append(r)
         for (version, *_), members in groups.items():
             rows = [int(rej[r]) for r in members]
-            seqs = [list(prompts[i]) + drafts[i].tokens[:int(chk.accepted[i])] for i in rows]
-            ids, mask = left_pad_ids(seqs, pad_token_id)
-            dev = new_rows.device
-            pos = (mask.cumsum(-1) - 1).clamp(min=0)
-            logits = torch.func.functional_call(
-                model, self.weights[version], (),
-                {"input_ids": ids.to(dev), "attention_mask": mask.to(dev), "position_ids": pos.to(dev),
-                 "logits_to_keep": 1}, tie_weights=True, strict=False).logits[:, -1]
+
+            def forward(**kw: Any) -> Any:
+                return torch.func.functional_call(model, self.weights[version], (), kw, tie_weights=True, strict=False)
+
+            logits = prefix_logits(forward, getattr(model, "config", None), [prompts[i] for i in rows],
+                                   [drafts[i].tokens[:int(chk.accepted[i])] for i in rows], pad_token_id,
+                                   new_rows.device)
             old_rows[torch.as_tensor(members)] = sampling_logprobs(logits, drafts[rows[0]].sampling()).to(old_rows)
         draw = residual_sample(new_rows, old_rows, torch.as_tensor([u_res[i] for i in rej], dtype=torch.float64))
         forced[rej] = draw.cpu().numpy()
