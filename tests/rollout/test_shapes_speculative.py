@@ -201,10 +201,14 @@ def test_exact_mode_keeps_one_float_a_token_and_the_drafting_weights_within_thei
     kept = [d for v in shape.drafts.values() for d in v]
     assert out.metrics["rollout/shape/drafts_dropped"] == 4 and set(shape.weights) == {1}
     assert len(kept) == 4 and all(d.version == 1 for d in kept)  # the newest stay: the dropped were version 0's
+    old = policies[1]
     roomy = SpeculativeShape(SpeculativeConfig())
-    roomy.generate(new, backend, [p] * 4, [0] * 4, SAMPLING, [1] * 4, 0, tok.pad_token_id)
+    roomy.generate(old, HFBackend(old, tok), [p] * 4, [0] * 4, SAMPLING, [1] * 4, 0, tok.pad_token_id)
+    where = {k: w.data_ptr() for k, w in roomy.weights[0].items()}
     roomy.generate(new, backend, [p] * 4, [0] * 4, SAMPLING, [2] * 4, 1, tok.pad_token_id)
-    assert set(roomy.weights) == {1}  # version 0's drafts were all used: its weights went with them
+    assert set(roomy.weights) == {1}  # version 0's drafts were all used: its weights went with them,
+    for k, v in new.named_parameters():  # their memory now holds version 1's
+        assert torch.equal(roomy.weights[1][k], v) and roomy.weights[1][k].data_ptr() == where[k], k
 
 
 def test_policy_rows_in_chunks_equal_one_pass(policies):

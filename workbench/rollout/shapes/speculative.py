@@ -150,11 +150,18 @@ def row_uniforms(seeds: Sequence[int], width: int) -> tuple[list[torch.Tensor], 
     return draws, extra
 
 
-def weights_of(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """A copy of the module's parameters and buffers (tied weights once), for `torch.func.functional_call`."""
+def weights_of(model: torch.nn.Module, into: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    """A copy of the module's parameters and buffers (tied weights once), for `torch.func.functional_call`;
+    written into `into`'s tensors where they fit (a copy no longer needed: no new allocation)."""
     named = dict(model.named_parameters())
     named.update(dict(model.named_buffers()))
-    return {k: v.detach().clone() for k, v in named.items()}
+    into = into or {}
+    out = {}
+    for k, v in named.items():
+        old = into.get(k)
+        fits = old is not None and old.shape == v.shape and old.dtype == v.dtype and old.device == v.device
+        out[k] = old.copy_(v.detach()) if fits else v.detach().clone()
+    return out
 
 
 def nbytes(weights: dict[str, torch.Tensor]) -> int:
@@ -235,7 +242,9 @@ class SpeculativeShape(ShapeMetrics):
             model.train(was_training)
         t0 = time.perf_counter()
         if exact and version not in self.weights:  # the weights that drew these rollouts, for their next visit
-            self.weights[version] = weights_of(model)
+            needed = {d.version for v in self.drafts.values() for d in v}
+            spare = next((self.weights.pop(k) for k in sorted(self.weights) if k not in needed), None)
+            self.weights[version] = weights_of(model, into=spare)
         for i in range(n):
             tok, lp, _, _ = row_of(out, i)
             self.drafts.setdefault(keys[i], []).append(
