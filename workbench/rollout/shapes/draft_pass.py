@@ -10,7 +10,8 @@ the engine's decoding loop lays out a batch (`workbench.rollout.hf.HFBackend`):
    chunk of columns at a time so that one chunk's logits stay under `max_logits` floats; column t's
    logits give the distribution of draft token t + 1.
 3. Token by token, each row keeps draft token x_t while u_t <= min(1, l * p_new(x_t) / p_old(x_t))
-   (`acceptance`), p_old(x_t) being the one float each draft keeps per token. A row is decided at
+   (`verify`, at l = 1 in exact mode; the residual draw is the caller's), p_old(x_t) being the one float
+   each draft keeps per token. A row is decided at
    its first rejection or at the end of its draft; once every row is decided no further chunk runs.
 4. The cache is cropped to the longest accepted prefix, and each row's columns past its own accepted
    prefix (the rejected token and what followed it, or padding) are masked out: the result is a
@@ -28,12 +29,81 @@ import torch
 
 from workbench.algorithms.logprobs import distinct_prompts, left_pad_ids
 from workbench.rollout.base import SamplingParams
-from workbench.rollout.hf import DecodeState, sampling_logprobs
+from workbench.rollout.hf import DecodeState, inverse_cdf_sample, sampling_logprobs
 
 
 def acceptance(new_logp_tok: torch.Tensor, old_logp_tok: torch.Tensor, lenience: float) -> torch.Tensor:
     """min(1, l * p_new(x) / p_old(x)) per draft token (0 where p_new(x) is 0)."""
     return torch.clamp(lenience * torch.exp(new_logp_tok.double() - old_logp_tok.double()), max=1.0)
+
+
+MODES = ("exact", "lenient")
+
+
+@dataclass
+class Verdict:
+    """The verification of N drafts."""
+
+    accepted: np.ndarray
+    """[N] draft tokens kept (a prefix of the draft)."""
+    rejected: np.ndarray
+    """[N] bool: the draft token at position `accepted` was rejected (False: the whole draft was kept)."""
+    resampled: np.ndarray
+    """[N] exact mode: the token drawn from the residual at the rejected position; -1: none."""
+
+
+def residual_sample(new_rows: torch.Tensor, old_rows: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """One token per row from norm(max(0, p_new - p_old)) ([R, V] log-probabilities each), by inverse
+    CDF with the uniforms `u` [R]; from p_new where the residual has no mass (the two agree up to
+    rounding)."""
+    res = torch.clamp(new_rows.double().exp() - old_rows.double().exp(), min=0.0)
+    empty = res.sum(-1) <= 0
+    logp = torch.where(empty.unsqueeze(-1), new_rows.double(), res.log())
+    return inverse_cdf_sample(logp, u.double())
+
+
+def verify(new_rows: Sequence[torch.Tensor], drafts: Sequence[Sequence[int]], old_logp: Sequence[Sequence[float]],
+           uniforms: Sequence[torch.Tensor], *, mode: str, lenience: float = 1.0,
+           old_rows: Sequence[torch.Tensor | None] | None = None,
+           residual_u: Sequence[float] | None = None) -> Verdict:
+    """Verify each draft against the current policy (all drafts at once: one gather, one comparison).
+
+    `new_rows[i]` [T_i, V]: the current policy's sampling log-probabilities along draft i (one
+    teacher-forced pass: `check_drafts` passes a chunk of its positions at a time); `old_logp[i]`
+    [T_i]: each draft token's log-probability when it was sampled; `uniforms[i]` [>= T_i]: fresh
+    uniforms. `exact` (lenience 1) also takes each draft's old rows [T_i, V] and one more uniform per
+    draft for the residual draw (the engine draws it itself, the old row recomputed: `SpeculativeShape`)."""
+    if mode not in MODES:
+        raise ValueError(f"speculative mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if mode == "exact" and (old_rows is None or residual_u is None):
+        raise ValueError("exact verification needs the drafts' old rows and one residual uniform per draft")
+    lenience = 1.0 if mode == "exact" else lenience
+    n = len(drafts)
+    lens = [len(d) for d in drafts]
+    accepted, rejected, resampled = np.zeros(n, np.int64), np.zeros(n, bool), np.full(n, -1, np.int64)
+    live = [i for i in range(n) if lens[i]]
+    if not live:
+        return Verdict(accepted=accepted, rejected=rejected, resampled=resampled)
+    flat_rows = torch.cat([new_rows[i][:lens[i]] for i in live])
+    flat_tok = torch.as_tensor([x for i in live for x in drafts[i]], dtype=torch.long)
+    dev = flat_rows.device  # gather on the rows' device, compare on the CPU
+    new_tok = flat_rows[torch.arange(len(flat_tok), device=dev), flat_tok.to(dev)].cpu()
+    old_tok = torch.as_tensor([x for i in live for x in old_logp[i][:lens[i]]], dtype=torch.float64)
+    u = torch.cat([torch.as_tensor(uniforms[i][:lens[i]], dtype=torch.float64) for i in live])
+    ok = (u <= acceptance(new_tok, old_tok, lenience)).split([lens[i] for i in live])
+    bad = torch.nn.utils.rnn.pad_sequence([~o for o in ok], batch_first=True, padding_value=False)
+    first = torch.where(bad.any(1), bad.int().argmax(1), torch.as_tensor([lens[i] for i in live]))
+    idx = np.asarray(live)
+    accepted[idx] = first.numpy()
+    rejected[idx] = bad.any(1).numpy()
+    if mode == "exact" and rejected.any():
+        rej = np.flatnonzero(rejected)
+        a = accepted[rej]
+        draw = residual_sample(torch.stack([new_rows[i][k] for i, k in zip(rej, a)]),
+                               torch.stack([old_rows[i][k] for i, k in zip(rej, a)]),
+                               torch.as_tensor([residual_u[i] for i in rej], dtype=torch.float64))
+        resampled[rej] = draw.cpu().numpy()
+    return Verdict(accepted=accepted, rejected=rejected, resampled=resampled)
 
 
 @dataclass
@@ -125,18 +195,18 @@ def _judge(pred: torch.Tensor, toks: torch.Tensor, t0: int, lens: np.ndarray, ol
     tok = toks[rows].to(lp.device)
     new_tok = lp.gather(-1, tok.unsqueeze(-1)).squeeze(-1).double().cpu()
     entropy = torch.special.entr(lp.exp()).sum(-1).cpu()
+    m = [int(min(n_cols, lens[i] - t0)) for i in rows]
+    verdict = verify([lp[r, :m[r]] for r in range(len(rows))], [toks[i, :m[r]].tolist() for r, i in enumerate(rows)],
+                     [list(old_logp[i][t0:t0 + m[r]]) for r, i in enumerate(rows)],
+                     [uniforms[i][t0:t0 + m[r]] for r, i in enumerate(rows)], mode="lenient", lenience=lenience)
     for r, i in enumerate(rows):
-        m = int(min(n_cols, lens[i] - t0))
-        old = torch.as_tensor(list(old_logp[i][t0:t0 + m]), dtype=torch.float64)
-        ok = torch.as_tensor(uniforms[i][t0:t0 + m], dtype=torch.float64) <= acceptance(new_tok[r, :m], old, lenience)
-        bad = (~ok).nonzero()
-        k = int(bad[0]) if len(bad) else m  # tokens of this chunk kept
+        k = int(verdict.accepted[r])  # tokens of this chunk kept
         logp[i].extend(new_tok[r, :k].tolist())
         ent[i].extend(entropy[r, :k].tolist())
-        if len(bad):
+        if verdict.rejected[r]:
             accepted[i], rejected[i], decided[i], pending[i] = t0 + k, True, True, pred[i, k]
-        elif t0 + m < t0 + n_cols:  # the draft ended inside this chunk, every token kept
-            accepted[i], decided[i], pending[i] = t0 + m, True, pred[i, m]
+        elif m[r] < n_cols:  # the draft ended inside this chunk, every token kept
+            accepted[i], decided[i], pending[i] = t0 + m[r], True, pred[i, m[r]]
 
 
 def prefix_logits(forward: Callable[..., Any], config: Any, prompts: Sequence[Sequence[int]],

@@ -45,77 +45,11 @@ import numpy as np
 import torch
 
 from workbench.rollout.base import GenerationBatch, SamplingParams, group_seed
-from workbench.rollout.hf import DecodeState, GroupStreams, HFBackend, inverse_cdf_sample, sampling_logprobs
+from workbench.rollout.hf import DecodeState, GroupStreams, HFBackend, sampling_logprobs
 from workbench.rollout.shapes.common import (Shaped, ShapeMetrics, empty_columns, entropy_of, eos_ids, pad_batch,
                                              row_of)
-from workbench.rollout.shapes.draft_pass import Checked, acceptance, check_drafts, prefix_logits
-
-MODES = ("exact", "lenient")
-
-
-@dataclass
-class Verdict:
-    """The verification of N drafts."""
-
-    accepted: np.ndarray
-    """[N] draft tokens kept (a prefix of the draft)."""
-    rejected: np.ndarray
-    """[N] bool: the draft token at position `accepted` was rejected (False: the whole draft was kept)."""
-    resampled: np.ndarray
-    """[N] exact mode: the token drawn from the residual at the rejected position; -1: none."""
-
-
-def residual_sample(new_rows: torch.Tensor, old_rows: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """One token per row from norm(max(0, p_new - p_old)) ([R, V] log-probabilities each), by inverse
-    CDF with the uniforms `u` [R]; from p_new where the residual has no mass (the two agree up to
-    rounding)."""
-    res = torch.clamp(new_rows.double().exp() - old_rows.double().exp(), min=0.0)
-    empty = res.sum(-1) <= 0
-    logp = torch.where(empty.unsqueeze(-1), new_rows.double(), res.log())
-    return inverse_cdf_sample(logp, u.double())
-
-
-def verify(new_rows: Sequence[torch.Tensor], drafts: Sequence[Sequence[int]], old_logp: Sequence[Sequence[float]],
-           uniforms: Sequence[torch.Tensor], *, mode: str, lenience: float = 1.0,
-           old_rows: Sequence[torch.Tensor | None] | None = None,
-           residual_u: Sequence[float] | None = None) -> Verdict:
-    """Verify each draft against the current policy (all drafts at once: one gather, one comparison).
-
-    `new_rows[i]` [T_i, V]: the current policy's sampling log-probabilities along draft i (one
-    teacher-forced pass, `policy_rows`); `old_logp[i]` [T_i]: each draft token's log-probability when
-    it was sampled; `uniforms[i]` [>= T_i]: fresh uniforms. `exact` (lenience 1) also takes each
-    draft's old rows [T_i, V] and one more uniform per draft for the residual draw."""
-    if mode not in MODES:
-        raise ValueError(f"speculative mode must be one of {', '.join(MODES)}, got {mode!r}")
-    if mode == "exact" and (old_rows is None or residual_u is None):
-        raise ValueError("exact verification needs the drafts' old rows and one residual uniform per draft")
-    lenience = 1.0 if mode == "exact" else lenience
-    n = len(drafts)
-    lens = [len(d) for d in drafts]
-    accepted, rejected, resampled = np.zeros(n, np.int64), np.zeros(n, bool), np.full(n, -1, np.int64)
-    live = [i for i in range(n) if lens[i]]
-    if not live:
-        return Verdict(accepted=accepted, rejected=rejected, resampled=resampled)
-    flat_rows = torch.cat([new_rows[i][:lens[i]] for i in live])
-    flat_tok = torch.as_tensor([x for i in live for x in drafts[i]], dtype=torch.long)
-    new_tok = flat_rows[torch.arange(len(flat_tok)), flat_tok]
-    old_tok = torch.as_tensor([x for i in live for x in old_logp[i][:lens[i]]], dtype=torch.float64)
-    u = torch.cat([torch.as_tensor(uniforms[i][:lens[i]], dtype=torch.float64) for i in live])
-    ok = (u <= acceptance(new_tok, old_tok, lenience)).split([lens[i] for i in live])
-    bad = torch.nn.utils.rnn.pad_sequence([~o for o in ok], batch_first=True, padding_value=False)
-    first = torch.where(bad.any(1), bad.int().argmax(1), torch.as_tensor([lens[i] for i in live]))
-    idx = np.asarray(live)
-    accepted[idx] = first.numpy()
-    rejected[idx] = bad.any(1).numpy()
-    if mode == "exact" and rejected.any():
-        rej = np.flatnonzero(rejected)
-        a = accepted[rej]
-        draw = residual_sample(torch.stack([new_rows[i][k] for i, k in zip(rej, a)]),
-                               torch.stack([old_rows[i][k] for i, k in zip(rej, a)]),
-                               torch.as_tensor([residual_u[i] for i in rej], dtype=torch.float64))
-        resampled[rej] = draw.numpy()
-    return Verdict(accepted=accepted, rejected=rejected, resampled=resampled)
-
+from workbench.rollout.shapes.draft_pass import (MODES, Checked, Verdict, acceptance, check_drafts,
+                                                 prefix_logits, residual_sample, verify)
 
 @dataclass
 class Draft:
@@ -367,3 +301,7 @@ class SpeculativeShape(ShapeMetrics):
                 t, l, e, _ = final[i]
                 final[i] = (t + tok[:m], l + lp[:m], e + ent[:m], ends is not None)
         return pad_batch(final, pad_token_id, 0.0)
+
+
+__all__ = ["MODES", "Draft", "SpeculativeShape", "Verdict", "acceptance", "nbytes", "residual_sample",
+           "row_uniforms", "verify", "weights_of"]
