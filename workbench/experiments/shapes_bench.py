@@ -22,6 +22,7 @@ rollout phase's, not learning. Learning to a target pass@1 is not measured here 
 
 from __future__ import annotations
 
+import os
 import statistics
 import tempfile
 import time
@@ -120,8 +121,10 @@ def _summary(steps: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
 def run_bench(store_path: str | Path | None = None, *, organism: str = "small", steps: int = 12,
               train_size: int = 16, seed: int = 0, shapes: tuple[str, ...] = tuple(SHAPES),
               group: int | None = None, prompts_per_step: int | None = None,
-              max_new_tokens: int | None = None, allocator: str | None = None) -> dict[str, Any]:
-    """One run per shape; the summary per shape and its ratios to independent (see the module docstring)."""
+              max_new_tokens: int | None = None, allocator: str | None = None, rounds: int = 1) -> dict[str, Any]:
+    """One run per shape (`rounds` times, the shapes alternating); the summary per shape and its ratios to
+    independent, each round's shape against that round's independent run, the median over rounds (see
+    the module docstring)."""
     from workbench.engine import run
     from workbench.errors import ConfigError
     from workbench.experiments.tiny import shared_smollm2, small_organism_models
@@ -131,6 +134,8 @@ def run_bench(store_path: str | Path | None = None, *, organism: str = "small", 
         raise ConfigError(f"bench shapes: --shape: {unknown[0]!r} is not allowed (one of {', '.join(SHAPES)})")
     if organism not in ORGANISMS:
         raise ConfigError(f"bench shapes: --organism: {organism!r} is not allowed ({', '.join(ORGANISMS)})")
+    if rounds < 1:
+        raise ConfigError(f"bench shapes: --rounds: {rounds} must be at least 1")
     if steps < 2:
         raise ConfigError(f"bench shapes: --steps: {steps} is too few (at least 2: the first step has no drafts)")
     sizes = _sizes(group, prompts_per_step, max_new_tokens, allocator)
@@ -144,18 +149,47 @@ def run_bench(store_path: str | Path | None = None, *, organism: str = "small", 
             root.mkdir(parents=True, exist_ok=True)
             (root / "models").symlink_to(small_organism_models() if organism == "small" else
                                          shared_smollm2().parent)
-        results: dict[str, Any] = {}
-        for name in ("independent",) + tuple(s for s in shapes if s != "independent"):
-            seen: list[dict[str, Any]] = []
-            t0 = time.perf_counter()
-            run(_config(organism, steps, train_size, seed, SHAPES[name], sizes), store=str(root),
-                on_step=lambda step, m: seen.append(m) if step > 0 else None)
-            results[name] = _summary(seen, time.perf_counter() - t0)
+        order = ("independent",) + tuple(s for s in shapes if s != "independent")
+        per_round: dict[str, list[dict[str, Any]]] = {name: [] for name in order}
+        for _ in range(rounds):  # the shapes alternate: round 1 runs each once, then round 2, ...
+            for name in order:
+                seen: list[dict[str, Any]] = []
+                load = os.getloadavg()[0]
+                t0 = time.perf_counter()
+                run(_config(organism, steps, train_size, seed, SHAPES[name], sizes), store=str(root),
+                    on_step=lambda step, m: seen.append(m) if step > 0 else None)
+                row = _summary(seen, time.perf_counter() - t0)
+                row["load_avg"] = [round(load, 2), round(os.getloadavg()[0], 2)]  # 1-min load, start and end
+                per_round[name].append(row)
     finally:
         if tmp is not None:
             tmp.cleanup()
-    base = results["independent"]["generate_s_per_rollout"] or 1e-12
-    for r in results.values():
-        r["generate_vs_independent"] = round((r["generate_s_per_rollout"] or 0.0) / base, 3)
-    return {"organism": organism, "steps": steps, "train_size": train_size, "seed": seed, **sizes,
-            "shapes": results}
+    results = {name: _over_rounds(rows) for name, rows in per_round.items()}
+    for k in range(rounds):
+        base = per_round["independent"][k]["generate_s_per_rollout"] or 1e-12
+        for rows in per_round.values():
+            rows[k]["generate_vs_independent"] = round((rows[k]["generate_s_per_rollout"] or 0.0) / base, 3)
+    for name, r in results.items():  # a ratio per round (each shape against the independent run of its round)
+        ratios = [row["generate_vs_independent"] for row in per_round[name]]
+        r["generate_vs_independent"] = round(statistics.median(ratios), 3)
+        if rounds > 1:
+            r["generate_vs_independent_rounds"] = ratios
+    return {"organism": organism, "steps": steps, "train_size": train_size, "seed": seed, "rounds": rounds,
+            **sizes, "shapes": results}
+
+
+def _over_rounds(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One round's summary as it is; several: the median of each figure over the rounds, the rounds' own
+    figures under `rounds` (generate time and load)."""
+    if len(rows) == 1:
+        return dict(rows[0])
+    out: dict[str, Any] = {}
+    for key, value in rows[0].items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            vals = [r[key] for r in rows if r.get(key) is not None]
+            out[key] = statistics.median(vals) if vals else None
+        else:
+            out[key] = value
+    out["rounds"] = [{"generate_s_per_rollout": r["generate_s_per_rollout"], "wall_s": r["wall_s"],
+                      "load_avg": r["load_avg"]} for r in rows]
+    return out
