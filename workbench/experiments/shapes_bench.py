@@ -7,6 +7,9 @@ own figures and reports medians over the steps after the first:
 
 - `generate_s_per_rollout`: the step's `timing_s/generate` (every teacher-forced pass and tree step of
   the shape included) over its rollouts; `vs_independent`: that over independent's (< 1: faster);
+- `generate_cpu_s_per_rollout`: the same with the process's CPU time (`timing_cpu_s/generate`), and
+  `cpu_vs_independent`: on a machine shared with other jobs, where the wall time also counts the wait for
+  a core, the steadier figure (one torch thread: the work itself);
 - `tokens_per_rollout` (response tokens) and `fresh_tokens_per_rollout` (decoded, not reused);
 - `reused_share`: reused over response tokens (speculative); `accept_rate`: reused over offered draft
   tokens; `zero_signal_frac` (median) and `zero_signal_mean`: share of groups whose rewards all agree;
@@ -98,6 +101,7 @@ def _summary(steps: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
     fresh = [m.get("rollout/shape/fresh_tokens", t) for m, t in zip(later, tokens)]
     out: dict[str, Any] = {
         "generate_s_per_rollout": _median([m.get("timing_s/generate", 0.0) / k for m, k in zip(later, n)]),
+        "generate_cpu_s_per_rollout": _median([m.get("timing_cpu_s/generate", 0.0) / k for m, k in zip(later, n)]),
         "tokens_per_rollout": _median([t / k for t, k in zip(tokens, n)]),
         "fresh_tokens_per_rollout": _median([f / k for f, k in zip(fresh, n)]),
         "zero_signal_frac": _median([m.get("rollout/zero_signal_frac", 0.0) for m in later]),
@@ -169,11 +173,15 @@ def run_bench(store_path: str | Path | None = None, *, organism: str = "small", 
         base = per_round["independent"][k]["generate_s_per_rollout"] or 1e-12
         for rows in per_round.values():
             rows[k]["generate_vs_independent"] = round((rows[k]["generate_s_per_rollout"] or 0.0) / base, 3)
+        base_cpu = per_round["independent"][k]["generate_cpu_s_per_rollout"] or 1e-12
+        for rows in per_round.values():
+            rows[k]["cpu_vs_independent"] = round((rows[k]["generate_cpu_s_per_rollout"] or 0.0) / base_cpu, 3)
     for name, r in results.items():  # a ratio per round (each shape against the independent run of its round)
-        ratios = [row["generate_vs_independent"] for row in per_round[name]]
-        r["generate_vs_independent"] = round(statistics.median(ratios), 3)
-        if rounds > 1:
-            r["generate_vs_independent_rounds"] = ratios
+        for key in ("generate_vs_independent", "cpu_vs_independent"):
+            ratios = [row[key] for row in per_round[name]]
+            r[key] = round(statistics.median(ratios), 3)
+            if rounds > 1:
+                r[f"{key}_rounds"] = ratios
     return {"organism": organism, "steps": steps, "train_size": train_size, "seed": seed, "rounds": rounds,
             **sizes, "shapes": results}
 
@@ -190,6 +198,7 @@ def _over_rounds(rows: list[dict[str, Any]]) -> dict[str, Any]:
             out[key] = statistics.median(vals) if vals else None
         else:
             out[key] = value
-    out["rounds"] = [{"generate_s_per_rollout": r["generate_s_per_rollout"], "wall_s": r["wall_s"],
+    out["rounds"] = [{"generate_s_per_rollout": r["generate_s_per_rollout"],
+                      "generate_cpu_s_per_rollout": r.get("generate_cpu_s_per_rollout"), "wall_s": r["wall_s"],
                       "load_avg": r["load_avg"]} for r in rows]
     return out
