@@ -1,6 +1,8 @@
 """Phase timing: `with timer("generate"): ...` adds the wall time to `timing_s/generate` (and, for the
-phases in `CPU_PHASES`, the process's CPU time to `timing_cpu_s/<phase>`: on a machine shared with other
-jobs the CPU time measures the phase's own work where the wall time also counts the wait for a core)."""
+phases in `CPU_PHASES`, the calling thread's CPU time to `timing_cpu_s/<phase>`: on a machine shared with
+other jobs the CPU time measures the phase's own work where the wall time also counts the wait for a core.
+It is the whole of that work at one torch thread (`model.threads = 1`, or OMP_NUM_THREADS=1); with more,
+torch's other threads are not counted, nor are the store's (whose commit overlaps the next step))."""
 
 from __future__ import annotations
 
@@ -23,13 +25,13 @@ class PhaseTimer:
 
     @contextmanager
     def __call__(self, phase: str) -> Iterator[None]:
-        t0, c0 = time.perf_counter(), time.process_time()
+        t0, c0 = time.perf_counter(), time.thread_time()
         try:
             yield
         finally:
             self.totals[phase] += time.perf_counter() - t0
             if phase in CPU_PHASES:
-                self.cpu[phase] += time.process_time() - c0
+                self.cpu[phase] += time.thread_time() - c0
 
     def metrics(self) -> dict[str, float]:
         return {**{f"timing_s/{k}": v for k, v in self.totals.items()},

@@ -7,7 +7,7 @@ own figures and reports medians over the steps after the first:
 
 - `generate_s_per_rollout`: the step's `timing_s/generate` (every teacher-forced pass and tree step of
   the shape included) over its rollouts; `vs_independent`: that over independent's (< 1: faster);
-- `generate_cpu_s_per_rollout`: the same with the process's CPU time (`timing_cpu_s/generate`), and
+- `generate_cpu_s_per_rollout`: the same with the engine thread's CPU time (`timing_cpu_s/generate`), and
   `cpu_vs_independent`: on a machine shared with other jobs, where the wall time also counts the wait for
   a core, the steadier figure (one torch thread: the work itself);
 - `tokens_per_rollout` (response tokens) and `fresh_tokens_per_rollout` (decoded, not reused);
