@@ -214,8 +214,11 @@ class SpeculativeShape(ShapeMetrics):
         for r, i in enumerate(rej):
             d = drafts[i]
             groups.setdefault((d.version, d.temperature, d.top_p, d.top_k), []).append(r)
+        device = next(model.parameters()).device
         for (version, *_), members in groups.items():
             rows = [int(rej[r]) for r in members]
+            if any(t.device != device for t in self.weights[version].values()):  # a checkpoint loads on the CPU
+                self.weights[version] = {k: t.to(device) for k, t in self.weights[version].items()}
 
             def forward(**kw: Any) -> Any:
                 return torch.func.functional_call(model, self.weights[version], (), kw, tie_weights=True, strict=False)
