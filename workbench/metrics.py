@@ -113,12 +113,14 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("rollout/shape/rejected", "drafts rejected before their end", "rollouts", _SPEC, "speculative"),
     Metric("rollout/shape/fresh_tokens", "tokens sampled fresh after the reused prefixes", "tokens", _SPEC,
            "speculative"),
-    Metric("rollout/shape/drafts_dropped", "drafts dropped past `rollout.speculative.max_draft_mb`", "rollouts",
-           _SPEC, "speculative"),
-    Metric("rollout/shape/verify_s", "seconds of the teacher-forced verification pass (inside timing_s/generate)",
-           "s", _SPEC, "speculative"),
-    Metric("rollout/shape/rows_s", "seconds spent continuing the verified rows (inside timing_s/generate)", "s",
-           _SPEC, "speculative"),
+    Metric("rollout/shape/drafts_dropped", "drafts dropped with their drafting weights past "
+           "`rollout.speculative.max_draft_mb`", "rollouts", _SPEC, "speculative"),
+    Metric("rollout/shape/verify_s", "seconds of the cached teacher-forced verification pass (inside "
+           "timing_s/generate)", "s", _SPEC, "speculative"),
+    Metric("rollout/shape/residual_s", "exact mode: seconds of the drafting weights' pass and the residual draws at "
+           "the rejected positions (inside timing_s/generate)", "s", _SPEC, "speculative"),
+    Metric("rollout/shape/keep_s", "seconds keeping the new drafts (exact mode: a copy of the weights; inside "
+           "timing_s/generate)", "s", _SPEC, "speculative"),
     Metric("rollout/shape/branches", "branches born in the step's trees", "branches", _TREE, "tree"),
     Metric("rollout/shape/pruned", "branches pruned as too similar to their parent", "branches", _TREE, "tree"),
     Metric("rollout/shape/tree_rows", "rollouts grown as trees (the rest of each group sampled plainly)",
@@ -194,6 +196,8 @@ CATALOGUE: tuple[Metric, ...] = (
     # timing_s/: where the step's time went
     Metric("timing_s/allocate", "allocator decisions", "s", _TIMER),
     Metric("timing_s/generate", "sampling, decoding included", "s", _TIMER, column="time_generate_s"),
+    Metric("timing_cpu_s/generate", "the engine thread's CPU time in the generate phase (its own work, without "
+           "the wait for a core on a shared machine; all of it at one torch thread)", "s", _TIMER),
     Metric("timing_s/verify", "scoring the responses", "s", _TIMER, column="time_verify_s"),
     Metric("timing_s/train", "the policy update", "s", _TIMER, "update", column="time_train_s"),
     Metric("timing_s/weight_sync", "new weights to the rollout backend (~0 in-process)", "s", _TIMER, "update"),

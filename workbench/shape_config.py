@@ -23,10 +23,12 @@ class SpeculativeConfig:
     """Lenient mode's log-lenience: l = e^spec_bias (SPEC-RL's GRPO run: 0.5; 0 is l = 1, still
     without the residual). Ignored in exact mode (l = 1)."""
 
-    max_draft_mb: float = 1024.0
-    """Exact mode keeps each draft's sampling rows (V floats a token: 18 on the organism, 49,152 on
-    SmolLM2); past this many megabytes the oldest drafts are dropped (their prompts' rows then sample
-    independently; `rollout/shape/drafts_dropped` counts them)."""
+    max_draft_mb: float = 4096.0
+    """Exact mode keeps, besides one float per draft token, a copy of the weights of each policy version
+    that still has drafts (its residual needs p_old's row at the first rejected position, recomputed with
+    them; SmolLM2-135M in float32: 538 MB a version); past this many megabytes the oldest version's
+    weights are dropped with its drafts (their prompts' rows then sample independently;
+    `rollout/shape/drafts_dropped` counts them)."""
 
     def __post_init__(self) -> None:
         check(self.max_draft_mb > 0, "rollout.speculative.max_draft_mb", "a number > 0 (megabytes)",

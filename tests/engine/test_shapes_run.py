@@ -92,6 +92,19 @@ def test_bench_shapes_refuses_bad_options_naming_them():
         run_bench(organism="smollm2", max_new_tokens=0)
     with pytest.raises(ConfigError, match="--allocator: 'greedy'"):
         run_bench(allocator="greedy")
+    with pytest.raises(ConfigError, match="--rounds: 0"):
+        run_bench(rounds=0)
+
+
+def test_bench_shapes_takes_medians_over_alternating_rounds():
+    from workbench.experiments.shapes_bench import _over_rounds
+
+    rows = [{"generate_s_per_rollout": t, "wall_s": 10.0 * t, "reused_share": r, "load_avg": [1.0, 2.0]}
+            for t, r in ((1.0, 0.5), (3.0, 0.7), (2.0, 0.6))]
+    out = _over_rounds(rows)
+    assert out["generate_s_per_rollout"] == 2.0 and out["reused_share"] == 0.6 and out["wall_s"] == 20.0
+    assert [r["generate_s_per_rollout"] for r in out["rounds"]] == [1.0, 3.0, 2.0]
+    assert _over_rounds(rows[:1]) == rows[0]
 
 
 def test_bench_shapes_sizes_the_real_models_runs():

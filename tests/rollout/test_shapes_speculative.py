@@ -19,7 +19,7 @@ from workbench.rollout.base import SamplingParams
 from workbench.rollout.hf import HFBackend, sampling_logprobs
 from workbench.rollout.shapes import SpeculativeShape
 from workbench.rollout.shapes.common import chi2_homogeneity, chi2_power, policy_rows
-from workbench.rollout.shapes.speculative import acceptance, verify
+from workbench.rollout.shapes.speculative import acceptance, nbytes, verify, weights_of
 from workbench.shape_config import SpeculativeConfig
 
 ALPHA = 1e-3
@@ -187,18 +187,28 @@ def test_verify_refuses_exact_without_the_old_rows():
         verify([], [], [], [], mode="greedy")
 
 
-def test_exact_drafts_beyond_their_memory_cap_are_dropped_oldest_first(policies):
+def test_exact_mode_keeps_one_float_a_token_and_the_drafting_weights_within_their_cap(policies):
+    """Exact mode keeps, per draft, its tokens and their log-probabilities (no rows) and, per drafting
+    version, one copy of the weights; past `max_draft_mb` the oldest version goes with its drafts."""
     new, _, tok = policies
     backend, p = HFBackend(new, tok), prompt(tok)
-    one_row = 4 * new.config.vocab_size  # float32 bytes of one token's row
-    shape = SpeculativeShape(SpeculativeConfig(max_draft_mb=6 * 3 * one_row / 2**20))  # ~6 drafts of 3 tokens
+    size = nbytes(weights_of(new))
+    shape = SpeculativeShape(SpeculativeConfig(max_draft_mb=1.5 * size / 2**20))  # room for one version
     shape.generate(new, backend, [p] * 4, [0] * 4, SAMPLING, [1] * 4, 0, tok.pad_token_id)
+    assert set(shape.weights) == {0} and all(len(d.logp) == len(d.tokens) for d in shape.drafts[0])
+    assert all(torch.equal(shape.weights[0][k], v) for k, v in new.named_parameters())
     out = shape.generate(new, backend, [p] * 4, [1] * 4, SAMPLING, [2] * 4, 1, tok.pad_token_id)
     kept = [d for v in shape.drafts.values() for d in v]
-    total_tokens = sum(len(d.tokens) for d in kept) + 0
-    assert out.metrics["rollout/shape/drafts_dropped"] >= 1 and len(kept) < 8
-    assert total_tokens * one_row <= 6 * 3 * one_row  # within the cap
-    assert sum(d.version == 1 for d in kept) == 4  # the newest stay: the dropped were version 0's
+    assert out.metrics["rollout/shape/drafts_dropped"] == 4 and set(shape.weights) == {1}
+    assert len(kept) == 4 and all(d.version == 1 for d in kept)  # the newest stay: the dropped were version 0's
+    old = policies[1]
+    roomy = SpeculativeShape(SpeculativeConfig())
+    roomy.generate(old, HFBackend(old, tok), [p] * 4, [0] * 4, SAMPLING, [1] * 4, 0, tok.pad_token_id)
+    where = {k: w.data_ptr() for k, w in roomy.weights[0].items()}
+    roomy.generate(new, backend, [p] * 4, [0] * 4, SAMPLING, [2] * 4, 1, tok.pad_token_id)
+    assert set(roomy.weights) == {1}  # version 0's drafts were all used: its weights went with them,
+    for k, v in new.named_parameters():  # their memory now holds version 1's
+        assert torch.equal(roomy.weights[1][k], v) and roomy.weights[1][k].data_ptr() == where[k], k
 
 
 def test_policy_rows_in_chunks_equal_one_pass(policies):
@@ -209,3 +219,92 @@ def test_policy_rows_in_chunks_equal_one_pass(policies):
     small = policy_rows(new, [p] * 3, resp, SAMPLING, tok.pad_token_id, max_logits=1)  # one row a pass
     for a, b in zip(whole, small):
         assert a.shape == (len(b), new.config.vocab_size) and torch.allclose(a, b, atol=1e-5)
+
+
+class _Other:
+    """A backend that is not an in-process HFBackend over the policy (as vLLM or Ray would be): the shape
+    verifies on the policy and the backend samples the rest from prompt + kept prefix."""
+
+    def __init__(self, model, tok):
+        self.inner = HFBackend(model, tok)
+        self.eos_token_ids = self.inner.eos_token_ids
+
+    def generate(self, prompts, sampling, **kw):
+        return self.inner.generate(prompts, sampling, **kw)
+
+
+@pytest.mark.parametrize("mode", ["lenient", "exact"])
+def test_the_cached_continuation_equals_sampling_the_rest_from_prompt_and_prefix(policies, mode):
+    """The rows continued from the verification pass's cache (cropped, each row's dropped columns
+    masked) get the tokens a backend samples from prompt + kept prefix with the same draws: every token
+    in lenient mode; in exact mode the kept prefix and the residual token (the draws after it are
+    offset by one there). After the verification no forward pass sees more than one new token."""
+    new, old, tok = policies
+    p, q = prompt(tok), prompt(tok, "9+9=")
+    prompts, keys = [p] * 6 + [q] * 6, [0] * 6 + [1] * 6
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=6)
+    outs = []
+    for other in (False, True):
+        shape = SpeculativeShape(SpeculativeConfig(mode=mode, spec_bias=0.0))
+        shape.generate(old, HFBackend(old, tok), prompts, keys, sampling, [5] * 6 + [6] * 6, 0, tok.pad_token_id)
+        seen, own = [], new.model.norm.weight.data_ptr()  # the forward passes of the current weights
+        hook = new.register_forward_pre_hook(
+            lambda m, a, kw: seen.append(kw["input_ids"].shape[1]) if m.model.norm.weight.data_ptr() == own else None,
+            with_kwargs=True)
+        try:
+            backend = _Other(new, tok) if other else HFBackend(new, tok)
+            outs.append(shape.generate(new, backend, prompts, keys, sampling, [7] * 6 + [8] * 6, 1, tok.pad_token_id))
+        finally:
+            hook.remove()
+        if not other:
+            assert len(seen) > 3 and all(w == 1 for w in seen[2:]), seen  # prefill, drafts, one token a step
+    cached, plain = outs
+    assert 0 < cached.metrics["rollout/shape/rejected"] < 12
+    for name in ("reused_tokens", "draft_tokens", "draft_rejected_at"):
+        assert np.array_equal(cached.columns[name], plain.columns[name]), name
+    a, b = cached.batch, plain.batch
+    for i in range(12):
+        n = int(a.lengths[i]) if mode == "lenient" else int(cached.columns["reused_tokens"][i]) + 1
+        n = min(n, int(a.lengths[i]))
+        assert a.tokens[i, :n].tolist() == b.tokens[i, :n].tolist(), i
+        assert torch.allclose(a.logprobs[i, :n], b.logprobs[i, :n], atol=1e-4), i
+    if mode == "lenient":
+        assert torch.equal(a.lengths, b.lengths) and torch.equal(a.finished, b.finished)
+
+
+def test_the_verification_pass_in_chunks_equals_one_pass(policies):
+    from workbench.rollout.shapes.draft_pass import check_drafts
+
+    new, old, tok = policies
+    p = prompt(tok)
+    drafts = [[5, 6, 2], [], [8, 9], [7, 7, 7]]
+    old_lp = [[-1.0] * len(d) for d in drafts]
+    u = [torch.full((3,), 0.5, dtype=torch.float64)] * 4
+    with torch.inference_mode():
+        whole = check_drafts(new, [p] * 4, drafts, old_lp, u, 1.0, SAMPLING, tok.pad_token_id)
+        small = check_drafts(new, [p] * 4, drafts, old_lp, u, 1.0, SAMPLING, tok.pad_token_id, max_logits=1)
+    assert np.array_equal(whole.accepted, small.accepted) and np.array_equal(whole.rejected, small.rejected)
+    assert whole.accepted[1] == 0 and not whole.rejected[1]
+    for a, b in zip(whole.logp, small.logp):
+        assert np.allclose(a, b, atol=1e-5)
+    assert torch.allclose(whole.state.logits, small.state.logits, atol=1e-4)
+
+
+def test_the_drafting_weights_rows_at_the_rejected_positions_equal_whole_sequences(policies):
+    """`prefix_logits` (distinct prompts prefilled once, prefixes as right-padded columns, logits kept at
+    each row's end) through the old weights' `functional_call` on the current module: the old model's
+    logits after each whole prompt + prefix."""
+    from workbench.rollout.shapes.draft_pass import prefix_logits
+    from workbench.rollout.shapes.tree import last_logits
+
+    new, old, tok = policies
+    p, q = prompt(tok), prompt(tok, "12+30=")
+    prompts, prefixes = [p, p, q, p, q], [[5, 6], [], [7], [5, 6, 2], [7, 8]]
+    weights = weights_of(old)
+    with torch.inference_mode():
+        got = prefix_logits(lambda **kw: torch.func.functional_call(new, weights, (), kw, tie_weights=True),
+                            new.config, prompts, prefixes, tok.pad_token_id, torch.device("cpu"))
+    want = last_logits(old, tok.pad_token_id)([a + b for a, b in zip(prompts, prefixes)])
+    assert torch.allclose(got, want, atol=1e-4)
+    assert not torch.allclose(got, last_logits(new, tok.pad_token_id)([a + b for a, b in zip(prompts, prefixes)]),
+                              atol=1e-2)

@@ -135,3 +135,20 @@ def test_trees_on_the_organism_share_their_prefixes_and_fill_the_group(organism,
     for i in range(16):  # behaviour log-probs: the current policy's, tree tokens and sampled ones alike
         n = int(b.lengths[i])
         assert torch.allclose(b.logprobs[i, :n], want[i][torch.arange(n), b.tokens[i, :n]], atol=1e-4)
+
+
+def test_the_tree_phases_cache_gives_the_logits_of_whole_sequences(organism):
+    """`CachedLogits` (a cache row per live row, a branch copying its parent's) against the whole
+    sequences run without a cache, over tree-like calls: rows extended by a token, a row dropped, a
+    branch born from a row's prefix, prompts of different lengths (left padding)."""
+    from workbench.rollout.shapes.tree import CachedLogits, last_logits
+
+    model, tok = organism
+    a = [tok.bos_token_id] + tok.encode("7+8=", add_special_tokens=False)
+    b = [tok.bos_token_id] + tok.encode("12+30=", add_special_tokens=False)
+    calls = [[a, b], [a + [5], b + [6]], [a + [5, 7], a + [5, 8], b + [6, 9]], [a + [5, 8, 4], b + [6, 9, 3]],
+             [a + [5, 8, 4, 2], a + [5, 8, 4, 11], b + [6, 9, 3, 12], b + [6, 9, 3, 13]]]
+    cached, plain = CachedLogits(model, tok.pad_token_id), last_logits(model, tok.pad_token_id)
+    for seqs in calls:
+        assert torch.allclose(cached(seqs), plain(seqs), atol=1e-4), seqs
+    assert cached.cache.get_seq_length() == len(b) + 4  # one column a step, never a second prefill

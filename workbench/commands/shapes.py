@@ -28,6 +28,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         allocator: Optional[str] = typer.Option(None, "--allocator", help="uniform or value_tracker, for every "
                                                 "shape (default: the config's)."),
         seed: int = typer.Option(0, "--seed", help="The runs' seed."),
+        rounds: int = typer.Option(1, "--rounds", help="Run every shape this many times, the shapes alternating "
+                                   "(medians over rounds; each round's ratio against its own independent run)."),
         shape: Optional[list[str]] = typer.Option(None, "--shape", help="These shapes only (repeatable; "
                                                   "independent always runs)."),
         store: StoreOpt = None,
@@ -38,7 +40,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
 
         result = run_bench(store, organism=organism, steps=steps, train_size=train_size, seed=seed,
                            shapes=tuple(shape or SHAPES), group=group, prompts_per_step=prompts_per_step,
-                           max_new_tokens=max_new_tokens, allocator=allocator)
+                           max_new_tokens=max_new_tokens, allocator=allocator, rounds=rounds)
         if as_json:
             print_json(result)
         else:

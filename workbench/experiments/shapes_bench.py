@@ -7,13 +7,17 @@ own figures and reports medians over the steps after the first:
 
 - `generate_s_per_rollout`: the step's `timing_s/generate` (every teacher-forced pass and tree step of
   the shape included) over its rollouts; `vs_independent`: that over independent's (< 1: faster);
+- `generate_cpu_s_per_rollout`: the same with the engine thread's CPU time (`timing_cpu_s/generate`), and
+  `cpu_vs_independent`: on a machine shared with other jobs, where the wall time also counts the wait for
+  a core, the steadier figure (one torch thread: the work itself);
 - `tokens_per_rollout` (response tokens) and `fresh_tokens_per_rollout` (decoded, not reused);
 - `reused_share`: reused over response tokens (speculative); `accept_rate`: reused over offered draft
   tokens; `zero_signal_frac` (median) and `zero_signal_mean`: share of groups whose rewards all agree;
   tree: `branches` a step;
-- the shape's own phases per rollout, inside the generate time: `verify_s` (the teacher-forced pass over
-  the drafts and the verification), `rows_s` (exact mode: the pass that keeps each new draft's rows),
-  `tree_s` (the tree phase).
+- the shape's own phases per rollout, inside the generate time: `verify_s` (the cached teacher-forced
+  pass over the drafts and the verification), `residual_s` (exact mode: the drafting weights' pass at
+  the rejected positions and the residual draws), `keep_s` (keeping the new drafts; exact mode copies
+  the weights), `tree_s` (the tree phase); the rest of the generate time is decoding.
 
 On the real model (`organism = "smollm2"`) keep to a few steps and small groups: its figures are the
 rollout phase's, not learning. Learning to a target pass@1 is not measured here (docs/rollout-shapes.md).
@@ -21,6 +25,7 @@ rollout phase's, not learning. Learning to a target pass@1 is not measured here 
 
 from __future__ import annotations
 
+import os
 import statistics
 import tempfile
 import time
@@ -96,6 +101,7 @@ def _summary(steps: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
     fresh = [m.get("rollout/shape/fresh_tokens", t) for m, t in zip(later, tokens)]
     out: dict[str, Any] = {
         "generate_s_per_rollout": _median([m.get("timing_s/generate", 0.0) / k for m, k in zip(later, n)]),
+        "generate_cpu_s_per_rollout": _median([m.get("timing_cpu_s/generate", 0.0) / k for m, k in zip(later, n)]),
         "tokens_per_rollout": _median([t / k for t, k in zip(tokens, n)]),
         "fresh_tokens_per_rollout": _median([f / k for f, k in zip(fresh, n)]),
         "zero_signal_frac": _median([m.get("rollout/zero_signal_frac", 0.0) for m in later]),
@@ -108,7 +114,7 @@ def _summary(steps: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
                                        for m, t in zip(later, tokens)])
         out["accept_rate"] = _median([m["rollout/shape/accept_rate"] for m in later
                                       if m.get("rollout/shape/draft_tokens")])
-    for key in ("verify_s", "rows_s", "tree_s"):  # the shape's own phases, inside timing_s/generate
+    for key in ("verify_s", "residual_s", "keep_s", "tree_s"):  # the shape's own phases, inside timing_s/generate
         if any(f"rollout/shape/{key}" in m for m in later):
             out[f"{key}_per_rollout"] = _median([m.get(f"rollout/shape/{key}", 0.0) / k for m, k in zip(later, n)])
     if any("rollout/shape/branches" in m for m in later):
@@ -119,8 +125,10 @@ def _summary(steps: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
 def run_bench(store_path: str | Path | None = None, *, organism: str = "small", steps: int = 12,
               train_size: int = 16, seed: int = 0, shapes: tuple[str, ...] = tuple(SHAPES),
               group: int | None = None, prompts_per_step: int | None = None,
-              max_new_tokens: int | None = None, allocator: str | None = None) -> dict[str, Any]:
-    """One run per shape; the summary per shape and its ratios to independent (see the module docstring)."""
+              max_new_tokens: int | None = None, allocator: str | None = None, rounds: int = 1) -> dict[str, Any]:
+    """One run per shape (`rounds` times, the shapes alternating); the summary per shape and its ratios to
+    independent, each round's shape against that round's independent run, the median over rounds (see
+    the module docstring)."""
     from workbench.engine import run
     from workbench.errors import ConfigError
     from workbench.experiments.tiny import shared_smollm2, small_organism_models
@@ -130,6 +138,8 @@ def run_bench(store_path: str | Path | None = None, *, organism: str = "small", 
         raise ConfigError(f"bench shapes: --shape: {unknown[0]!r} is not allowed (one of {', '.join(SHAPES)})")
     if organism not in ORGANISMS:
         raise ConfigError(f"bench shapes: --organism: {organism!r} is not allowed ({', '.join(ORGANISMS)})")
+    if rounds < 1:
+        raise ConfigError(f"bench shapes: --rounds: {rounds} must be at least 1")
     if steps < 2:
         raise ConfigError(f"bench shapes: --steps: {steps} is too few (at least 2: the first step has no drafts)")
     sizes = _sizes(group, prompts_per_step, max_new_tokens, allocator)
@@ -143,18 +153,52 @@ def run_bench(store_path: str | Path | None = None, *, organism: str = "small", 
             root.mkdir(parents=True, exist_ok=True)
             (root / "models").symlink_to(small_organism_models() if organism == "small" else
                                          shared_smollm2().parent)
-        results: dict[str, Any] = {}
-        for name in ("independent",) + tuple(s for s in shapes if s != "independent"):
-            seen: list[dict[str, Any]] = []
-            t0 = time.perf_counter()
-            run(_config(organism, steps, train_size, seed, SHAPES[name], sizes), store=str(root),
-                on_step=lambda step, m: seen.append(m) if step > 0 else None)
-            results[name] = _summary(seen, time.perf_counter() - t0)
+        order = ("independent",) + tuple(s for s in shapes if s != "independent")
+        per_round: dict[str, list[dict[str, Any]]] = {name: [] for name in order}
+        for _ in range(rounds):  # the shapes alternate: round 1 runs each once, then round 2, ...
+            for name in order:
+                seen: list[dict[str, Any]] = []
+                load = os.getloadavg()[0]
+                t0 = time.perf_counter()
+                run(_config(organism, steps, train_size, seed, SHAPES[name], sizes), store=str(root),
+                    on_step=lambda step, m: seen.append(m) if step > 0 else None)
+                row = _summary(seen, time.perf_counter() - t0)
+                row["load_avg"] = [round(load, 2), round(os.getloadavg()[0], 2)]  # 1-min load, start and end
+                per_round[name].append(row)
     finally:
         if tmp is not None:
             tmp.cleanup()
-    base = results["independent"]["generate_s_per_rollout"] or 1e-12
-    for r in results.values():
-        r["generate_vs_independent"] = round((r["generate_s_per_rollout"] or 0.0) / base, 3)
-    return {"organism": organism, "steps": steps, "train_size": train_size, "seed": seed, **sizes,
-            "shapes": results}
+    results = {name: _over_rounds(rows) for name, rows in per_round.items()}
+    for k in range(rounds):
+        base = per_round["independent"][k]["generate_s_per_rollout"] or 1e-12
+        for rows in per_round.values():
+            rows[k]["generate_vs_independent"] = round((rows[k]["generate_s_per_rollout"] or 0.0) / base, 3)
+        base_cpu = per_round["independent"][k]["generate_cpu_s_per_rollout"] or 1e-12
+        for rows in per_round.values():
+            rows[k]["cpu_vs_independent"] = round((rows[k]["generate_cpu_s_per_rollout"] or 0.0) / base_cpu, 3)
+    for name, r in results.items():  # a ratio per round (each shape against the independent run of its round)
+        for key in ("generate_vs_independent", "cpu_vs_independent"):
+            ratios = [row[key] for row in per_round[name]]
+            r[key] = round(statistics.median(ratios), 3)
+            if rounds > 1:
+                r[f"{key}_rounds"] = ratios
+    return {"organism": organism, "steps": steps, "train_size": train_size, "seed": seed, "rounds": rounds,
+            **sizes, "shapes": results}
+
+
+def _over_rounds(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One round's summary as it is; several: the median of each figure over the rounds, the rounds' own
+    figures under `rounds` (generate time and load)."""
+    if len(rows) == 1:
+        return dict(rows[0])
+    out: dict[str, Any] = {}
+    for key, value in rows[0].items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            vals = [r[key] for r in rows if r.get(key) is not None]
+            out[key] = statistics.median(vals) if vals else None
+        else:
+            out[key] = value
+    out["rounds"] = [{"generate_s_per_rollout": r["generate_s_per_rollout"],
+                      "generate_cpu_s_per_rollout": r.get("generate_cpu_s_per_rollout"), "wall_s": r["wall_s"],
+                      "load_avg": r["load_avg"]} for r in rows]
+    return out

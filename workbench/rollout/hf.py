@@ -278,15 +278,13 @@ class HFBackend(BackendDefaults):
 
     def _loop(self, prompts, sampling: SamplingParams, generator, streams: GroupStreams | None = None,
               interrupt: Callable[[], bool] | None = None):
-        """The KV-cache decoding loop; returns CPU tensors trimmed to the longest generation.
+        """The KV-cache decoding loop: prefill the prompts, then `decode`."""
+        return self.decode(self._prefill(prompts), sampling, generator, streams, interrupt)
 
-        `rows` maps each row of the working batch to its output row: when compaction drops finished
-        sequences from the working batch (and the cache), the outputs keep their places.
-        """
+    def _prefill(self, prompts: Sequence[Sequence[int]]) -> "DecodeState":
         from transformers import DynamicCache
 
         dev = self.device
-        generator = generator_for(dev, generator)
         uniques, where = distinct_prompts(prompts)
         shared = len(uniques) < len(prompts)
         ids, mask = left_pad(uniques if shared else prompts, self.pad_token_id, dev)
@@ -297,12 +295,30 @@ class HFBackend(BackendDefaults):
             index = torch.tensor(where, dtype=torch.long, device=dev)
             cache.batch_select_indices(index)
             logits, mask, pos = logits[index], mask[index], pos[index]
-        next_pos = pos[:, -1] + 1
-        n, t_max = len(prompts), sampling.max_new_tokens
+        return DecodeState(cache=cache, logits=logits, mask=mask, next_pos=pos[:, -1] + 1)
+
+    def decode(self, state: "DecodeState", sampling: SamplingParams, generator: torch.Generator | None = None,
+               streams: GroupStreams | None = None, interrupt: Callable[[], bool] | None = None):
+        """Decode from `state` (a cache someone filled and each row's next-token logits) until
+        `max_new_tokens` (or each row's `limits`) or EOS; CPU tensors (tokens, logprobs, entropy, lengths,
+        finished, cut) trimmed to the longest generation. Call it under `torch.inference_mode` with the
+        model in eval mode (as `generate` does).
+
+        `rows` maps each row of the working batch to its output row: when compaction drops finished
+        sequences from the working batch (and the cache), the outputs keep their places.
+        """
+        dev = self.device
+        generator = generator_for(dev, generator)
+        cache, logits, mask, next_pos = state.cache, state.logits, state.mask, state.next_pos
+        n, t_max = logits.shape[0], sampling.max_new_tokens
+        limits = state.limits.to(dev) if state.limits is not None else torch.full((n,), t_max, device=dev)
+        t_max = min(t_max, int(limits.max())) if n else t_max
+        forced = state.forced.to(dev) if state.forced is not None else None
         tokens = torch.full((n, t_max), self.pad_token_id, dtype=torch.long, device=dev)
         logprobs = torch.zeros((n, t_max), dtype=torch.float32, device=dev)
         entropy = torch.zeros((n, t_max), dtype=torch.float32, device=dev)
-        finished = torch.zeros(n, dtype=torch.bool, device=dev)
+        finished = torch.zeros(n, dtype=torch.bool, device=dev)  # ended with EOS
+        stopped = torch.zeros(n, dtype=torch.bool, device=dev)  # EOS, or its own limit reached
         lengths = torch.zeros(n, dtype=torch.long, device=dev)
         eos = torch.tensor(self.eos_token_ids, dtype=torch.long, device=dev)
         rows = torch.arange(n, device=dev)
@@ -313,15 +329,18 @@ class HFBackend(BackendDefaults):
             logp = sampling_logprobs(logits, sampling)
             uniform = streams.draw(t)[rows.cpu()] if streams is not None and not greedy else None
             tok = _sample(logp, greedy, generator, uniform)
-            alive = ~finished[rows]
+            if t == 0 and forced is not None:  # a token chosen by the caller (a speculative residual draw)
+                tok = torch.where(forced >= 0, forced, tok)
+            alive = ~stopped[rows]
             live_rows = rows[alive]
             tokens[live_rows, t] = tok[alive]
             logprobs[live_rows, t] = logp[alive].gather(-1, tok[alive].unsqueeze(-1)).squeeze(-1)
             entropy[live_rows, t] = torch.special.entr(logp[alive].exp()).sum(-1)
             lengths[live_rows] += 1
             finished[live_rows] |= torch.isin(tok[alive], eos)
+            stopped[live_rows] = finished[live_rows] | (lengths[live_rows] >= limits[live_rows])
             steps = t + 1
-            still = ~finished[rows]
+            still = ~stopped[rows]
             n_still = int(still.sum())
             if t + 1 == t_max or n_still == 0:
                 break
@@ -337,6 +356,26 @@ class HFBackend(BackendDefaults):
             next_pos = next_pos + 1
         return (tokens[:, :steps].cpu(), logprobs[:, :steps].cpu(), entropy[:, :steps].cpu(),
                 lengths.cpu(), finished.cpu(), cut)
+
+
+@dataclass
+class DecodeState:
+    """A batch ready for its next decoding step: `HFBackend.decode` goes on from here. The speculative
+    shape builds one from its verification pass (the drafts' accepted prefixes already in the cache)."""
+
+    cache: object
+    """The rows' key/value cache (a transformers `DynamicCache`), one batch row per row."""
+    logits: torch.Tensor
+    """[N, V] each row's next-token logits."""
+    mask: torch.Tensor
+    """[N, W] attention mask over the cache's W columns (0: padding, or a cached column the row drops)."""
+    next_pos: torch.Tensor
+    """[N] the position id of each row's next token."""
+    forced: torch.Tensor | None = None
+    """[N] a token each row takes at the first step instead of sampling one (-1: sample); its stored
+    log-probability and entropy are read from `logits` as for a sampled token."""
+    limits: torch.Tensor | None = None
+    """[N] how many tokens each row may generate (default: `max_new_tokens` for every row)."""
 
 
 @dataclass

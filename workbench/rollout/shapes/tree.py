@@ -32,8 +32,9 @@ of going greedy (the fork's two rows draw independently). Pruning and eta are as
 
 The behaviour log-probability stored for every token is the current policy's under the sampling
 distribution (temperature / top-k / top-p); greedy and branch tokens are not samples of it, which is
-why LATR's rollouts are off the sampling distribution by design. The tree phase runs the model on
-whole sequences (no key/value cache): fine for the organism's short answers, slow on long ones.
+why LATR's rollouts are off the sampling distribution by design. The tree phase keeps a key/value
+cache row per live row (`CachedLogits`; a new branch copies its parent's), so each tree step runs one
+new token per row, as decoding does.
 """
 
 from __future__ import annotations
@@ -227,7 +228,8 @@ def shared_credit(parent: Sequence[int], branch_at: Sequence[int], lengths: Sequ
 # -- the engine's tree rollouts ---------------------------------------------------------------------
 
 def last_logits(model: torch.nn.Module, pad_token_id: int) -> Callable[[list[list[int]]], torch.Tensor]:
-    """`next_logits` over a Hugging Face causal LM: left-padded whole sequences, logits of the last."""
+    """`next_logits` over a Hugging Face causal LM without a cache: left-padded whole sequences, logits
+    of the last (the reference `CachedLogits` is tested against)."""
     device = next(model.parameters()).device
 
     def f(seqs: list[list[int]]) -> torch.Tensor:
@@ -242,6 +244,52 @@ def last_logits(model: torch.nn.Module, pad_token_id: int) -> Callable[[list[lis
             model.train(was_training)
 
     return f
+
+
+class CachedLogits:
+    """`next_logits` over a Hugging Face causal LM with a key/value cache, one cache row per sequence.
+
+    A tree step asks for sequences that each extend one sequence of the previous call by one token (a
+    row's next token, or a new branch's first token after its parent's prefix): each is found by its
+    prefix, its cache row copied (a branch gets a copy of its parent's), and only the new token is run,
+    as in the decoding loop (left padding, a mask column a step, position ids counting real tokens).
+    Rows that ended or were pruned simply are not asked for again and leave the cache. A call whose
+    sequences do not all extend the previous call's (the first) prefills them whole."""
+
+    def __init__(self, model: torch.nn.Module, pad_token_id: int) -> None:
+        self.model, self.pad_token_id = model, pad_token_id
+        self.device = next(model.parameters()).device
+        self.cache: Any = None
+        self.rows: dict[tuple[int, ...], int] = {}
+        self.mask = self.next_pos = None
+
+    def __call__(self, seqs: list[list[int]]) -> torch.Tensor:
+        from transformers import DynamicCache
+
+        parents = [self.rows.get(tuple(x[:-1])) for x in seqs] if self.cache is not None else [None]
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.inference_mode():
+                if any(p is None for p in parents):
+                    ids, mask = left_pad(seqs, self.pad_token_id, self.device)
+                    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+                    self.cache = DynamicCache(config=getattr(self.model, "config", None))
+                    self.next_pos = pos[:, -1]
+                else:
+                    index = torch.as_tensor(parents, dtype=torch.long, device=self.device)
+                    self.cache.batch_select_indices(index)
+                    mask = torch.cat([self.mask[index], self.mask.new_ones((len(seqs), 1))], dim=1)
+                    ids = torch.as_tensor([x[-1] for x in seqs], dtype=torch.long, device=self.device).unsqueeze(1)
+                    pos = (self.next_pos[index] + 1).unsqueeze(1)
+                    self.next_pos = pos[:, 0]
+                logits = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=self.cache,
+                                    use_cache=True, logits_to_keep=1).logits[:, -1].cpu()
+        finally:
+            self.model.train(was_training)
+        self.mask = mask
+        self.rows = {tuple(x): i for i, x in enumerate(seqs)}
+        return logits
 
 
 class TreeShape(ShapeMetrics):
@@ -272,7 +320,7 @@ class TreeShape(ShapeMetrics):
         eos = eos_ids(backend)
         draws = [torch.Generator().manual_seed(group_seed(int(seeds[groups[order[k]][0]]) & (2**62 - 1), 0x7EE))
                  for k in grown]
-        trees, metrics = grow_trees(last_logits(model, pad_token_id), [prompts[groups[order[k]][0]] for k in grown],
+        trees, metrics = grow_trees(CachedLogits(model, pad_token_id), [prompts[groups[order[k]][0]] for k in grown],
                                     [cap[k] for k in grown], self.cfg, sampling, eos, draws)
         n = len(prompts)
         final: list[Any] = [None] * n
