@@ -58,10 +58,8 @@ def time_pages(stores: dict[str, str], *, repeats: int, pages: list[str] | None 
     from streamlit.testing.v1 import AppTest
 
     from workbench.dashboard import MAIN, PAGES
+    from workbench.store.s3local import environ
 
-    saved = {key: os.environ.get(key) for key in ("WORKBENCH_STORE", "WORKBENCH_CATALOG")}
-    if catalog:
-        os.environ["WORKBENCH_CATALOG"] = catalog
     tests = {label: AppTest.from_file(str(MAIN), default_timeout=600) for label in stores}
     out: dict[str, dict[str, dict[str, Any]]] = {label: {} for label in stores}
     labels = list(stores)
@@ -75,7 +73,7 @@ def time_pages(stores: dict[str, str], *, repeats: int, pages: list[str] | None 
             raise StoreError(f"page {page} failed on {stores[label]}: {tests[label].exception[0].value}")
         return wall, cpu
 
-    try:
+    with environ({"WORKBENCH_CATALOG": catalog} if catalog else {}, keep=("WORKBENCH_STORE", "WORKBENCH_CATALOG")):
         for label in labels:
             run(label, "main")
         for name, page in PAGES.items():
@@ -100,12 +98,6 @@ def time_pages(stores: dict[str, str], *, repeats: int, pages: list[str] | None 
                 got = samples[label]
                 out[label][name] = {"first_ms": round(got["first"][0], 1),
                                     **{key: summary(got[key]) for key in ("cold", "cold_cpu", "cached", "cached_cpu")}}
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
     return out
 
 
@@ -132,25 +124,19 @@ def s3_server() -> Iterator[str]:
         raise StoreError("bench app --s3: no AWS_ENDPOINT_URL is set and moto's server is not installed "
                          "(pip install 'moto[server]', part of the dev extra); or set AWS_ENDPOINT_URL and the "
                          "AWS keys to use your S3 server")
-    from workbench.store.s3local import TEST_KEY_ID, free_port
+    from workbench.store.s3local import TEST_KEY_ID, environ, free_port
 
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": TEST_KEY_ID,
            "AWS_SECRET_ACCESS_KEY": secrets.token_hex(16), "AWS_REGION": "us-east-1"}
-    saved = {key: os.environ.get(key) for key in env}
     try:
         _wait_for_port(port, proc)
-        os.environ.update(env)
-        _make_bucket(env, BUCKET)
-        yield BUCKET
+        with environ(env):
+            _make_bucket(env, BUCKET)
+            yield BUCKET
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
         proc.terminate()
         try:
             proc.wait(timeout=10)

@@ -67,6 +67,22 @@ class LocalS3:
 
 
 @contextmanager
+def environ(values: dict[str, str], *, keep: tuple[str, ...] = ()) -> Iterator[None]:
+    """`values` put in os.environ while the block runs; afterwards those variables, and the `keep` ones
+    the block may set itself, are as they were (restored, or removed where they were absent)."""
+    saved = {key: os.environ.get(key) for key in (*values, *keep)}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@contextmanager
 def local_s3(bucket: str = "workbench", *, secret: str | None = None,
              set_env: bool = True) -> Iterator[LocalS3]:
     """Start a local S3 server with `bucket`, put its AWS variables in os.environ while the block
@@ -75,17 +91,9 @@ def local_s3(bucket: str = "workbench", *, secret: str | None = None,
 
     server = LocalS3(secret or _secrets.token_hex(16))
     server.start()
-    saved = {key: os.environ.get(key) for key in server.env}
     try:
         server.make_bucket(bucket)
-        if set_env:
-            os.environ.update(server.env)
-        yield server
+        with environ(server.env if set_env else {}):
+            yield server
     finally:
-        if set_env:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
         server.stop()
