@@ -224,8 +224,7 @@ def worker_frames(steps_frame: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame
                                pl.col("key").str.extract(r"([^/]*)$").alias("field"))
     frame = pl.DataFrame(schema=rate_schema)
     if not parts.is_empty():
-        wide = parts.group_by("step", "worker", "field").agg(pl.col("value").last()).pivot(
-            on="field", index=["step", "worker"], values="value")
+        wide = parts.pivot(on="field", index=["step", "worker"], values="value", aggregate_function="last")
         frame = wide.select([(pl.col(c) if c in wide.columns else pl.lit(None)).cast(t).alias(c)
                              for c, t in rate_schema.items()])
     sync = metrics_long(steps_frame, keys=("timing_s/weight_sync",)).drop_nulls("value").filter(

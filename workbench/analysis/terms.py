@@ -71,7 +71,7 @@ def metric_columns(steps: pl.DataFrame, columns: dict[str, str]) -> pl.DataFrame
     long = metrics_long(base, keys=columns, index="_row")
     out = pl.DataFrame({"_row": pl.int_range(0, steps.height, dtype=pl.Int64, eager=True)})
     if not long.is_empty():
-        wide = long.group_by("_row", "key").agg(pl.col("value").last()).pivot(on="key", index="_row", values="value")
+        wide = long.pivot(on="key", index="_row", values="value", aggregate_function="last")
         out = out.join(wide, on="_row", how="left", maintain_order="left")
     return out.select([(pl.col(k) if k in out.columns else pl.lit(None)).cast(pl.Float64).alias(c)
                        for k, c in columns.items()])
