@@ -1,10 +1,12 @@
 """The dashboard's data layer: one cached store handle and cached frames, all through
 `workbench.store`'s readers (no SQL here). Widgets are never read in here: pages pass values in.
 
-Live frames (runs, steps, controls, alerts, ...) are cached per store snapshot (`live`): a page
-reopened, or a live page refreshing, while nothing new was committed answers from cache; the snapshot
-id itself is read at most every LIVE_TTL seconds (one catalog lookup), so a new commit shows within a
-live page's refresh interval. Frames of finished steps (rollouts, allocations) keep BROWSE_TTL.
+Live frames (runs, steps, controls, alerts, ...) are cached per version of the tables they read
+(`live`): a page reopened, or a live page refreshing, while none of its tables changed answers from
+cache; what changed is read at most every LIVE_TTL seconds (one catalog query, `Store.changes_since`),
+so a new commit shows within a live page's refresh interval. A run's steps are read incrementally
+while the steps table only gets new rows. Frames of finished steps (rollouts, allocations) keep
+BROWSE_TTL.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from workbench.correctness import run_rule, with_correct
 from workbench.store import default_store_path, open_store
 
 LIVE_TTL = 2.0
-"""How stale the store's snapshot id may be (the key of every live frame)."""
+"""How stale the tables' versions may be (the keys of the live frames)."""
 BROWSE_TTL = 30.0
 KEYED_TTL = 600.0
 """How long a live frame answers from cache while nothing new is committed."""
@@ -69,36 +71,80 @@ def store():
     return _open(store_location())
 
 
+class _Tables:
+    """What the live frames of one store are keyed on: per table, the snapshot id of its last change
+    this process has seen (`Store.changes_since`), and of its last change that was not only new rows.
+    When the store cannot tell which tables changed (the first look, expired snapshots, a table created
+    or dropped) every table counts as changed: the epoch moves."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.lock = threading.Lock()
+        self.seen: int | None = None
+        self.epoch = 0
+        self.changed: dict[str, int] = {}
+        self.rewritten: dict[str, int] = {}
+
+    def update(self, handle) -> dict[str, Any]:
+        with self.lock:
+            latest, changes = handle.changes_since(self.seen)
+            if changes is None:
+                self.epoch, self.changed, self.rewritten = latest, {}, {}
+            else:
+                for table, kind in changes.items():
+                    self.changed[table] = latest
+                    if kind != "insert":
+                        self.rewritten[table] = latest
+            self.seen = latest
+            return {"epoch": self.epoch, "changed": dict(self.changed), "rewritten": dict(self.rewritten)}
+
+
+@st.cache_resource(show_spinner=False)
+def _tables(location: str) -> _Tables:
+    return _Tables()
+
+
 @st.cache_data(ttl=LIVE_TTL, show_spinner=False)
-def snapshot(location: str) -> int:
-    """The latest snapshot id of the store at `location`, read at most every LIVE_TTL seconds."""
-    return _open(location).snapshot_id()
+def versions(location: str) -> dict[str, Any]:
+    """The store's table versions (`_Tables`), read at most every LIVE_TTL seconds (one catalog query)."""
+    return _tables(location).update(_open(location))
 
 
-def live(fn):
-    """`fn` cached per store snapshot: answered from cache until a new commit, for up to KEYED_TTL.
-    The wrapper keeps `fn`'s name and a `clear()` as `st.cache_data` gives."""
+def version(location: str, table: str) -> tuple[int, int]:
+    """A cache key that changes when `table` does: (epoch, snapshot id of its last change seen)."""
+    v = versions(location)
+    return v["epoch"], v["changed"].get(table, 0)
+
+
+def live(*tables: str):
+    """A live frame reading `tables`, cached until one of them changes (for up to KEYED_TTL): a commit
+    to other tables (another run's rollouts, a heartbeat) leaves it cached. The wrapper keeps `fn`'s
+    name and a `clear()` as `st.cache_data` gives."""
     import functools
 
-    def keyed(location: str, snap: int, *args, **kwargs):  # two stores' snapshot ids say nothing of each other
-        return fn(*args, **kwargs)
+    def decorate(fn):
+        def keyed(location: str, key: tuple, *args, **kwargs):  # two stores' versions say nothing of each other
+            return fn(*args, **kwargs)
 
-    keyed.__qualname__ = keyed.__name__ = f"{fn.__qualname__}_at_snapshot"  # one cache per function
-    cached = st.cache_data(ttl=KEYED_TTL, max_entries=256, show_spinner=False)(keyed)
+        keyed.__qualname__ = keyed.__name__ = f"{fn.__qualname__}_at_version"  # one cache per function
+        cached = st.cache_data(ttl=KEYED_TTL, max_entries=256, show_spinner=False)(keyed)
 
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        location = store_location()
-        return cached(location, snapshot(location), *args, **kwargs)
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            location = store_location()
+            return cached(location, tuple(version(location, t) for t in tables), *args, **kwargs)
 
-    wrapper.clear = cached.clear
-    return wrapper
+        wrapper.clear = cached.clear
+        return wrapper
+
+    return decorate
 
 
 # --- runs and steps (live) ---------------------------------------------------------------------
 
 
-@live
+@live("runs", "steps")
 def runs() -> pl.DataFrame:
     return store().list_runs()
 
@@ -118,14 +164,42 @@ def run(run_id: str) -> dict:
     return row
 
 
-@live
+STEP_FRAMES_KEPT = 32
+"""Steps frames kept per store for incremental reads (one per set of runs shown)."""
+
+
+@st.cache_resource(show_spinner=False)
+def _step_frames(location: str) -> dict:
+    return {}
+
+
+@live("steps")
 def steps(run_ids: tuple[str, ...]) -> pl.DataFrame:
+    """The runs' steps, ordered by run then step. While the steps table has only got new rows since the
+    frame was last read, only the steps after each run's last one are read and appended (a live run's
+    refresh reads its new steps, not its whole history); a deletion or rewrite (a rollback, compaction)
+    reads it whole again."""
     if not run_ids:
         return pl.DataFrame()
-    return store().run_steps(list(run_ids))
+    location = store_location()
+    v = versions(location)
+    mark = (v["epoch"], v["rewritten"].get("steps", 0))
+    kept = _step_frames(location)
+    held = kept.get(run_ids)
+    if held is not None and held[0] == mark and not held[1].is_empty():
+        last = dict(held[1].group_by("run_id").agg(pl.col("step").max()).iter_rows())
+        new = store().run_steps(list(run_ids), after={r: last.get(r, -1) for r in run_ids})
+        frame = held[1] if new.is_empty() else pl.concat([held[1], new], how="vertical_relaxed").sort("run_id", "step")
+    else:
+        frame = store().run_steps(list(run_ids))
+    kept.pop(run_ids, None)
+    kept[run_ids] = (mark, frame)
+    while len(kept) > STEP_FRAMES_KEPT:
+        kept.pop(next(iter(kept)))
+    return frame
 
 
-@live
+@live("evals")
 def evals(run_id: str) -> pl.DataFrame:
     return store().evals(run_id)
 
@@ -147,17 +221,17 @@ def passk(run_id: str) -> pl.DataFrame:
     return _passk(run_id, fingerprint(evals(run_id)))
 
 
-@live
+@live("controls")
 def controls(run_id: str) -> pl.DataFrame:
     return store().controls(run_id)
 
 
-@live
+@live("events")
 def events(run_id: str) -> pl.DataFrame:
     return store().events(run_id)
 
 
-@live
+@live("runs", "steps", "evals")
 def run_table() -> pl.DataFrame:
     """The Runs page's table: one row per run with its summary."""
     r = runs()
@@ -178,7 +252,7 @@ ENTROPY_WINDOW_ROLLOUTS = 50_000
 """Most rollouts read to compute per-step entropy quantiles when the engine does not log them."""
 
 
-@live
+@live("steps", "rollouts")
 def entropy_quantiles(run_id: str) -> tuple[pl.DataFrame, str]:
     """Per-step quantiles of entropy (columns step, q, value) and where they come from: the step
     metrics `rollout/entropy_p10`, ... when the engine logs them; else the 10/50/90% quantiles of the
@@ -197,13 +271,13 @@ def entropy_quantiles(run_id: str) -> tuple[pl.DataFrame, str]:
         f"quantiles of rollout mean entropy, steps {step_min}–{int(s['step'].max())}")
 
 
-@live
+@live("rollouts")
 def staleness_counts(run_id: str) -> pl.DataFrame:
     """Rollouts the trainer consumed at each staleness (`Store.staleness_counts`)."""
     return store().staleness_counts(run_id)
 
 
-@live
+@live("steps")
 def workers(run_id: str) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The run's rollout workers (Ray backend): per step and worker its rollouts/s (`step, worker,
     rollouts_per_s, rollouts`), and per step the weight sync time (`step, weight_sync_s`). Both are
@@ -442,13 +516,13 @@ def step_comparison(run_id: str, before: int, after: int, window: int | None):
 # --- guards: alerts and the attempts a rollback abandoned ----------------------------------------
 
 
-@live
+@live("alerts")
 def alerts(run_id: str | None = None, status: str | None = None) -> pl.DataFrame:
     """Alerts newest first (of one run, or every run), optionally of one status."""
     return store().alerts(run_id, status=status)
 
 
-@live
+@live("runs", "steps")
 def attempts(run_id: str) -> list[tuple[str, pl.DataFrame]]:
     """The run's abandoned attempts, oldest first: (label, their steps)."""
     s = store()

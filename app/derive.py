@@ -66,20 +66,21 @@ def regime_changes(steps: pl.DataFrame) -> list[dict]:
     need = {"step", "budget", "allocator"}
     if steps.is_empty() or not need <= set(steps.columns):
         return []
-    out, prev = [], None
-    has_params = "allocator_params" in steps.columns
-    for row in steps.sort("step").iter_rows(named=True):
-        cur = (row["budget"], row.get("budget_kind"), row["allocator"], row.get("allocator_params") if has_params else None)
-        if prev is not None and cur != prev:
-            parts = []
-            if cur[0] != prev[0] or cur[1] != prev[1]:
-                parts.append(f"budget {cur[0]} {cur[1] or ''}".strip())
-            if cur[2] != prev[2]:
-                parts.append(f"allocator {cur[2]}")
-            elif cur[3] != prev[3]:
-                parts.append(f"{cur[2]} params")
-            out.append({"step": row["step"], "label": " · ".join(parts)})
-        prev = cur
+    cols = [c for c in ("budget", "budget_kind", "allocator", "allocator_params") if c in steps.columns]
+    frame = steps.select("step", *cols).sort("step").with_columns(  # only the rows where something changed
+        [pl.col(c).shift(1).alias(f"prev_{c}") for c in cols])
+    differs = [pl.col(c).ne_missing(pl.col(f"prev_{c}")) for c in cols]
+    changed = frame.with_row_index("_i").filter((pl.col("_i") > 0) & pl.any_horizontal(differs))
+    out = []
+    for row in changed.iter_rows(named=True):
+        parts = []
+        if row["budget"] != row["prev_budget"] or row.get("budget_kind") != row.get("prev_budget_kind"):
+            parts.append(f"budget {row['budget']} {row.get('budget_kind') or ''}".strip())
+        if row["allocator"] != row["prev_allocator"]:
+            parts.append(f"allocator {row['allocator']}")
+        elif row.get("allocator_params") != row.get("prev_allocator_params"):
+            parts.append(f"{row['allocator']} params")
+        out.append({"step": row["step"], "label": " · ".join(parts)})
     return out
 
 

@@ -1,6 +1,7 @@
-"""The dashboard's live frames are cached per store snapshot: a page reopened while nothing new was
-committed answers from cache (no store read), and a new commit shows once the snapshot id is re-read
-(within `app.data.LIVE_TTL`, shorter than a live page's refresh)."""
+"""The dashboard's live frames are cached per version of the tables they read: a page reopened while
+nothing new was committed answers from cache (no store read), a commit to other tables leaves a frame
+cached, and a new commit shows once the versions are re-read (within `app.data.LIVE_TTL`, shorter than a
+live page's refresh). A live run's steps are read incrementally, whole again after a rollback."""
 
 from __future__ import annotations
 
@@ -51,6 +52,41 @@ def test_reopened_page_reads_nothing_until_a_commit(tmp_path, monkeypatch):
     at.run()
     at.run()
     assert len(reads) == settled  # cached again under the new snapshot
+
+
+def test_steps_are_read_incrementally_and_whole_again_after_a_rollback(tmp_path, monkeypatch):
+    import streamlit as st
+
+    from app import data
+    from workbench.store.records import StepRecord
+
+    path = tmp_path / "store"
+    run_id, other = synth.fill(path, steps=4)
+    monkeypatch.setenv("WORKBENCH_STORE", str(path))
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    handle = data.store()
+    calls = []
+    real = handle.run_steps
+    monkeypatch.setattr(handle, "run_steps", lambda *a, **k: calls.append(k.get("after")) or real(*a, **k))
+
+    def fresh():
+        data.versions.clear()
+        return data.steps((run_id,))
+
+    assert fresh()["step"].to_list() == [0, 1, 2, 3] and calls == [None]
+    with open_store(path) as store:
+        store.add_event(other, "info", "note", "another table")
+    assert fresh()["step"].to_list() == [0, 1, 2, 3] and len(calls) == 1  # events changed: still cached
+    with open_store(path) as store:
+        for step in (4, 5):
+            store.write_step(StepRecord(run_id, step, {"rollout/count": 0}, [], [], [], []))
+    got = fresh()
+    assert calls[-1] == {run_id: 3}  # only the new steps read
+    with open_store(path) as store:
+        assert got.equals(store.run_steps(run_id))  # the same frame a whole read gives
+        store.rollback_run(run_id, 1)
+    assert fresh()["step"].to_list() == [0, 1] and calls[-1] is None  # a rewrite: read whole again
 
 
 HOLD = """

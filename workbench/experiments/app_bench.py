@@ -2,7 +2,7 @@
 bucket side by side (`--s3`).
 
 Each page's whole script is run with Streamlit's AppTest, as a browser's rerun runs it, with its default
-selections. Per page and store: one untimed first run (`first_ms`: imports done, the store's DuckDB
+selections (the scripts compiled once, as a server does: `soak_pages.app_tester`). Per page and store: one untimed first run (`first_ms`: imports done, the store's DuckDB
 still cold), then `repeats` rounds of a **cold** run (the dashboard's data cache cleared: every frame
 read from the store again; the store handle, and DuckDB's in-memory cache of the Parquet bytes it has
 fetched, stay, as in a dashboard that has been up) followed by a **cached** run (what the next rerun
@@ -55,12 +55,12 @@ def time_pages(stores: dict[str, str], *, repeats: int, pages: list[str] | None 
     (label -> store spec), their rounds alternating (see the module's docstring). `catalog`: the
     S3 stores' catalog ($WORKBENCH_CATALOG while the pages run)."""
     import streamlit as st
-    from streamlit.testing.v1 import AppTest
 
-    from workbench.dashboard import MAIN, PAGES
+    from workbench.dashboard import PAGES
+    from workbench.experiments.soak_pages import app_tester
     from workbench.store.s3local import environ
 
-    tests = {label: AppTest.from_file(str(MAIN), default_timeout=600) for label in stores}
+    tests = {label: app_tester(600) for label in stores}
     out: dict[str, dict[str, dict[str, Any]]] = {label: {} for label in stores}
     labels = list(stores)
 

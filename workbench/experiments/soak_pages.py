@@ -56,14 +56,27 @@ def _wait_for(path: Path, timeout_s: float = 1800.0) -> None:
         time.sleep(0.1)
 
 
+def app_tester(timeout_s: float):
+    """An AppTest of the dashboard whose reruns share one compiled-script cache, as a server's runtime
+    does: AppTest compiles the page scripts afresh on every run (a new `ScriptCache` each time, ~30 ms
+    per script here), which a browser's rerun on a server that has been up never pays."""
+    from streamlit.testing.v1 import AppTest, app_test, local_script_runner
+    from streamlit.runtime.scriptrunner.script_cache import ScriptCache
+
+    from workbench.dashboard import MAIN
+
+    shared = ScriptCache()
+    app_test.ScriptCache = local_script_runner.ScriptCache = lambda: shared
+    return AppTest.from_file(str(MAIN), default_timeout=timeout_s)
+
+
 def pages_main(spec: dict[str, str], seconds: float, out: str, pattern: str = "person",
                idle_s: float = 0.0) -> None:
     """Browse the dashboard on the store `spec` names for `seconds` (then `idle_s` more once the runs
     are stopped, see the module docstring); write the figures to `out`."""
     import streamlit as st
-    from streamlit.testing.v1 import AppTest
 
-    from workbench.dashboard import MAIN, PAGES
+    from workbench.dashboard import PAGES
     from workbench.experiments.soak import open_spec
 
     if "path" in spec:
@@ -72,7 +85,7 @@ def pages_main(spec: dict[str, str], seconds: float, out: str, pattern: str = "p
         import app.data
 
         app.data.open_store = lambda _location: open_spec(spec)
-    at = AppTest.from_file(str(MAIN), default_timeout=120)
+    at = app_tester(120)
     errors, messages = 0, []
     t0 = time.perf_counter()
     at.run()

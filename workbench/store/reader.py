@@ -4,15 +4,20 @@ parameter, Polars DataFrames out, a stable order on every query that pages."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import polars as pl
 
 from workbench.errors import DataError, StoreError
-from workbench.store.connection import Lake
+from workbench.store.connection import ALIAS, Lake
 from workbench.store.records import check_columns
 
 ROLLOUT_ORDER = "step, stage, prompt_id, idx"
+
+# one entry of DuckLake's `changes_made` ("inlined_insert:9,deleted_from_table:3,created_table:"main"."t"")
+_CHANGE = re.compile(r'(\w+):("(?:[^"]|"")*"(?:\."(?:[^"]|"")*")*|[^,]*)')
+_INSERTS = {"inserted_into_table", "inlined_insert"}
 
 # keyword -> (SQL condition with one ? per value)
 _ROLLOUT_FILTERS = {
@@ -74,6 +79,40 @@ class ReaderMixin:
         cache keyed on it answers until something new is committed (the dashboard's live frames)."""
         return int(self._lake.read("SELECT id FROM lake.current_snapshot()")["id"][0])
 
+    def changes_since(self, snapshot_id: int | None) -> tuple[int, dict[str, str] | None]:
+        """The latest snapshot id, and which tables the snapshots after `snapshot_id` changed and how:
+        {table: "insert"} for a table that only got new rows, {table: "change"} for one whose rows were
+        deleted or rewritten (a rollback, compaction) or whose columns changed. None where that cannot be
+        told, so that a caller treats every table as changed: a first look (`snapshot_id` None), snapshots
+        since expired, a store whose history no longer reaches `snapshot_id`, a table created or dropped.
+        Read from DuckLake's own record of each commit (`ducklake_snapshot_changes`): one catalog query,
+        what lets the dashboard key a frame on the tables it reads rather than on every commit."""
+        meta = f"__ducklake_metadata_{ALIAS}"
+        rows = self._lake.read(
+            f"SELECT snapshot_id, changes_made FROM {meta}.ducklake_snapshot_changes WHERE snapshot_id > ? "
+            f"UNION ALL SELECT max(snapshot_id), NULL FROM {meta}.ducklake_snapshot ORDER BY snapshot_id",
+            [-1 if snapshot_id is None else int(snapshot_id)])
+        ids, made = rows["snapshot_id"].to_list(), rows["changes_made"].to_list()
+        latest = max((i for i in ids if i is not None), default=-1)
+        changes = [(i, m) for i, m in zip(ids, made) if m is not None]
+        if snapshot_id is None or latest < snapshot_id or [i for i, _ in changes] != list(range(snapshot_id + 1, latest + 1)):
+            return latest, None  # a first look, a gap (expired snapshots) or a store that went back
+        out: dict[str, str] = {}
+        for _, entry in changes:
+            for kind, value in _CHANGE.findall(entry):
+                name = self._table_name(int(value)) if value.isdigit() else None
+                if name is None:  # a table created or dropped, a schema: no per-table answer
+                    return latest, None
+                out[name] = "insert" if kind in _INSERTS and out.get(name) != "change" else "change"
+        return latest, out
+
+    def _table_name(self, table_id: int) -> str | None:
+        names = getattr(self, "_table_names", None)
+        if names is None or table_id not in names:
+            frame = self._lake.read(f"SELECT table_id, table_name FROM __ducklake_metadata_{ALIAS}.ducklake_table")
+            names = self._table_names = dict(zip(frame["table_id"].to_list(), frame["table_name"].to_list()))
+        return names.get(table_id)
+
     def list_runs(self, *, attempts: bool = False) -> pl.DataFrame:
         """Every run, newest first, with its last step and number of steps; the abandoned attempts
         of rolled-back runs only with `attempts` (see `Store.attempts`)."""
@@ -98,9 +137,14 @@ class ReaderMixin:
         row["config"] = json.loads(row["config"]) if row["config"] else {}
         return row
 
-    def run_steps(self, run_ids: str | list[str]) -> pl.DataFrame:
-        """Step metrics of one or several runs, ordered by run then step."""
+    def run_steps(self, run_ids: str | list[str], *, after: dict[str, int] | None = None) -> pl.DataFrame:
+        """Step metrics of one or several runs, ordered by run then step; with `after` ({run_id: step}),
+        only each run's steps past the one given (the dashboard's incremental read of a live run)."""
         ids = _run_ids(run_ids)
+        if after is not None:
+            where = " OR ".join("(run_id = ? AND step > ?)" for _ in ids)
+            params = [x for r in ids for x in (r, int(after.get(r, -1)))]
+            return self._lake.read(f"SELECT * FROM steps WHERE {where} ORDER BY run_id, step", params)
         marks = ", ".join("?" for _ in ids)
         return self._lake.read(f"SELECT * FROM steps WHERE run_id IN ({marks}) ORDER BY run_id, step", ids)
 
