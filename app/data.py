@@ -522,7 +522,7 @@ def alerts(run_id: str | None = None, status: str | None = None) -> pl.DataFrame
     return store().alerts(run_id, status=status)
 
 
-@live("runs", "steps")
+@live("runs")  # an attempt is abandoned (a runs row) after its last step: its steps no longer change
 def attempts(run_id: str) -> list[tuple[str, pl.DataFrame]]:
     """The run's abandoned attempts, oldest first: (label, their steps)."""
     s = store()
