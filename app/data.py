@@ -75,7 +75,7 @@ class _Tables:
     """What the live frames of one store are keyed on: per table, the snapshot id of its last change
     this process has seen (`Store.changes_since`), and of its last change that was not only new rows.
     When the store cannot tell which tables changed (the first look, expired snapshots, a table created
-    or dropped) every table counts as changed: the epoch moves."""
+    or dropped) every table counts as changed: the epoch moves on."""
 
     def __init__(self) -> None:
         import threading
@@ -89,8 +89,8 @@ class _Tables:
     def update(self, handle) -> dict[str, Any]:
         with self.lock:
             latest, changes = handle.changes_since(self.seen)
-            if changes is None:
-                self.epoch, self.changed, self.rewritten = latest, {}, {}
+            if changes is None:  # a new epoch: no key of an earlier one comes back
+                self.epoch, self.changed, self.rewritten = self.epoch + 1, {}, {}
             else:
                 for table, kind in changes.items():
                     self.changed[table] = latest

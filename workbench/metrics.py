@@ -198,6 +198,8 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("timing_s/generate", "sampling, decoding included", "s", _TIMER, column="time_generate_s"),
     Metric("timing_cpu_s/generate", "the engine thread's CPU time in the generate phase (its own work, without "
            "the wait for a core on a shared machine; all of it at one torch thread)", "s", _TIMER),
+    Metric("timing_cpu_s/writer", "the store writer thread's CPU time in the commits since the previous step "
+           "(logging's own work, off the step's critical path; background writer only)", "s", _LOOP),
     Metric("timing_s/verify", "scoring the responses", "s", _TIMER, column="time_verify_s"),
     Metric("timing_s/train", "the policy update", "s", _TIMER, "update", column="time_train_s"),
     Metric("timing_s/weight_sync", "new weights to the rollout backend (~0 in-process)", "s", _TIMER, "update"),

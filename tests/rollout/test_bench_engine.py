@@ -36,6 +36,9 @@ def test_bench_engine_json_without_trl(no_trl, organism_store, tiny_config, tmp_
     out = json.loads(res.stdout)
     assert out["rollouts_per_s"] > 0 and out["trl_rollouts_per_s"] is None and out["ratio_vs_trl"] is None
     assert out["logging_overhead_interleaved"]["block"] == engine_bench.INTERLEAVE_BLOCK
+    cpu = out["logging_cpu"]  # the writer thread committed the logged steps: its CPU is counted
+    assert cpu["writer_ms_per_step"] >= 0 and cpu["process_cpu_ms_per_step"] > 0
+    assert 0 <= cpu["writer_share_pct"] < 100
     assert "pip install -e '.[trl]'" in out["trl_missing"]
     err = [line for line in res.stderr.splitlines() if "TRL" in line or "trl" in line]  # (model loading bars aside)
     assert len(err) == 1 and "trl is not installed: add the peer with: pip install -e '.[trl]'" in err[0]

@@ -87,6 +87,23 @@ def test_groups_are_capped_at_commit_max_rows(store):
     assert store.count_rollouts(run_id) == 6 * SMALL.rollouts_per_step
 
 
+def test_the_writer_threads_cpu_is_counted_and_taken_per_step(store):
+    run_id = store.create_run("cpu", {}, seed=1)
+    syn = SyntheticRun(run_id, SMALL, seed=1)
+    writer = StepWriter(store, run_id, background=True, hold=False)
+    try:
+        assert writer.take_cpu_s() == 0.0  # nothing committed yet
+        for step in range(3):
+            _write(writer, syn.step(step))
+        writer.flush()
+        first = writer.take_cpu_s()
+        assert first > 0  # the commits' work, on the writer's thread
+        assert writer.take_cpu_s() == 0.0  # taken: the next step's share starts from here
+    finally:
+        writer.close()
+    assert StepWriter(store, run_id).take_cpu_s() is None  # no background writer, nothing to count
+
+
 def test_steps_within_the_commit_spacing_share_a_transaction(store):
     """commit_spacing_s: after a commit, steps arriving within the spacing wait for it to pass and go
     together; a flush does not wait for it."""

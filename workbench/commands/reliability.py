@@ -67,6 +67,10 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
                                                         "store after the runs stop (page times without the load, "
                                                         "for the ratio); default a fifth of the soak, 15-60 s; 0: "
                                                         "none.")] = None,
+        notebook: Annotated[bool, typer.Option("--notebook/--no-notebook", help="The notebook-style reader "
+                                               "(every run's rollouts scanned every 0.5 s, torn reads checked) "
+                                               "beside the dashboard; --no-notebook: the runs and the dashboard "
+                                               "only, the load the page-time targets name.")] = True,
         as_json: JsonOpt = False,
     ) -> None:
         """Load: three runs writing one store, the dashboard's pages browsed as a person does (then again
@@ -75,7 +79,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         from workbench.experiments.soak import bench_soak as run_bench
 
         out = run_bench(minutes, catalog=catalog, seed=seed, workdir=workdir, browse=browse, baseline_s=baseline_s,
-                        idle_s=idle_s)
+                        idle_s=idle_s, notebook=notebook)
         if as_json:
             print_json(out)
             return

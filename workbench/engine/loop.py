@@ -273,6 +273,9 @@ def record(s: Setup, run_id: str, batch: Batch, upd: Update, eval_rows: list[dic
     metrics.update(s.shape.take_metrics() if s.shape is not None else {})  # rollout shapes (issue #32)
     metrics.update(producer_metrics or {})  # the pipeline: generator and trainer busy/idle seconds
     events = batch.events + s.backend.take_events()  # e.g. a worker restarted by Ray, named
+    writer_cpu = s.writer.take_cpu_s()
+    if writer_cpu is not None:  # the store writer's commits since the last step: logging's own CPU
+        metrics["timing_cpu_s/writer"] = writer_cpu
     metrics["timing_s/step"] = time.perf_counter() - t_step
     if "timing_s/trainer_idle" in metrics:  # the pipeline: the trainer's own time is the step less its wait
         metrics["timing_s/trainer_busy"] = metrics["timing_s/step"] - metrics["timing_s/trainer_idle"]

@@ -269,6 +269,7 @@ class StepWriter:
                                   nice=nice) if background else None
         self._stats = self._group
         self._lags: list[float] = []
+        self._cpu_taken = 0.0
 
     @property
     def lags(self) -> list[float]:
@@ -300,6 +301,14 @@ class StepWriter:
         self._group.submit(record, hold=self.hold and not evals)
         if evals:  # an evaluation is flushed at once
             self._group.flush()
+
+    def take_cpu_s(self) -> float | None:
+        """The writer thread's CPU seconds since the last call (its commits of earlier steps: what logging
+        costs off the critical path); None without a background writer."""
+        if self._group is None:
+            return None
+        cpu, self._cpu_taken = self._group.cpu_s - self._cpu_taken, self._group.cpu_s
+        return cpu
 
     def release(self) -> None:
         """Hand the step written last to the writer now (background mode; no-op otherwise)."""

@@ -61,20 +61,41 @@ def temp_store(organism_cache: Path, cfg) -> Iterator[Path]:
 
 
 def timed_run(cfg, store: Path) -> list[dict[str, Any]]:
-    """Run `cfg`; per step: wall time since the previous step ended, and the step's metrics."""
+    """Run `cfg`; per step: wall time since the previous step ended, this process's CPU time in it (all
+    threads), and the step's metrics."""
     from workbench.engine import run
 
     marks: list[dict[str, Any]] = []
-    last = [time.perf_counter()]
+    last = [time.perf_counter(), _cpu()]
 
     def on_step(step: int, m: dict[str, Any]) -> None:
-        now = time.perf_counter()
+        now, cpu = time.perf_counter(), _cpu()
         if step > 0:
-            marks.append({"step": step, "wall_s": now - last[0], **m})
-        last[0] = now
+            marks.append({"step": step, "wall_s": now - last[0], "cpu_s": cpu - last[1], **m})
+        last[0], last[1] = now, cpu
 
     run(cfg, store=str(store), on_step=on_step, store_dir=store)
     return marks[WARMUP_STEPS:-1] if len(marks) > WARMUP_STEPS + 1 else marks
+
+
+def _cpu() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+def logging_cpu(on: list[dict[str, Any]]) -> dict[str, float]:
+    """What logging costs in CPU, per step of the runs that log every rollout: the store writer thread's
+    commits (`timing_cpu_s/writer`, off the critical path) and the rows built on the step's path
+    (`timing_s/log`), in ms (medians), and the writer's share of the process's CPU over those steps.
+    CPU time does not count the wait for a core, so it moves far less with the machine's load than the
+    wall-clock overhead does: on a machine whose cores the step keeps busy, the writer's share is about
+    what logging can cost the step."""
+    writer = [m.get("timing_cpu_s/writer", 0.0) for m in on]
+    cpu = sum(m["cpu_s"] for m in on)
+    return {"writer_ms_per_step": round(1000 * median(writer), 2),
+            "build_ms_per_step": round(1000 * median([m.get("timing_s/log", 0.0) for m in on]), 2),
+            "process_cpu_ms_per_step": round(1000 * median([m["cpu_s"] for m in on]), 1),
+            "writer_share_pct": round(100 * sum(writer) / cpu, 2) if cpu > 0 else float("nan")}
 
 
 def median(xs: list[float]) -> float:
@@ -246,6 +267,7 @@ def bench_engine(*, steps: int = 12, with_trl: bool = True, rounds: int = 2, ove
         "logging_overhead_pct_median_of_rounds": median(per_round),
         "logging_overhead_pct_interval": overhead_interval(on, off),
         "logging_overhead_interleaved": interleaved_overhead(inter, INTERLEAVE_BLOCK),
+        "logging_cpu": logging_cpu(on),
         "rollout_vs_bare_ratio": bare["ratio"],
         "trl_rollouts_per_s": trl["rollouts_per_s"] if trl else None,
         "ratio_vs_trl": (rollouts / step_on) / trl["rollouts_per_s"] if trl else None,

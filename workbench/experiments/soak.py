@@ -8,7 +8,8 @@ What runs at once (each a separate process, except the controller):
 - the dashboard: every page script (`workbench.dashboard.PAGES`) run with Streamlit's AppTest as a
   person browses (`workbench.experiments.soak_pages`: the pages in turn, the live page refreshing;
   `browse="hammer"`: every page each second with the data cache cleared), timed per page;
-- a notebook-style reader: a full scan of every run's rollouts (per-token entropy included) into
+- a notebook-style reader (`notebook=False`, `--no-notebook`: none, the load the page-time targets
+  name): a full scan of every run's rollouts (per-token entropy included) into
   Polars, then the entropy-by-step analysis, and a whole-step check in ONE statement (one snapshot):
   for every visible step, its `steps` row, its on-policy rollouts (as many as `steps.rollouts`), its
   allocations and prompt_stats must all be there; a step seen partly is a torn read;
@@ -217,11 +218,14 @@ def _control_round(store: Any, run_id: str, rng: random.Random, sent: dict[str, 
 def bench_soak(minutes: float = 10.0, *, catalog: str = "sqlite", seed: int = 0,
                control_every_s: float = 4.0, models: Path | str | None = None,
                workdir: Path | str | None = None, browse: str = "person",
-               baseline_s: float | None = None, idle_s: float | None = None) -> dict[str, Any]:
+               baseline_s: float | None = None, idle_s: float | None = None,
+               notebook: bool = True) -> dict[str, Any]:
     """Run the soak for `minutes` (see the module docstring); its figures. Before the soak, the runs
     train `baseline_s` seconds alone (default a fifth of the soak, 15 to 60 s): `steps_per_s` compares.
     After it, with the runs stopped, the dashboard browses the same store `idle_s` seconds more
-    (default a fifth of the soak, 15 to 60 s; 0: not at all): `page_ms.idle` and `page_ms.ratio`."""
+    (default a fifth of the soak, 15 to 60 s; 0: not at all): `page_ms.idle` and `page_ms.ratio`.
+    `notebook=False` leaves out the notebook-style reader (the store's torn-read check at the end stays):
+    the runs, the dashboard and the controller only, the load issue #34's page-time targets name."""
     from workbench.experiments.soak_pages import PATTERNS
 
     if catalog not in ("sqlite", "postgres"):
@@ -242,15 +246,16 @@ def bench_soak(minutes: float = 10.0, *, catalog: str = "sqlite", seed: int = 0,
         if catalog == "postgres":
             with postgres_catalog() as url:
                 return _soak({"catalog": url, "data_path": str(root / "data")}, root, minutes, seed,
-                             control_every_s, catalog, browse, baseline_s, idle_s)
-        return _soak({"path": str(root)}, root, minutes, seed, control_every_s, catalog, browse, baseline_s, idle_s)
+                             control_every_s, catalog, browse, baseline_s, idle_s, notebook)
+        return _soak({"path": str(root)}, root, minutes, seed, control_every_s, catalog, browse, baseline_s, idle_s,
+                     notebook)
     finally:
         if workdir is None:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _soak(spec: dict[str, str], root: Path, minutes: float, seed: int, control_every_s: float,
-          catalog: str, browse: str, baseline_s: float, idle_s: float) -> dict[str, Any]:
+          catalog: str, browse: str, baseline_s: float, idle_s: float, notebook: bool = True) -> dict[str, Any]:
     from workbench.config_docs import to_toml
     from workbench.control import api
     from workbench.engine.setup import model_path
@@ -287,9 +292,11 @@ def _soak(spec: dict[str, str], root: Path, minutes: float, seed: int, control_e
             priority = _priorities(engines, pages)
             marks.with_name("pages.json.go").write_text("")
             before = (_step_count(store, runs), time.monotonic())
-            scan = _spawn(["scan", json.dumps(spec), ",".join(runs), str(seconds), str(logs / "scan.json")],
-                          logs / "scan.log")
-            procs.append(scan)
+            scan = None
+            if notebook:
+                scan = _spawn(["scan", json.dumps(spec), ",".join(runs), str(seconds), str(logs / "scan.json")],
+                              logs / "scan.log")
+                procs.append(scan)
             end = time.monotonic() + seconds
             while time.monotonic() < end:
                 time.sleep(min(rng.uniform(0.5, 1.5) * control_every_s, max(0.0, end - time.monotonic())))
@@ -301,7 +308,8 @@ def _soak(spec: dict[str, str], root: Path, minutes: float, seed: int, control_e
                     control_errors.append(f"{type(exc).__name__}: {exc}"[:300])
             loaded = (_step_count(store, runs) - before[0]) / max(1e-9, time.monotonic() - before[1])
             load["soak_end"] = _loadavg()
-            scan.wait(timeout=300)
+            if scan is not None:
+                scan.wait(timeout=300)
             _wait_for(pages, marks.with_name("pages.json.loaded"), logs / "pages.log", timeout_s=300)
             for rid in runs:
                 try:
@@ -320,7 +328,7 @@ def _soak(spec: dict[str, str], root: Path, minutes: float, seed: int, control_e
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
-    result.update(minutes=minutes, catalog=catalog, runs=RUNS, wall_s=round(soak_s, 1), seed=seed,
+    result.update(minutes=minutes, catalog=catalog, runs=RUNS, notebook=notebook, wall_s=round(soak_s, 1), seed=seed,
                   run_nice=run_nice(), priority=priority, cpus=os.cpu_count(),
                   load_average={k: [round(x, 2) for x in v] for k, v in load.items()},
                   steps_per_s={"alone": round(alone, 3), "with_dashboard": round(loaded, 3),
@@ -399,13 +407,17 @@ def _page_figures(pages: dict[str, Any]) -> dict[str, Any]:
 
     per_page = {k: ratio(v, idle["pages"].get(k, {})) for k, v in pages["pages"].items()}
     return {"pattern": pages["pattern"], "warmup_s": pages["warmup_s"], "overall": overall, "pages": pages["pages"],
+            "read_ms_p50": pages.get("read_ms_p50"), "cpu_ms_p50": pages.get("cpu_ms_p50"),
             "idle": idle, "ratio": {"overall": ratio(overall, idle["overall"]), "pages": per_page}}
 
 
 def _figures(store: Any, runs: list[str], snap0: int, logs: Path, sent: dict[str, int],
              control_errors: list[str]) -> dict[str, Any]:
     pages = json.loads((logs / "pages.json").read_text())
-    scan = json.loads((logs / "scan.json").read_text())
+    scanned = logs / "scan.json"
+    scan = json.loads(scanned.read_text()) if scanned.exists() else {
+        "queries": 0, "errors": 0, "torn": 0, "scans": 0, "largest_scan_rows": 0, "p95_ms": None, "p50_ms": None,
+        "messages": []}
     status = {rid: store.run(rid) for rid in runs}
     failed_runs = {rid: row.get("error") for rid, row in status.items() if row["status"] not in ("stopped",)}
     commit_errors = []

@@ -56,6 +56,26 @@ def _wait_for(path: Path, timeout_s: float = 1800.0) -> None:
         time.sleep(0.1)
 
 
+def _count_reads() -> list[float]:
+    """Seconds this process has spent in the store's reads (`Lake.read`, wall), summed in the list's one
+    element: what part of a page's time was the store's, the rest being the page's own work or the
+    wait for a core (`cpu_ms_p50`: this process's CPU time per page run)."""
+    from workbench.store.connection import Lake
+
+    total = [0.0]
+    read = Lake.read
+
+    def timed_read(self, query, params=None):
+        t = time.perf_counter()
+        try:
+            return read(self, query, params)
+        finally:
+            total[0] += time.perf_counter() - t
+
+    Lake.read = timed_read
+    return total
+
+
 def app_tester(timeout_s: float):
     """An AppTest of the dashboard whose reruns share one compiled-script cache, as a server's runtime
     does: AppTest compiles the page scripts afresh on every run (a new `ScriptCache` each time, ~30 ms
@@ -96,6 +116,9 @@ def pages_main(spec: dict[str, str], seconds: float, out: str, pattern: str = "p
     Path(out + ".ready").write_text(f"{warmup_s:.1f}")
     _wait_for(Path(out + ".go"))
 
+    reading = _count_reads()
+    split: dict[str, dict[str, list[float]]] = {"read": {}, "cpu": {}}
+
     def browse(seconds: float) -> dict[str, list[float]]:
         timings: dict[str, list[float]] = {name: [] for name in PAGES}
         timings["live (refresh)"] = []
@@ -103,7 +126,7 @@ def pages_main(spec: dict[str, str], seconds: float, out: str, pattern: str = "p
 
         def timed(name: str, switch_to: str | None) -> None:
             nonlocal errors
-            t0 = time.perf_counter()
+            t0, c0, r0 = time.perf_counter(), time.process_time(), reading[0]
             try:
                 if switch_to:
                     at.switch_page(switch_to)
@@ -114,6 +137,8 @@ def pages_main(spec: dict[str, str], seconds: float, out: str, pattern: str = "p
             except Exception as exc:  # noqa: BLE001 - counted and reported
                 failed = [f"{type(exc).__name__}: {exc}"]
             timings[name].append((time.perf_counter() - t0) * 1000.0)
+            split["read"].setdefault(name, []).append((reading[0] - r0) * 1000.0)
+            split["cpu"].setdefault(name, []).append((time.process_time() - c0) * 1000.0)
             if failed:
                 errors += 1
                 messages.append(f"{name}: {failed[0][:300]}")
@@ -138,6 +163,7 @@ def pages_main(spec: dict[str, str], seconds: float, out: str, pattern: str = "p
         return timings
 
     loaded = browse(seconds)
+    loaded_split = {k: {name: quantiles(v)["p50_ms"] for name, v in series.items()} for k, series in split.items()}
     Path(out + ".loaded").write_text("")
     idle: dict[str, list[float]] = {}
     if idle_s > 0:
@@ -149,6 +175,7 @@ def pages_main(spec: dict[str, str], seconds: float, out: str, pattern: str = "p
         "pattern": pattern, "warmup_s": round(warmup_s, 1), "queries": len(every), "errors": errors,
         "p95_ms": overall["p95_ms"], "p50_ms": overall["p50_ms"],
         "pages": {name: quantiles(ts) for name, ts in loaded.items()},
+        "read_ms_p50": loaded_split["read"], "cpu_ms_p50": loaded_split["cpu"],
         "idle": {"seconds": idle_s, "overall": quantiles([t for ts in idle.values() for t in ts]),
                  "pages": {name: quantiles(ts) for name, ts in idle.items()}},
         "messages": messages[:10]}))

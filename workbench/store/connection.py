@@ -36,7 +36,7 @@ import polars as pl
 
 from workbench.errors import StoreError
 from workbench.store.extensions import quote_literal, load_extension
-from workbench.store.objectstore import configure_s3, is_object_url, redact
+from workbench.store.objectstore import configure_s3, is_object_url, redact, s3_threads
 
 T = TypeVar("T")
 
@@ -201,8 +201,11 @@ class Lake:
             # commits that lose a race on a shared catalog are replayed by DuckLake (ducklake #233, #376,
             # #1094: the default of 10 failed with "Exceeded the maximum retry count" at engine rates)
             con.execute("SET ducklake_max_retry_count = 100")
-            if self.threads is not None:
-                con.execute(f"SET threads = {int(self.threads)}")
+            threads = self.threads
+            if threads is None and self.location.on_object_storage:  # its reads wait on the network
+                threads = s3_threads()
+            if threads is not None:
+                con.execute(f"SET threads = {int(threads)}")
         except duckdb.Error as exc:
             con.close()
             raise StoreError(f"cannot open store {self.location.describe()}: {_first_line(exc)}") from exc

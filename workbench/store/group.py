@@ -63,6 +63,9 @@ class GroupWriter:
         """Seconds from each step's `submit` to the end of the commit that made it visible."""
         self.commits: list[tuple[int, int, float]] = []
         """(steps, rollouts, seconds) of each commit."""
+        self.cpu_s = 0.0
+        """The writer thread's CPU seconds in its commits so far (the store's Python work, Arrow, Parquet
+        encoding and the catalog's writes: the engine's store runs DuckDB on one thread, the caller's)."""
         self._error: BaseException | None = None
         self._cond = threading.Condition()
         self._pending: collections.deque[tuple[float, StepRecord, int]] = collections.deque()
@@ -108,8 +111,9 @@ class GroupWriter:
                 self._cond.notify_all()  # producers blocked on a full queue
             try:
                 if self._error is None:
-                    t = time.perf_counter()
+                    t, c = time.perf_counter(), time.thread_time()
                     self.store.write_steps([record for _, record, _ in batch])
+                    self.cpu_s += time.thread_time() - c
                     done = self._last_end = time.monotonic()
                     self.commits.append((len(batch), sum(n for _, _, n in batch), time.perf_counter() - t))
                     self.lags.extend(done - handed for handed, _, _ in batch)
