@@ -135,6 +135,20 @@ def test_bad_locations_are_refused_in_one_line(s3, tmp_path, monkeypatch):
         open_store(f"s3://{BUCKET}/y", catalog=str(tmp_path / "c.sqlite"))
 
 
+def test_the_readers_threads_on_object_storage_follow_the_variable(s3, tmp_path, monkeypatch):
+    from workbench.store.objectstore import s3_threads
+
+    assert s3_threads({}) is None and s3_threads({"WORKBENCH_S3_THREADS": "16"}) == 16
+    for bad in ("0", "65", "many"):
+        with pytest.raises(StoreError, match=f"WORKBENCH_S3_THREADS '{bad}': must be an integer from 1 to 64"):
+            s3_threads({"WORKBENCH_S3_THREADS": bad})
+    monkeypatch.setenv("WORKBENCH_S3_THREADS", "5")
+    with open_store(f"s3://{BUCKET}/threads", catalog=str(tmp_path / "t.sqlite")) as store:
+        assert store.sql("SELECT current_setting('threads') AS n")["n"][0] == 5
+    with open_store(f"s3://{BUCKET}/threads", catalog=str(tmp_path / "t.sqlite"), threads=1) as store:
+        assert store.sql("SELECT current_setting('threads') AS n")["n"][0] == 1  # the caller's own wins
+
+
 def test_console_reads_the_store_and_nothing_else(s3, tmp_path):
     catalog = tmp_path / "catalog.sqlite"
     s3.make_bucket("other-bucket")

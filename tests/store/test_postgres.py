@@ -23,7 +23,10 @@ def test_postgres_catalog_round_trip(postgres, tmp_path):
             store.write_step(syn.step(step))
         control = store.add_control(run_id, "pause", {})
         store.resolve_control(control, "applied", step=1)
+        seen = store.snapshot_id()
         store.rollback_run(run_id, 0)
+        latest, changes = store.changes_since(seen)  # DuckLake's record of commits, on this catalog too
+        assert latest == store.snapshot_id() and changes["steps"] == "change"
     with open_store(catalog=postgres, data_path=data_path, read_only=True) as store:
         assert store.run(run_id)["config"] == {"k": 1}
         assert store.run_steps(run_id)["step"].to_list() == [0]

@@ -407,7 +407,8 @@ def _page_figures(pages: dict[str, Any]) -> dict[str, Any]:
 
     per_page = {k: ratio(v, idle["pages"].get(k, {})) for k, v in pages["pages"].items()}
     return {"pattern": pages["pattern"], "warmup_s": pages["warmup_s"], "overall": overall, "pages": pages["pages"],
-            "read_ms_p50": pages.get("read_ms_p50"), "cpu_ms_p50": pages.get("cpu_ms_p50"),
+            "read_ms_p50": pages.get("read_ms_p50"), "lock_ms_p50": pages.get("lock_ms_p50"),
+            "cpu_ms_p50": pages.get("cpu_ms_p50"), "time_share": pages.get("time_share"),
             "idle": idle, "ratio": {"overall": ratio(overall, idle["overall"]), "pages": per_page}}
 
 

@@ -19,7 +19,10 @@ set of imports serves them all):
    pages cost without the load, for the ratio).
 
 Figures: per page (and `live (refresh)`) the number of runs, p50 and p95 wall milliseconds, loaded
-and idle; overall p50 and p95 of each; errors with their first messages.
+and idle; overall p50 and p95 of each; errors with their first messages. Where the loaded pages' time
+went: per page the p50 of the store's reads (`read_ms_p50`, wall), of the waits for the read lock while
+upkeep held it (`lock_ms_p50`, part of the reads) and of this process's CPU (`cpu_ms_p50`), and over all
+pages the shares of their wall time (`time_share`: read, lock, cpu).
 """
 
 from __future__ import annotations
@@ -57,13 +60,16 @@ def _wait_for(path: Path, timeout_s: float = 1800.0) -> None:
 
 
 def _count_reads() -> list[float]:
-    """Seconds this process has spent in the store's reads (`Lake.read`, wall), summed in the list's one
-    element: what part of a page's time was the store's, the rest being the page's own work or the
-    wait for a core (`cpu_ms_p50`: this process's CPU time per page run)."""
+    """Seconds this process has spent in the store's reads (`Lake.read`, wall) and, of those, waiting
+    for the store's read lock while upkeep held it (`Lake.reading`), summed in the list's two elements:
+    what part of a page's time was the store's, the rest being the page's own work or the wait for a
+    core (`cpu_ms_p50`: this process's CPU time per page run)."""
+    from contextlib import contextmanager
+
     from workbench.store.connection import Lake
 
-    total = [0.0]
-    read = Lake.read
+    total = [0.0, 0.0]
+    read, reading = Lake.read, Lake.reading
 
     def timed_read(self, query, params=None):
         t = time.perf_counter()
@@ -72,7 +78,14 @@ def _count_reads() -> list[float]:
         finally:
             total[0] += time.perf_counter() - t
 
-    Lake.read = timed_read
+    @contextmanager
+    def timed_reading(self):
+        t = time.perf_counter()
+        with reading(self):
+            total[1] += time.perf_counter() - t
+            yield
+
+    Lake.read, Lake.reading = timed_read, timed_reading
     return total
 
 
@@ -117,7 +130,7 @@ def pages_main(spec: dict[str, str], seconds: float, out: str, pattern: str = "p
     _wait_for(Path(out + ".go"))
 
     reading = _count_reads()
-    split: dict[str, dict[str, list[float]]] = {"read": {}, "cpu": {}}
+    split: dict[str, dict[str, list[float]]] = {"read": {}, "lock": {}, "cpu": {}}
 
     def browse(seconds: float) -> dict[str, list[float]]:
         timings: dict[str, list[float]] = {name: [] for name in PAGES}
@@ -126,7 +139,7 @@ def pages_main(spec: dict[str, str], seconds: float, out: str, pattern: str = "p
 
         def timed(name: str, switch_to: str | None) -> None:
             nonlocal errors
-            t0, c0, r0 = time.perf_counter(), time.process_time(), reading[0]
+            t0, c0, r0, l0 = time.perf_counter(), time.process_time(), reading[0], reading[1]
             try:
                 if switch_to:
                     at.switch_page(switch_to)
@@ -138,6 +151,7 @@ def pages_main(spec: dict[str, str], seconds: float, out: str, pattern: str = "p
                 failed = [f"{type(exc).__name__}: {exc}"]
             timings[name].append((time.perf_counter() - t0) * 1000.0)
             split["read"].setdefault(name, []).append((reading[0] - r0) * 1000.0)
+            split["lock"].setdefault(name, []).append((reading[1] - l0) * 1000.0)
             split["cpu"].setdefault(name, []).append((time.process_time() - c0) * 1000.0)
             if failed:
                 errors += 1
@@ -164,6 +178,8 @@ def pages_main(spec: dict[str, str], seconds: float, out: str, pattern: str = "p
 
     loaded = browse(seconds)
     loaded_split = {k: {name: quantiles(v)["p50_ms"] for name, v in series.items()} for k, series in split.items()}
+    loaded_split["share"] = {k: round(sum(map(sum, split[k].values())) / max(1e-9, sum(map(sum, loaded.values()))), 3)
+                             for k in ("read", "lock", "cpu")}  # of all the pages' wall time
     Path(out + ".loaded").write_text("")
     idle: dict[str, list[float]] = {}
     if idle_s > 0:
@@ -175,7 +191,8 @@ def pages_main(spec: dict[str, str], seconds: float, out: str, pattern: str = "p
         "pattern": pattern, "warmup_s": round(warmup_s, 1), "queries": len(every), "errors": errors,
         "p95_ms": overall["p95_ms"], "p50_ms": overall["p50_ms"],
         "pages": {name: quantiles(ts) for name, ts in loaded.items()},
-        "read_ms_p50": loaded_split["read"], "cpu_ms_p50": loaded_split["cpu"],
+        "read_ms_p50": loaded_split["read"], "lock_ms_p50": loaded_split["lock"], "cpu_ms_p50": loaded_split["cpu"],
+        "time_share": loaded_split["share"],
         "idle": {"seconds": idle_s, "overall": quantiles([t for ts in idle.values() for t in ts]),
                  "pages": {name: quantiles(ts) for name, ts in idle.items()}},
         "messages": messages[:10]}))

@@ -202,7 +202,7 @@ class Lake:
             # #1094: the default of 10 failed with "Exceeded the maximum retry count" at engine rates)
             con.execute("SET ducklake_max_retry_count = 100")
             threads = self.threads
-            if threads is None and self.location.on_object_storage:  # its reads wait on the network
+            if threads is None and self.location.on_object_storage:  # WORKBENCH_S3_THREADS, if set
                 threads = s3_threads()
             if threads is not None:
                 con.execute(f"SET threads = {int(threads)}")

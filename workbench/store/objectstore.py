@@ -139,19 +139,20 @@ def s3_settings(env: dict[str, str] | None = None) -> S3Settings:
 
 
 THREADS_ENV = "WORKBENCH_S3_THREADS"
-READ_THREADS = 8
 """DuckDB threads of a store handle on object storage whose caller gave none (the dashboard, notebooks,
-the CLI; the engine's writer keeps its one): DuckDB 1.5 fetches each part of a Parquet file with a
-blocking request on the thread that scans it, so a query waiting on the network has as many requests
-in flight as threads (docs/object-storage.md, "Threads")."""
+the CLI; the engine's writer keeps its one). DuckDB 1.5 fetches each part of a Parquet file with a
+blocking request on the thread that scans it, so a query waiting on a distant server has as many
+requests in flight as threads; unset, DuckDB's default (one per core). Against a local S3 server on
+2 cores, 8 threads made first reads no faster and cold pages slower (docs/object-storage.md,
+"Threads"): raise it for a server far away, measured."""
 
 
-def s3_threads(env: dict[str, str] | None = None) -> int:
-    """The DuckDB threads of a store handle on object storage: $WORKBENCH_S3_THREADS (1-64), else
-    READ_THREADS; StoreError naming the variable when it is malformed."""
+def s3_threads(env: dict[str, str] | None = None) -> int | None:
+    """The DuckDB threads of a store handle on object storage: $WORKBENCH_S3_THREADS (1-64), else None
+    (DuckDB's default); StoreError naming the variable when it is malformed."""
     raw = (os.environ if env is None else env).get(THREADS_ENV, "").strip()
     if not raw:
-        return READ_THREADS
+        return None
     if not raw.isdigit() or not 1 <= int(raw) <= 64:
         raise StoreError(f"{THREADS_ENV} {raw!r}: must be an integer from 1 to 64")
     return int(raw)
