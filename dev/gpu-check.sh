@@ -29,7 +29,7 @@ say() { echo "gpu-check: $*" >&2; }
 pytag() { "$1" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")'; }
 wheels_list() { "$PY" - "$1" <<'EOF'
 import ast, re, sys
-src = open("workbench/experiments/gpu_check.py").read()
+src = open("benchmarks/gpu_check.py").read()
 carried = ast.literal_eval(re.search(r"^CARRIED = (\{.*?\n\})", src, re.S | re.M).group(1))
 print(" ".join(carried[sys.argv[1]]))
 EOF
@@ -123,7 +123,7 @@ rehearse() {
   if [ -n "${GPU_CHECK_SMOLLM2:-}" ]; then [ -d dev/wheels/smollm2 ] || smollm2 || return 1; extra=(dev/wheels/smollm2); fi
   PYTHON="$PY" GPU_CHECK_REHEARSE=1 bash dev/gpu-check.sh "$wheels/b" "${extra[@]}" > "$out"
   cat "$out"
-  PYTHONPATH="$PWD" "$PY" -m workbench.experiments.gpu_check --validate "$out" --no-cuda
+  PYTHONPATH="$PWD" "$PY" -m benchmarks.gpu_check --validate "$out" --no-cuda
 }
 
 case "${1:-}" in
@@ -142,6 +142,6 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}:$site"
 limit="${GPU_CHECK_LIMIT_S:-540}"
 flags=(); [ -n "${GPU_CHECK_REHEARSE:-}" ] && flags+=(--rehearse)
 # the check bounds each section itself; this outer limit only guards against a hang of the check
-timeout --kill-after=10 "$(( limit + 60 ))" "$PY" -m workbench.experiments.gpu_check --limit-s "$limit" "${flags[@]}" \
+timeout --kill-after=10 "$(( limit + 60 ))" "$PY" -m benchmarks.gpu_check --limit-s "$limit" "${flags[@]}" \
   || fallback_json "the check stopped (exit $?) before printing its report"
 exit 0

@@ -4,7 +4,7 @@ alternate with a local Ray runtime up (idle) and down; prints the median step wa
 import json, statistics, sys
 from pathlib import Path
 import ray
-from workbench.experiments.engine_bench import _base_config, _temp_store, _timed_run
+from benchmarks.engine_bench import _base_config, _temp_store, _timed_run
 from workbench.rollout.ray_backend import start_local_ray
 from workbench.commands.common import store_path
 

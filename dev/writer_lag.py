@@ -4,7 +4,7 @@ lag p50 / p95 / max.
     .venv/bin/python dev/writer_lag.py N [STEPS]"""
 import json, statistics, subprocess, sys, time
 from pathlib import Path
-from workbench.experiments.engine_bench import _base_config, _temp_store
+from benchmarks.engine_bench import _base_config, _temp_store
 from workbench.commands.common import store_path
 from workbench.engine import run
 

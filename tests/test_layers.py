@@ -1,6 +1,6 @@
-"""The layer rules as tests: the import-linter contracts in pyproject.toml (the layer map of
-docs/development.md, no streamlit or app in the library, pure chart and derive modules) and no module
-importing another module's private names."""
+"""The layer rules as tests: the import-linter contracts in pyproject.toml (the benchmarks beside the
+library and the dashboard, the layer map of docs/development.md, no streamlit or app in the library,
+pure chart and derive modules) and no module importing another module's private names."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def private_imports(path: Path) -> list[str]:
         else:
             continue
         for module in modules:
-            if not module.startswith(("workbench", "app")) or module == me:
+            if not module.startswith(("workbench", "app", "benchmarks")) or module == me:
                 continue
             parts = module.split(".")
             for i, part in enumerate(parts):
@@ -58,7 +58,7 @@ def private_imports(path: Path) -> list[str]:
 
 
 def test_no_module_imports_another_modules_private_names():
-    files = sorted((ROOT / "workbench").rglob("*.py")) + sorted((ROOT / "app").rglob("*.py"))
+    files = [f for part in ("workbench", "app", "benchmarks") for f in sorted((ROOT / part).rglob("*.py"))]
     bad = [line for f in files for line in private_imports(f)]
     assert not bad, "\n".join(bad)
 

@@ -9,7 +9,7 @@ import sys
 import typer
 
 from workbench import __version__
-from workbench.commands import MODULES
+from workbench.commands import MODULES, plugins
 from workbench.errors import WorkbenchError
 
 app = typer.Typer(
@@ -20,11 +20,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-bench = typer.Typer(
-    help="Benchmarks. Each prints one JSON object (or list) with ratios measured side by side and medians.",
-    no_args_is_help=True,
-)
-app.add_typer(bench, name="bench")
 
 
 def _version(value: bool) -> None:
@@ -51,8 +46,13 @@ def _root(
         os.environ["WORKBENCH_CATALOG"] = catalog  # read by workbench.store.objectstore, inherited by children
 
 
+# Commands from other installed packages (`workbench bench`: the benchmarks beside the library), found
+# by their entry points: the library never imports them by name (workbench/commands/plugins.py).
+_plugins = plugins.load()
+plugins.add_groups(app, _plugins)
 for _name in MODULES:
-    importlib.import_module(f"workbench.commands.{_name}").register(app, bench)
+    importlib.import_module(f"workbench.commands.{_name}").register(app)
+plugins.add_commands(app, _plugins)
 
 
 def main() -> None:

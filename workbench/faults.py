@@ -10,7 +10,7 @@ Without the variable a call costs one lookup in an empty dict.
 
 The module sits at the top of the package and imports nothing of it, so the store (commit) and the
 engine (everything else) can both call it without the store depending on the engine.
-`workbench bench chaos` drives it (see `workbench/experiments/chaos.py` and docs/reliability.md).
+`workbench bench chaos` drives it (see `benchmarks/chaos.py` and docs/reliability.md).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """The allocator package depends on nothing above it: its own base, numpy and the errors module.
-Harnesses that run the engine live in workbench.experiments."""
+Harnesses that run the engine live in the benchmarks package beside the library."""
 
 import subprocess
 import sys
 
-ABOVE = ("workbench.engine", "workbench.store", "workbench.commands", "workbench.cli", "workbench.experiments",
+ABOVE = ("workbench.engine", "workbench.store", "workbench.commands", "workbench.cli", "benchmarks",
          "workbench.rollout", "workbench.control", "app", "torch", "duckdb", "streamlit")
 
 

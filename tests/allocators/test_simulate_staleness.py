@@ -49,7 +49,7 @@ def test_staleness_is_checked():
 
 
 def test_bench_async_allocators_on_a_profile_warm_start():
-    from workbench.experiments.stale_allocators import bench_stale_allocators
+    from benchmarks.stale_allocators import bench_stale_allocators
 
     out = bench_stale_allocators(allocators=("uniform", "selective"), etas=(0, 1), seeds=2, steps=8)
     assert set(out["by_eta"]) == {"0", "1"} and out["warm_start_rates"] == 192

@@ -87,8 +87,8 @@ def new_store(organism_models: Path, path: Path) -> Path:
 
 
 def tiny_config(name: str, steps: int, *, allocator: dict | None = None, eval_every: int = 2) -> dict:
-    """The tiny run (workbench.experiments.tiny) as a dict, with no checkpoints before step 50."""
-    from workbench.experiments.tiny import tiny_run
+    """The tiny run (benchmarks.tiny) as a dict, with no checkpoints before step 50."""
+    from benchmarks.tiny import tiny_run
 
     over = {"name": name, "steps": steps, "eval.every": eval_every, "checkpoint.every": 50}
     if allocator:

@@ -101,7 +101,7 @@ def test_bench_app_s3_without_a_server_or_moto_says_so(monkeypatch):
     import importlib.util
 
     from workbench.errors import StoreError
-    from workbench.experiments import app_bench
+    from benchmarks import app_bench
 
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
@@ -115,7 +115,7 @@ def test_bench_app_s3_without_a_server_or_moto_says_so(monkeypatch):
 def test_bench_quantiles_match_numpy():
     import numpy as np
 
-    from workbench.experiments.app_bench import quantile, summary
+    from benchmarks.app_bench import quantile, summary
 
     values = [5.0, 1.0, 9.0, 3.0, 7.0, 2.0, 8.0, 4.0, 6.0, 10.0]
     for q in (0.5, 0.95, 1.0):

@@ -33,7 +33,7 @@ def recorded(tmp_path_factory, new_store):
     """Metric names recorded by the runs the tests use, by run: a synchronous run with an evaluation,
     reward terms and a multi-stage allocator; an asynchronous one (eta = 1, the generator process) with a
     guard on its staleness; and an imported file of rollouts (the generic JSONL format)."""
-    from workbench.experiments.tiny import tiny_run
+    from benchmarks.tiny import tiny_run
     from workbench.integrations import get_format
     from workbench.integrations.common import Importer
 

@@ -78,7 +78,7 @@ def test_shapes_refuse_the_asynchronous_pipeline_at_load():
 
 
 def test_bench_shapes_refuses_bad_options_naming_them():
-    from workbench.experiments.shapes_bench import run_bench
+    from benchmarks.shapes_bench import run_bench
 
     with pytest.raises(ConfigError, match="--shape: 'forest'"):
         run_bench(shapes=("forest",))
@@ -97,7 +97,7 @@ def test_bench_shapes_refuses_bad_options_naming_them():
 
 
 def test_bench_shapes_takes_medians_over_alternating_rounds():
-    from workbench.experiments.shapes_bench import _over_rounds
+    from benchmarks.shapes_bench import _over_rounds
 
     rows = [{"generate_s_per_rollout": t, "wall_s": 10.0 * t, "reused_share": r, "load_avg": [1.0, 2.0]}
             for t, r in ((1.0, 0.5), (3.0, 0.7), (2.0, 0.6))]
@@ -108,7 +108,7 @@ def test_bench_shapes_takes_medians_over_alternating_rounds():
 
 
 def test_bench_shapes_sizes_the_real_models_runs():
-    from workbench.experiments.shapes_bench import SHAPES, _config, _sizes
+    from benchmarks.shapes_bench import SHAPES, _config, _sizes
 
     cfg = _config("smollm2", 3, 2, 0, SHAPES["tree-latr"], _sizes(4, 2, 32)).to_dict()
     assert cfg["model"]["path"] == "smollm2" and cfg["rollout"]["shape"] == "tree"

@@ -129,7 +129,7 @@ def test_step_metrics_match_a_plain_loop():
 
 
 def test_bench_import_small(tmp_path):
-    from workbench.integrations.bench import bench_import
+    from benchmarks.import_bench import bench_import
 
     out = bench_import(3000, prompts_per_step=64, group=8, response_chars=200, workdir=str(tmp_path))
     assert out["rollouts"] == out["stored_rollouts"] == 3000 and out["steps"] == 6

@@ -20,7 +20,7 @@ def smollm2_run(smollm2_dir, new_store, tmp_path_factory) -> tuple[Path, str]:
     """Two engine steps of configs/smollm2.toml (SMOLLM2_RUN) in a fresh store: (store, run id)."""
     from workbench.engine import run
     from workbench.engine.checkpoint import checkpoint_dir
-    from workbench.experiments.real_model import smollm2_config
+    from workbench.models.sources import smollm2_config
 
     store = new_store(tmp_path_factory.mktemp("smollm2") / "store")
     rid = run(smollm2_config(SMOLLM2_RUN), store=str(store), store_dir=store)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 def test_token_text_uses_the_runs_tokenizer_and_falls_back_to_ids(store_dir):
     from workbench.analysis import token_text
-    from workbench.experiments.tiny import tiny_run
+    from benchmarks.tiny import tiny_run
     from workbench.models.tokenizer import build_char_tokenizer
     from workbench.store import open_store
 

@@ -59,7 +59,7 @@ def test_a_crash_after_a_command_regenerates_the_same_steps(store_dir, tiny_conf
     from workbench.control import api
     from workbench.engine import resume, run
     from workbench.engine.checkpoint import checkpoint_dir, latest_checkpoint
-    from workbench.experiments.chaos_compare import compare_runs
+    from benchmarks.chaos_compare import compare_runs
     from workbench.store import open_store
 
     cfg = tiny_config(steps=5)

@@ -94,7 +94,7 @@ def test_bench_store_resumes_an_interrupted_build(tmp_path):
     uninterrupted build writes; a store holding another build or other runs is refused by name."""
     from workbench.errors import StoreError
     from workbench.store import open_store
-    from workbench.store.bench import bench_store
+    from benchmarks.store_bench import bench_store
 
     class Stop(Exception):
         pass

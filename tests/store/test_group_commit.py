@@ -247,6 +247,6 @@ def test_the_store_bench_spaces_commits_as_the_engine_does():
     import inspect
 
     from workbench.config import StoreConfig
-    from workbench.store.bench import bench_store
+    from benchmarks.store_bench import bench_store
 
     assert inspect.signature(bench_store).parameters["commit_spacing_s"].default == StoreConfig().commit_spacing_s

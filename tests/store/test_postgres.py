@@ -54,7 +54,7 @@ def test_a_server_place_its_user_cannot_reach_is_named(tmp_path):
 
 def test_bench_store_on_a_postgres_catalog_in_a_temp_dir():
     """`workbench bench store --catalog postgres` without --path (a temp dir of its own)."""
-    from workbench.store.bench import bench_store
+    from benchmarks.store_bench import bench_store
     from workbench.store.pglocal import server_bin
 
     if server_bin() is None:

@@ -66,7 +66,7 @@ def jupyterlab_command(*, port: int, browser: bool, token: str, notebook: str | 
     return cmd
 
 
-def register(app: typer.Typer, bench: typer.Typer) -> None:
+def register(app: typer.Typer) -> None:
     """Add `workbench notebooks`."""
 
     @app.command("notebooks")

@@ -1,5 +1,5 @@
-"""Commands of live control: `workbench ctl RUN <command>`, `workbench runs`, `workbench bench control`
-(see workbench/commands/__init__.py). Each parses, calls one function of `workbench.control`, prints."""
+"""Commands of live control: `workbench ctl RUN <command>`, `workbench runs` (see
+workbench/commands/__init__.py). Each parses, calls one function of `workbench.control`, prints."""
 
 from __future__ import annotations
 
@@ -175,8 +175,8 @@ def history(ctx: typer.Context, store: StoreOpt = None, as_json: JsonOpt = False
         typer.echo(f"{r['control_id']:>5}  {r['command']:<21} {r['status']:<9} {where}  {r.get('args')}")
 
 
-def register(app: typer.Typer, bench: typer.Typer) -> None:
-    """Add this part's commands to the top-level app and the `bench` group."""
+def register(app: typer.Typer) -> None:
+    """Add `workbench ctl` and `workbench runs` to the top-level app."""
     app.add_typer(ctl, name="ctl")
 
     @app.command()
@@ -201,37 +201,3 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
                 line += f"  {r['error']}"
             typer.echo(line)
 
-    @bench.command("control")
-    def bench_control(
-        store: StoreOpt = None,
-        as_json: JsonOpt = False,
-    ) -> None:
-        """Steer a live organism run with every kind of command (invalid ones too); time the outcomes.
-
-        Runs in a temporary store unless --store is given."""
-        from workbench.control.bench import run_bench
-
-        result = run_bench(store)
-        if as_json:
-            print_json(result)
-        else:
-            for k, v in result.items():
-                typer.echo(f"{k}: {v}")
-
-    @bench.command("priority")
-    def bench_priority_cmd(
-        threads: Annotated[int, typer.Option("--threads", help="Torch threads of the training loop.")] = 2,
-        iters: Annotated[int, typer.Option("--iters", help="Training iterations per timed loop.")] = 300,
-        busy: Annotated[int, typer.Option("--busy", help="Busy single-threaded processes beside it.")] = 1,
-        repeats: Annotated[int, typer.Option("--repeats", help="Interleaved repeats (medians reported).")] = 3,
-        as_json: JsonOpt = False,
-    ) -> None:
-        """What the defaults for runs the workbench starts cost and give: OMP_WAIT_POLICY=PASSIVE against
-        ACTIVE alone and beside busy processes, niceness 10 against 0 beside them (wall s, busy CPU share)."""
-        from workbench.experiments.priority_bench import bench_priority
-
-        result = bench_priority(threads=threads, iters=iters, busy=busy, repeats=repeats)
-        if as_json:
-            print_json(result)
-        else:
-            typer.echo(json.dumps(result, indent=2))

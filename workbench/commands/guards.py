@@ -1,5 +1,5 @@
 """Guards from the command line: `workbench ctl RUN guard add|set|remove|list`, `workbench alerts`,
-`workbench metrics` (what a rule may read), `workbench bench guards` and `workbench bench guard-cost`.
+`workbench metrics` (what a rule may read).
 Each parses, calls one library function, prints."""
 
 from __future__ import annotations
@@ -122,52 +122,12 @@ def alerts_ack(alert_id: str = typer.Argument(..., help="The alert's id."), stor
     typer.echo(f"alert {alert_id} acknowledged")
 
 
-def register(app: typer.Typer, bench: typer.Typer) -> None:
-    """Add this part's commands to the top-level app, `ctl` and the `bench` group."""
+def register(app: typer.Typer) -> None:
+    """Add this part's commands to the top-level app and `ctl`."""
     from workbench.commands.control import ctl
 
     ctl.add_typer(guard_app, name="guard")
     app.add_typer(alerts_app, name="alerts")
-
-    @bench.command("guards")
-    def bench_guards(
-        steps: int = typer.Option(0, "--steps", help="Steps per run (0: the full-size default)."),
-        seeds: int = typer.Option(3, "--seeds", help="Clean seeds for the false-alarm count."),
-        organism: str = typer.Option("default", "--organism", help="default, or small (a fast test organism)."),
-        profile: Optional[list[str]] = typer.Option(None, "--profile", help="Clean runs of these workload "
-                                                    "profiles only (repeatable; default: every one)."),
-        fault: Optional[list[str]] = typer.Option(None, "--fault", help="These faults only (repeatable; "
-                                                  "default: every one)."),
-        store: StoreOpt = None,
-        as_json: JsonOpt = False,
-    ) -> None:
-        """Scripted faults on the organism, each injected the real way; detection, delay, false alarms."""
-        from workbench.experiments.guards_bench import FAULTS, PROFILES, run_bench
-
-        result = run_bench(store, steps=steps or None, seeds=seeds, organism=organism,
-                           profiles=tuple(profile or PROFILES), faults=tuple(fault or FAULTS))
-        if as_json:
-            print_json(result)
-        else:
-            for k, v in result.items():
-                typer.echo(f"{k}: {v}")
-
-    @bench.command("guard-cost")
-    def bench_guard_cost(
-        rollouts: int = typer.Option(512, "--rollouts", help="Rollouts per step."),
-        steps: int = typer.Option(12, "--steps", help="Timed steps per response shape."),
-        as_json: JsonOpt = False,
-    ) -> None:
-        """The default guards' cost per step, on organism-sized and on long (400-token) responses, beside
-        the plain per-rollout loop."""
-        from workbench.experiments.guard_cost import guard_cost
-
-        result = guard_cost(rollouts_per_step=rollouts, steps=steps)
-        if as_json:
-            print_json(result)
-        else:
-            for k, v in result.items():
-                typer.echo(f"{k}: {v}")
 
     @app.command("metrics")
     def metrics_cmd(

@@ -1,9 +1,8 @@
-"""Other engines' runs: `workbench import FORMAT PATH`, `workbench replay RUN`, `workbench bench import`
-(see docs/import.md). Thin: parse, call workbench.integrations / workbench.analysis.replay, print."""
+"""Other engines' runs: `workbench import FORMAT PATH`, `workbench replay RUN` (see docs/import.md).
+Thin: parse, call workbench.integrations / workbench.analysis.replay, print."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -128,30 +127,7 @@ def replay_cmd(
                              for c in cols))
 
 
-def bench_import_cmd(
-    rollouts: Annotated[int, typer.Option("--rollouts", help="Responses in the generated verl dump.")] = 1_000_000,
-    prompts_per_step: Annotated[int, typer.Option("--prompts-per-step")] = 512,
-    group: Annotated[int, typer.Option("--group", help="Responses per prompt.")] = 8,
-    response_chars: Annotated[int, typer.Option("--response-chars", help="Mean response length.")] = 1200,
-    workdir: Annotated[Optional[Path], typer.Option("--workdir", help="Where the temporary dump and store "
-                                                    "go (default: the system's temp folder).")] = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Generate a verl dump of --rollouts responses, import it into a fresh store, print rollouts,
-    rollouts_per_s, bytes_per_rollout and the parse/write split."""
-    from workbench.integrations.bench import bench_import
-
-    out = bench_import(rollouts, prompts_per_step=prompts_per_step, group=group, response_chars=response_chars,
-                       workdir=str(workdir) if workdir else None)
-    if as_json:
-        print_json(out)
-        return
-    for k, v in out.items():
-        sys.stdout.write(f"{k}: {v}\n")
-
-
-def register(app: typer.Typer, bench: typer.Typer) -> None:
-    """Add `workbench import`, `workbench replay` and `workbench bench import`."""
+def register(app: typer.Typer) -> None:
+    """Add `workbench import` and `workbench replay`."""
     app.command("import")(import_cmd)
     app.command("replay")(replay_cmd)
-    bench.command("import")(bench_import_cmd)

@@ -31,7 +31,7 @@ def _recipe(path: Path | None):
     return OrganismRecipe.from_dict(data)
 
 
-def register(app: typer.Typer, bench: typer.Typer) -> None:
+def register(app: typer.Typer) -> None:
     """Add the `organism` group (build, report) to the top-level app."""
     organism = typer.Typer(help="The model organism: a tiny LM on arithmetic, built locally in minutes.",
                            no_args_is_help=True)

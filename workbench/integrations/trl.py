@@ -25,7 +25,7 @@ What is captured, and where (TRL 1.16, read in `trl/trainer/grpo_trainer.py`):
    them with `Store.write_steps` (several whole steps per transaction when they queue up) and
    heart-beats the run; `train()` returns after the last commit.
 
-`python -m workbench.experiments.trl_overhead` measures the overhead (docs/trl.md).
+`python -m benchmarks.trl_overhead` measures the overhead (docs/trl.md).
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from workbench.errors import DataError
 
@@ -210,3 +210,30 @@ def remove_source(source: str, store_dir: str | os.PathLike) -> Path | None:
         return None
     shutil.rmtree(path)
     return path
+
+
+SMOLLM2_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "smollm2.toml"
+
+
+def smollm2_config(overrides: Sequence[str] = ()) -> Any:
+    """The real-model run (configs/smollm2.toml, else the same values from `SMOLLM2_DEFAULTS`) with
+    `overrides` ("section.field=value") applied."""
+    from workbench.config import RunConfig, apply_overrides, load_config
+
+    if SMOLLM2_CONFIG.is_file():
+        return load_config(SMOLLM2_CONFIG, list(overrides))
+    return RunConfig.from_dict(apply_overrides(dict(SMOLLM2_DEFAULTS), list(overrides)))
+
+
+SMOLLM2_DEFAULTS: dict[str, Any] = {
+    "name": "smollm2-uniform", "steps": 40,
+    "model": {"path": "smollm2", "chat_template": True},
+    "task": {"kind": "arithmetic", "levels": ["1+1"], "eval_per_level": 32, "verifier": "number",
+             "template": "What is {expr_spaced}? Answer with the number only."},
+    "sampling": {"temperature": 1.0, "max_new_tokens": 24},
+    "allocator": {"name": "uniform", "budget": 32, "prompts_per_step": 4, "params": {"n": 8}},
+    "optim": {"lr": 1e-5, "warmup_steps": 2},
+    "eval": {"every": 10, "samples": 4, "max_prompts": 16, "greedy": False},
+    "checkpoint": {"every": 0, "keep": 1},
+}
+"""configs/smollm2.toml's values, for an installed package without the repository's configs/."""
