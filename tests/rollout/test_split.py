@@ -8,7 +8,8 @@ import torch
 
 from workbench.errors import WorkbenchError
 from workbench.rollout.base import GenerationBatch, group_seed
-from workbench.rollout.ray_backend import RayOptions, connect, merge_batches, pack_state, split_groups, unpack_state
+from workbench.rollout.ray_backend import RayOptions, connect, merge_batches, split_groups
+from workbench.rollout.ray_worker import pack_state, unpack_state
 
 
 def test_split_keeps_groups_together_and_balances_tokens():
