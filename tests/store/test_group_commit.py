@@ -241,12 +241,3 @@ def test_writer_nice_is_checked(tmp_path):
 
     with pytest.raises(ConfigError, match="store.writer_nice"):
         RunConfig.from_dict({"store": {"writer_nice": 25}})
-
-
-def test_the_store_bench_spaces_commits_as_the_engine_does():
-    import inspect
-
-    from workbench.config import StoreConfig
-    from benchmarks.store_bench import bench_store
-
-    assert inspect.signature(bench_store).parameters["commit_spacing_s"].default == StoreConfig().commit_spacing_s

@@ -50,14 +50,3 @@ def test_a_server_place_its_user_cannot_reach_is_named(tmp_path):
     with pytest.raises(StoreError, match=f"cannot reach .*{locked}"):
         with local_postgres(locked / "pg"):
             pass
-
-
-def test_bench_store_on_a_postgres_catalog_in_a_temp_dir():
-    """`workbench bench store --catalog postgres` without --path (a temp dir of its own)."""
-    from benchmarks.store_bench import bench_store
-    from workbench.store.pglocal import server_bin
-
-    if server_bin() is None:
-        pytest.skip("PostgreSQL server binaries (initdb, pg_ctl) are not installed")
-    out = bench_store(rollouts=2048, catalog="postgres", repeats=1, engine_steps=0)
-    assert out["catalog"] == "postgres" and out["rollouts"] == 2048 and out["bytes_per_rollout"] > 0
