@@ -155,3 +155,17 @@ def test_which_tool_errors_preceded_wrong_answers_in_one_statement(tmp_path):
                             ("q", 0, _episode(2, error="timeout", answer="1776"), 1.0)])
         frame = st.sql(query)
     assert frame["error"].to_list() == ["syntax"] and frame["episodes"].to_list() == [1]
+
+
+def test_a_page_of_episodes_reads_in_two_queries_and_filters_by_tool_calls(tmp_path):
+    with open_store(tmp_path) as st:
+        rid = st.create_run("page", {}, seed=0)
+        assert not st.has_episodes(rid)
+        _write(st, rid, 1, [("p", 0, _episode(0), 1.0), ("p", 1, _episode(1, error="syntax", answer="7"), 0.0)])
+        st.write_step(StepRecord(rid, 2, {"rollout/count": 1}, [
+            {"stage": 0, "prompt_id": "p", "idx": 0, "response": "12", "reward": 1.0, "length": 2}]))
+        assert st.has_episodes(rid)
+        found = st.episodes(rid, [(1, 0, "p", 0), (1, 0, "p", 1), (2, 0, "p", 0), (1, 0, "p", 9)])
+        assert set(found) == {(1, 0, "p", 0), (1, 0, "p", 1)} and found[(1, 0, "p", 1)] == _episode(1, error="syntax", answer="7")
+        assert st.count_rollouts(rid, tool_errors_min=1) == 1
+        assert st.count_rollouts(rid, tool_calls_min=0) == 2  # the single-turn row has no count

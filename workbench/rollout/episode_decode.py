@@ -35,7 +35,7 @@ import torch
 from workbench.episodes import Episode, ToolCall, Turn
 from workbench.errors import WorkbenchError
 from workbench.rollout.base import SamplingParams
-from workbench.rollout.hf import GroupStreams, HFBackend, _sample, sampling_logprobs, validate_sampling
+from workbench.rollout.hf import GroupStreams, HFBackend, sample_tokens, sampling_logprobs, validate_sampling
 
 
 @dataclass(frozen=True)
@@ -182,7 +182,7 @@ class _Loop:
             uniform = None
             if self.uniforms is not None:
                 uniform = self.uniforms[[self.sampled[self.rows[i]] for i in gen], [self.rows[i] for i in gen]]
-            tok = _sample(logp, self.sampling.top_k == 1, self.generator, uniform)
+            tok = sample_tokens(logp, self.sampling.top_k == 1, self.generator, uniform)
             lp = logp.gather(-1, tok.unsqueeze(-1)).squeeze(-1)
             ent = torch.special.entr(logp.exp()).sum(-1)
             for j, i in enumerate(gen):

@@ -40,6 +40,40 @@ class EpisodeReaderMixin:
                            entropy=r["token_entropy"], logprobs=r["token_logprobs"],
                            finish_reason=r["finish_reason"])
 
+    def has_episodes(self, run_id: str) -> bool:
+        """Whether the run stored any multi-turn rollout (a probe of the `turns` table, cheap when it is empty)."""
+        return not self._lake.read_sparse("turns", "SELECT run_id FROM turns WHERE run_id = ? LIMIT 1",
+                                          [run_id]).is_empty()
+
+    def episodes(self, run_id: str, keys: list[tuple[int, int, str, int]]) -> dict[tuple[int, int, str, int], Episode]:
+        """The stored episodes among the rollouts `keys` ((step, stage, prompt_id, idx) each), in two
+        queries (turns, calls) whatever their number: a page of rollouts' conversations. Keys of
+        single-turn rollouts are absent from the answer (`episode` reads one as two turns)."""
+        keys = [(int(a), int(b), str(c), int(d)) for a, b, c, d in keys]
+        if not keys:
+            return {}
+        steps = sorted({k[0] for k in keys})
+        prompts = sorted({k[2] for k in keys})
+        marks = lambda xs: ", ".join("?" for _ in xs)  # noqa: E731
+        where = f"run_id = ? AND step IN ({marks(steps)}) AND prompt_id IN ({marks(prompts)})"
+        params = [run_id, *steps, *prompts]
+        turns = self._lake.read(f"SELECT * FROM turns WHERE {where} ORDER BY step, stage, prompt_id, idx, turn", params)
+        if turns.height == 0:
+            return {}
+        calls = self._lake.read(f"SELECT * FROM tool_calls WHERE {where} ORDER BY step, stage, prompt_id, idx, turn, call",
+                                params)
+        wanted = set(keys)
+        by_key: dict[tuple, tuple[list, list]] = {}
+        for row in turns.iter_rows(named=True):
+            key = (row["step"], row["stage"], row["prompt_id"], row["idx"])
+            if key in wanted:
+                by_key.setdefault(key, ([], []))[0].append(row)
+        for row in calls.iter_rows(named=True):
+            key = (row["step"], row["stage"], row["prompt_id"], row["idx"])
+            if key in by_key:
+                by_key[key][1].append(row)
+        return {key: episode_from_rows(t, c) for key, (t, c) in by_key.items()}
+
     def episode_turns(self, run_id: str, *, step_min: int | None = None, step_max: int | None = None,
                       prompt_id: str | None = None, columns: list[str] | None = None) -> pl.DataFrame:
         """The turns of a run's episodes in a window of steps (one query, ordered by rollout then turn):
