@@ -1,0 +1,236 @@
+"""The sandbox's process: it imports the tools and the safe modules once, leaves the network (a new
+network namespace, where the kernel allows), then forks one child per call. The child puts up its
+walls (`guard.enter`), runs the tool and writes its result to a pipe; the zygote enforces the
+wall-clock limit, caps what it reads, reaps the child and answers. A fork of this small process takes
+about a millisecond, so a call costs a few, and every call starts clean: no state, no CPU time used,
+no memory held over from the one before.
+
+Protocol (one JSON object a line): started as `python -c "<ENTRY>" SPEC` (SPEC: {"modules", "path",
+"parallel"}), it answers {"ready", "network_isolated", "root", "tools"}; then each request
+{"id", "tool", "arguments", "limits"} gets {"id", "result"} (a `ToolResult` as a dict) when its
+child ends. End of input ends the zygote (its running children are killed).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import selectors
+import signal
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from workbench.tools import guard
+from workbench.tools.base import (TOOLS, ToolError, ToolFailure, ToolLimits, ToolResult, set_call_limits,
+                                  truncate)
+
+ENTRY = "from workbench.tools.zygote import main; main()"
+
+
+@dataclass
+class Running:
+    """One call whose child is running."""
+
+    id: Any
+    pid: int
+    fd: int
+    limits: ToolLimits
+    started: float
+    data: bytearray = field(default_factory=bytearray)
+
+
+def result_of(value: Any, limits: ToolLimits) -> ToolResult:
+    """The result for a tool's return value: text cut to the limit, or a non_text / non_utf8 error."""
+    if not isinstance(value, str):
+        return ToolResult.failure("non_text", f"the tool returned {type(value).__name__}, not text",
+                                  max_chars=limits.max_result_chars)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return ToolResult.failure("non_utf8", f"the tool's text is not valid UTF-8 ({exc.reason} at {exc.start})",
+                                  max_chars=limits.max_result_chars)
+    text, cut = truncate(value, limits.max_result_chars)
+    return ToolResult(text=text, truncated=cut)
+
+
+def call_tool(name: str, arguments: Any, limits: ToolLimits) -> ToolResult:
+    """Run the tool `name` here (inside the child, behind its walls); every failure is a result."""
+    fail = lambda kind, text: ToolResult.failure(kind, text, max_chars=limits.max_result_chars)  # noqa: E731
+    try:
+        return result_of(TOOLS.get(name).fn(arguments), limits)
+    except ToolFailure as exc:
+        return fail(exc.kind, exc.text)
+    except ToolError as exc:
+        return fail("tool_error", str(exc))
+    except SyntaxError as exc:
+        return fail("syntax", f"SyntaxError: {exc.msg} (line {exc.lineno}, column {exc.offset})")
+    except MemoryError:
+        return fail("memory", f"MemoryError: the call needed more than {limits.memory_mb} MiB")
+    except guard.Refused as exc:
+        return fail("refused", str(exc))
+    except BaseException as exc:  # noqa: BLE001 - the tool's own failure is a result
+        return fail("raised", f"{type(exc).__name__}: {exc}")
+
+
+def _child(req: dict[str, Any], write_fd: int, limits: ToolLimits) -> None:
+    """In the forked child: walls up, run, write the result, exit (never returns)."""
+    code = 0
+    try:
+        for fd in [int(n) for n in os.listdir("/proc/self/fd")]:  # other calls' pipes, the zygote's own
+            if fd > 2 and fd != write_fd:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        guard.enter(limits.cpu_seconds, limits.memory_mb)
+        set_call_limits(limits)
+        result = call_tool(req["tool"], req["arguments"], limits)
+        payload = json.dumps(result.to_dict()).encode("ascii") + b"\n"
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(write_fd, view):]
+    except BaseException:  # noqa: BLE001 - no result written: the zygote reports "crashed"
+        code = 3
+    os._exit(code)
+
+
+def _start(req: dict[str, Any], sel: selectors.BaseSelector) -> Running | None:
+    try:
+        limits = ToolLimits(**req["limits"])
+    except Exception as exc:  # noqa: BLE001 - a bad request is answered, never fatal
+        _reply(req.get("id"), ToolResult.failure("malformed", f"bad limits: {exc}"))
+        return None
+    read_fd, write_fd = os.pipe()
+    started = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        _child(req, write_fd, limits)
+    os.close(write_fd)
+    os.set_blocking(read_fd, False)
+    call = Running(req.get("id"), pid, read_fd, limits, started)
+    sel.register(read_fd, selectors.EVENT_READ, call)
+    return call
+
+
+def _reap(call: Running, *, kill: bool) -> tuple[int, float]:
+    """Wait for the child (killing it first when `kill`, or when it lingers 0.2 s after closing its
+    pipe); its wait status and CPU seconds."""
+    if kill:
+        _kill(call.pid)
+    deadline = time.monotonic() + 0.2
+    while True:
+        pid, status, usage = os.wait4(call.pid, 0 if kill else os.WNOHANG)
+        if pid:
+            return status, usage.ru_utime + usage.ru_stime
+        if time.monotonic() > deadline:
+            kill = True
+            _kill(call.pid)
+        else:
+            time.sleep(0.001)
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _finish(call: Running, sel: selectors.BaseSelector, kind: str | None = None) -> None:
+    """Answer `call`: with its child's result, or with the failure `kind` (timeout, output), or with
+    what its exit status says (cpu, crashed)."""
+    sel.unregister(call.fd)
+    os.close(call.fd)
+    result = None
+    if kind is None and call.data.endswith(b"\n"):
+        try:
+            result = ToolResult(**json.loads(call.data))
+        except (ValueError, TypeError):
+            result = None
+    status, cpu = _reap(call, kill=kind is not None or result is not None)
+    seconds = time.monotonic() - call.started
+    limits = call.limits
+    if kind == "timeout":
+        result = ToolResult.failure("timeout", f"the call ran past its wall-clock limit ({limits.wall_seconds} s)")
+    elif kind == "output":
+        result = ToolResult.failure("output", f"the call wrote more than {limits.max_output_chars} characters")
+    elif result is None and os.WIFSIGNALED(status) and (os.WTERMSIG(status) == signal.SIGXCPU
+                                                        or cpu >= limits.cpu_seconds - 0.05):
+        result = ToolResult.failure("cpu", f"the call ran past its CPU-time limit ({limits.cpu_seconds} s)")
+    elif result is None:
+        how = (f"signal {signal.Signals(os.WTERMSIG(status)).name}" if os.WIFSIGNALED(status)
+               else f"exit code {os.WEXITSTATUS(status)}")
+        result = ToolResult.failure("crashed", f"the call's process ended without a result ({how})")
+    result = ToolResult(**{**result.to_dict(), "seconds": round(seconds, 6)})
+    if result.error and len(result.text) > limits.max_result_chars:
+        result = ToolResult.failure(result.kind, result.text, seconds=result.seconds,
+                                    max_chars=limits.max_result_chars)
+    _reply(call.id, result)
+
+
+def _reply(call_id: Any, result: ToolResult) -> None:
+    line = json.dumps({"id": call_id, "result": result.to_dict()}).encode("ascii") + b"\n"
+    view = memoryview(line)
+    while view:
+        view = view[os.write(1, view):]
+
+
+def serve(parallel: int) -> None:
+    """The zygote's loop (module docstring): requests from stdin, one child per call, at most
+    `parallel` at once, answers on stdout."""
+    sel = selectors.DefaultSelector()
+    sel.register(0, selectors.EVENT_READ, None)
+    buffer, queue, running = b"", deque(), {}
+    while True:
+        soonest = min((c.started + c.limits.wall_seconds for c in running.values()), default=None)
+        timeout = None if soonest is None else max(0.0, soonest - time.monotonic())
+        for key, _ in sel.select(timeout):
+            call = key.data
+            if call is None:  # a request (or the end of input)
+                chunk = os.read(0, 1 << 16)
+                if not chunk:
+                    for c in list(running.values()):
+                        _kill(c.pid)
+                    return
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                queue.extend(json.loads(line) for line in lines if line.strip())
+                continue
+            chunk = os.read(call.fd, 1 << 16)
+            call.data += chunk
+            if not chunk or len(call.data) > 12 * call.limits.max_result_chars + 4096:
+                del running[call.fd]
+                _finish(call, sel, None if not chunk else "output")
+        now = time.monotonic()
+        for c in [c for c in running.values() if now >= c.started + c.limits.wall_seconds]:
+            del running[c.fd]
+            _finish(c, sel, "timeout")
+        while queue and len(running) < parallel:
+            call = _start(queue.popleft(), sel)
+            if call is not None:
+                running[call.fd] = call
+
+
+def main() -> None:
+    """The zygote process (module docstring)."""
+    spec = json.loads(sys.argv[1])
+    sys.path[:0] = [p for p in spec["path"] if p not in sys.path]
+    for name in guard.SAFE_MODULES:
+        importlib.import_module(name)
+    import workbench.tools  # noqa: F401 - the built-in tools
+
+    for name in spec["modules"]:
+        importlib.import_module(name)
+    isolated = guard.unshare_network()
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    ready = {"ready": True, "network_isolated": isolated, "root": os.getuid() == 0, "tools": TOOLS.names()}
+    _reply_line(ready)
+    serve(int(spec["parallel"]))
+
+
+def _reply_line(obj: dict[str, Any]) -> None:
+    os.write(1, json.dumps(obj).encode("ascii") + b"\n")
