@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import math
 import operator
+import sys
 from typing import Any, Callable
 
 from workbench.tools.base import ToolError, register_tool
@@ -114,6 +115,13 @@ def format_value(value: Any) -> str:
     """The text the model reads for a value: ints in full, whole floats below 2**53 as ints."""
     if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
         return str(int(value))
+    if isinstance(value, int) and value.bit_length() > 10_000:  # past Python's 4300-digit guard, within MAX_BITS
+        old = sys.get_int_max_str_digits()
+        sys.set_int_max_str_digits(0)
+        try:
+            return str(value)
+        finally:
+            sys.set_int_max_str_digits(old)
     return repr(value) if isinstance(value, float) else str(value)
 
 

@@ -57,6 +57,12 @@ class Sandbox:
 
     # -- the sandbox process ------------------------------------------------------------------------
 
+    @property
+    def pid(self) -> int | None:
+        """The sandbox process's id (None before it starts)."""
+        proc = self._proc
+        return proc.pid if proc is not None else None
+
     def start(self) -> "Sandbox":
         """Start the sandbox process (calls start it when needed); returns self."""
         with self._lock:

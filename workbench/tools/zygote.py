@@ -13,6 +13,7 @@ child ends. End of input ends the zygote (its running children are killed).
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import os
@@ -48,12 +49,12 @@ def result_of(value: Any, limits: ToolLimits) -> ToolResult:
     if not isinstance(value, str):
         return ToolResult.failure("non_text", f"the tool returned {type(value).__name__}, not text",
                                   max_chars=limits.max_result_chars)
+    text, cut = truncate(value, limits.max_result_chars)  # only what the model will see is checked
     try:
-        value.encode("utf-8")
+        text.encode("utf-8")
     except UnicodeEncodeError as exc:
         return ToolResult.failure("non_utf8", f"the tool's text is not valid UTF-8 ({exc.reason} at {exc.start})",
                                   max_chars=limits.max_result_chars)
-    text, cut = truncate(value, limits.max_result_chars)
     return ToolResult(text=text, truncated=cut)
 
 
@@ -151,9 +152,13 @@ def _finish(call: Running, sel: selectors.BaseSelector, kind: str | None = None)
             result = ToolResult(**json.loads(call.data))
         except (ValueError, TypeError):
             result = None
-    status, cpu = _reap(call, kill=kind is not None or result is not None)
-    seconds = time.monotonic() - call.started
     limits = call.limits
+    if result is not None:  # answer first, then reap: the caller does not wait for the child's exit
+        _reply(call.id, _final(result, time.monotonic() - call.started, limits))
+        _reap(call, kill=True)
+        return
+    status, cpu = _reap(call, kill=kind is not None)
+    seconds = time.monotonic() - call.started
     if kind == "timeout":
         result = ToolResult.failure("timeout", f"the call ran past its wall-clock limit ({limits.wall_seconds} s)")
     elif kind == "output":
@@ -165,11 +170,14 @@ def _finish(call: Running, sel: selectors.BaseSelector, kind: str | None = None)
         how = (f"signal {signal.Signals(os.WTERMSIG(status)).name}" if os.WIFSIGNALED(status)
                else f"exit code {os.WEXITSTATUS(status)}")
         result = ToolResult.failure("crashed", f"the call's process ended without a result ({how})")
-    result = ToolResult(**{**result.to_dict(), "seconds": round(seconds, 6)})
-    if result.error and len(result.text) > limits.max_result_chars:
-        result = ToolResult.failure(result.kind, result.text, seconds=result.seconds,
-                                    max_chars=limits.max_result_chars)
-    _reply(call.id, result)
+    _reply(call.id, _final(result, seconds, limits))
+
+
+def _final(result: ToolResult, seconds: float, limits: ToolLimits) -> ToolResult:
+    """`result` with the call's seconds, its text cut to the limit."""
+    text, cut = truncate(result.text, limits.max_result_chars)
+    return ToolResult(text=text, error=result.error, kind=result.kind, seconds=round(seconds, 6),
+                      truncated=result.truncated or cut)
 
 
 def _reply(call_id: Any, result: ToolResult) -> None:
@@ -202,9 +210,10 @@ def serve(parallel: int) -> None:
                 continue
             chunk = os.read(call.fd, 1 << 16)
             call.data += chunk
-            if not chunk or len(call.data) > 12 * call.limits.max_result_chars + 4096:
+            too_much = len(call.data) > 12 * call.limits.max_result_chars + 4096
+            if not chunk or too_much or call.data.endswith(b"\n"):  # ended, flooding, or a whole result
                 del running[call.fd]
-                _finish(call, sel, None if not chunk else "output")
+                _finish(call, sel, "output" if too_much else None)
         now = time.monotonic()
         for c in [c for c in running.values() if now >= c.started + c.limits.wall_seconds]:
             del running[c.fd]
@@ -226,6 +235,8 @@ def main() -> None:
     for name in spec["modules"]:
         importlib.import_module(name)
     isolated = guard.unshare_network()
+    gc.collect()
+    gc.freeze()  # the children's collector leaves the zygote's objects (and their pages) alone
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     ready = {"ready": True, "network_isolated": isolated, "root": os.getuid() == 0, "tools": TOOLS.names()}
     _reply_line(ready)
