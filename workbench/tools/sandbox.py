@@ -20,6 +20,7 @@ import itertools
 import json
 import subprocess
 import sys
+import tempfile
 import threading
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -73,8 +74,9 @@ class Sandbox:
     def _spawn(self) -> None:
         modules = sorted({TOOLS.get(n).module for n in TOOLS.names()} - {"__main__"})
         spec = {"modules": modules, "path": [p for p in sys.path if p], "parallel": self.parallel}
+        errors = tempfile.TemporaryFile()  # read only when it fails to start; a file never blocks it
         proc = subprocess.Popen([sys.executable, "-c", ENTRY, json.dumps(spec)], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                                stdout=subprocess.PIPE, stderr=errors, start_new_session=True)
         ready: dict[str, Any] = {}
         timer = threading.Timer(START_TIMEOUT_S, proc.kill)
         timer.start()
@@ -87,8 +89,12 @@ class Sandbox:
             timer.cancel()
         if not ready.get("ready"):
             proc.kill()
-            err = proc.stderr.read().decode(errors="replace")[-2000:]  # type: ignore[union-attr]
+            proc.wait()
+            errors.seek(0)
+            err = errors.read().decode(errors="replace")[-2000:]
+            errors.close()
             raise WorkbenchError(f"the tool sandbox did not start: {err.strip() or 'no output'}")
+        errors.close()
         self.network_isolated = bool(ready["network_isolated"])
         self.root = bool(ready["root"])
         self._proc = proc

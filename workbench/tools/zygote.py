@@ -105,9 +105,19 @@ def _start(req: dict[str, Any], sel: selectors.BaseSelector) -> Running | None:
     except Exception as exc:  # noqa: BLE001 - a bad request is answered, never fatal
         _reply(req.get("id"), ToolResult.failure("malformed", f"bad limits: {exc}"))
         return None
-    read_fd, write_fd = os.pipe()
     started = time.monotonic()
-    pid = os.fork()
+    try:
+        read_fd, write_fd = os.pipe()
+    except OSError as exc:
+        _reply(req.get("id"), ToolResult.failure("crashed", f"no pipe for the call: {exc}"))
+        return None
+    try:
+        pid = os.fork()
+    except OSError as exc:  # out of processes or memory: this call fails, the zygote serves on
+        os.close(read_fd)
+        os.close(write_fd)
+        _reply(req.get("id"), ToolResult.failure("crashed", f"no process for the call: {exc}"))
+        return None
     if pid == 0:
         _child(req, write_fd, limits)
     os.close(write_fd)
