@@ -139,3 +139,13 @@ def test_a_dead_sandbox_process_is_replaced():
         result = sandbox.wait(future)
         assert (result.error, result.kind) == (True, "crashed")
         check_still_serves(sandbox)
+
+
+def test_spare_children_serve_the_same():
+    """With children forked ahead (`spares`), calls and failures come back the same."""
+    with Sandbox(LIMITS, spares=2) as sandbox:
+        assert [r.text for r in sandbox.call_many([("calculator", {"expression": f"{i}+1"}) for i in range(6)])] == [
+            str(i + 1) for i in range(6)]
+        assert sandbox.call("sleep", {}).kind == "timeout"
+        assert sandbox.call("allocate", {"gb": 10}).kind == "memory"
+        check_still_serves(sandbox)

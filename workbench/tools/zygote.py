@@ -5,8 +5,12 @@ wall-clock limit, caps what it reads, reaps the child and answers. A fork of thi
 about a millisecond, so a call costs a few, and every call starts clean: no state, no CPU time used,
 no memory held over from the one before.
 
+Between calls the zygote may keep children forked and waiting (`spares`, 0 by default): a call is
+handed to one that is ready, so its latency holds no fork; a replacement is forked once the zygote is
+idle. (On a busy machine that measured slower, not faster: docs/tools.md.)
+
 Protocol (one JSON object a line): started as `python -c "<ENTRY>" SPEC` (SPEC: {"modules", "path",
-"parallel"}), it answers {"ready", "network_isolated", "root", "tools"}; then each request
+"parallel", "spares"}), it answers {"ready", "network_isolated", "root", "tools"}; then each request
 {"id", "tool", "arguments", "limits"} gets {"id", "result"} (a `ToolResult` as a dict) when its
 child ends. End of input ends the zygote (its running children are killed).
 """
@@ -17,6 +21,7 @@ import gc
 import importlib
 import json
 import os
+import select
 import selectors
 import signal
 import sys
@@ -77,16 +82,35 @@ def call_tool(name: str, arguments: Any, limits: ToolLimits) -> ToolResult:
         return fail("raised", f"{type(exc).__name__}: {exc}")
 
 
-def _child(req: dict[str, Any], write_fd: int, limits: ToolLimits) -> None:
-    """In the forked child: walls up, run, write the result, exit (never returns)."""
+@dataclass
+class Spare:
+    """A forked child waiting for its call on `request_fd` (the zygote writes the request, then closes
+    it); it answers on `result_fd`."""
+
+    pid: int
+    request_fd: int
+    result_fd: int
+
+
+def _child(request_fd: int, write_fd: int) -> None:
+    """In the forked child: wait for the request, walls up, run, write the result, exit (never
+    returns). End of input without a request (the zygote ended) exits quietly."""
     code = 0
     try:
         for fd in [int(n) for n in os.listdir("/proc/self/fd")]:  # other calls' pipes, the zygote's own
-            if fd > 2 and fd != write_fd:
+            if fd > 2 and fd not in (request_fd, write_fd):
                 try:
                     os.close(fd)
                 except OSError:
                     pass
+        chunks = []
+        while chunk := os.read(request_fd, 1 << 16):
+            chunks.append(chunk)
+        os.close(request_fd)
+        if not chunks:
+            os._exit(0)
+        req = json.loads(b"".join(chunks))
+        limits = ToolLimits(**req["limits"])
         guard.enter(limits.cpu_seconds, limits.memory_mb)
         set_call_limits(limits)
         result = call_tool(req["tool"], req["arguments"], limits)
@@ -99,7 +123,30 @@ def _child(req: dict[str, Any], write_fd: int, limits: ToolLimits) -> None:
     os._exit(code)
 
 
-def _start(req: dict[str, Any], sel: selectors.BaseSelector) -> Running | None:
+def _fork() -> Spare:
+    """A new child waiting for its call (OSError when no process or pipe can be had)."""
+    request_r, request_w = os.pipe()
+    try:
+        result_r, result_w = os.pipe()
+    except OSError:
+        os.close(request_r)
+        os.close(request_w)
+        raise
+    try:
+        pid = os.fork()
+    except OSError:
+        for fd in (request_r, request_w, result_r, result_w):
+            os.close(fd)
+        raise
+    if pid == 0:
+        _child(request_r, result_w)
+    os.close(request_r)
+    os.close(result_w)
+    return Spare(pid, request_w, result_r)
+
+
+def _start(req: dict[str, Any], sel: selectors.BaseSelector, spares: deque[Spare]) -> Running | None:
+    """Hand `req` to a spare child (or a new one); the call, running."""
     try:
         limits = ToolLimits(**req["limits"])
     except Exception as exc:  # noqa: BLE001 - a bad request is answered, never fatal
@@ -107,23 +154,20 @@ def _start(req: dict[str, Any], sel: selectors.BaseSelector) -> Running | None:
         return None
     started = time.monotonic()
     try:
-        read_fd, write_fd = os.pipe()
-    except OSError as exc:
-        _reply(req.get("id"), ToolResult.failure("crashed", f"no pipe for the call: {exc}"))
-        return None
-    try:
-        pid = os.fork()
+        child = spares.popleft() if spares else _fork()
     except OSError as exc:  # out of processes or memory: this call fails, the zygote serves on
-        os.close(read_fd)
-        os.close(write_fd)
         _reply(req.get("id"), ToolResult.failure("crashed", f"no process for the call: {exc}"))
         return None
-    if pid == 0:
-        _child(req, write_fd, limits)
-    os.close(write_fd)
-    os.set_blocking(read_fd, False)
-    call = Running(req.get("id"), pid, read_fd, limits, started)
-    sel.register(read_fd, selectors.EVENT_READ, call)
+    try:
+        view = memoryview(json.dumps(req).encode("ascii"))
+        while view:
+            view = view[os.write(child.request_fd, view):]
+    except OSError:
+        pass  # the child died waiting: it is reaped below and the call reported "crashed"
+    os.close(child.request_fd)
+    os.set_blocking(child.result_fd, False)
+    call = Running(req.get("id"), child.pid, child.result_fd, limits, started)
+    sel.register(child.result_fd, selectors.EVENT_READ, call)
     return call
 
 
@@ -197,12 +241,13 @@ def _reply(call_id: Any, result: ToolResult) -> None:
         view = view[os.write(1, view):]
 
 
-def serve(parallel: int) -> None:
+def serve(parallel: int, n_spares: int) -> None:
     """The zygote's loop (module docstring): requests from stdin, one child per call, at most
-    `parallel` at once, answers on stdout."""
+    `parallel` at once, answers on stdout. When idle it keeps `n_spares` children forked and waiting,
+    so that a call's latency holds no fork."""
     sel = selectors.DefaultSelector()
     sel.register(0, selectors.EVENT_READ, None)
-    buffer, queue, running = b"", deque(), {}
+    buffer, queue, running, spares = b"", deque(), {}, deque()
     while True:
         soonest = min((c.started + c.limits.wall_seconds for c in running.values()), default=None)
         timeout = None if soonest is None else max(0.0, soonest - time.monotonic())
@@ -211,8 +256,8 @@ def serve(parallel: int) -> None:
             if call is None:  # a request (or the end of input)
                 chunk = os.read(0, 1 << 16)
                 if not chunk:
-                    for c in list(running.values()):
-                        _kill(c.pid)
+                    for pid in [c.pid for c in running.values()] + [s.pid for s in spares]:
+                        _kill(pid)
                     return
                 buffer += chunk
                 *lines, buffer = buffer.split(b"\n")
@@ -229,9 +274,19 @@ def serve(parallel: int) -> None:
             del running[c.fd]
             _finish(c, sel, "timeout")
         while queue and len(running) < parallel:
-            call = _start(queue.popleft(), sel)
+            call = _start(queue.popleft(), sel, spares)
             if call is not None:
                 running[call.fd] = call
+        while not queue and len(spares) < n_spares and not _readable(0):
+            try:
+                spares.append(_fork())
+            except OSError:
+                break
+
+
+def _readable(fd: int) -> bool:
+    """Whether `fd` has input waiting (a request arrived while spares were being forked)."""
+    return bool(select.select([fd], [], [], 0)[0])
 
 
 def main() -> None:
@@ -250,7 +305,7 @@ def main() -> None:
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     ready = {"ready": True, "network_isolated": isolated, "root": os.getuid() == 0, "tools": TOOLS.names()}
     _reply_line(ready)
-    serve(int(spec["parallel"]))
+    serve(int(spec["parallel"]), int(spec.get("spares", 0)))
 
 
 def _reply_line(obj: dict[str, Any]) -> None:
