@@ -107,6 +107,19 @@ def test_no_network_no_processes(box):
     assert box.call("python", {"code": "import socket"}).kind == "refused"
 
 
+@pytest.mark.parametrize("code,event", [
+    ("import statistics\nstatistics.sys.modules['os'].system('touch /tmp/x')", "os.system"),
+    ("import statistics\nstatistics.sys.modules['os'].open('/tmp/x', 65)", "open"),
+    ("import statistics\nstatistics.sys.modules['ctypes'].CDLL(None)", "ctypes.dlopen"),
+    ("import statistics\nstatistics.sys.modules['os'].fork()", "os.fork"),
+])
+def test_the_audit_hook_stands_behind_the_python_tool(box, code, event):
+    """A program that reaches `os` through a safe module's globals (past the python tool's own rules)
+    is stopped by the audit hook."""
+    result = box.call("python", {"code": code})
+    assert (result.kind, result.text) == ("refused", f"not allowed in the sandbox: {event}")
+
+
 def test_kernel_layers(box):
     """What the kernel holds, read from inside a call: the limits, the user, the network namespace."""
     text = box.call("whoami", {}).text
