@@ -3,6 +3,8 @@ registered in a few lines runs under the same limits."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import tomllib
 
 import pytest
@@ -75,3 +77,16 @@ def test_a_user_tool_runs_under_the_same_limits():
         stopped = box.call("sleep", {})
         assert (stopped.kind, stopped.error) == ("timeout", True)
         assert box.call("python", {"code": "import time"}).kind == "refused"  # the built-in tool's own rule
+
+
+def test_a_tool_module_the_sandbox_cannot_import_stops_the_start(tmp_path):
+    """In its own process (the registry is global): a tool whose module is gone from the path."""
+    (tmp_path / "gone_tool.py").write_text(
+        "from workbench.tools import register_tool\n@register_tool('gone')\ndef gone(arguments):\n    return 'x'\n")
+    script = ("import sys\nsys.path.insert(0, sys.argv[1])\nimport gone_tool\nsys.path.remove(sys.argv[1])\n"
+              "from workbench.tools import Sandbox\nSandbox().start()\n")
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
+                         timeout=120, cwd="/")
+    assert out.returncode == 1
+    assert "WorkbenchError: the tool sandbox did not start" in out.stderr
+    assert "No module named 'gone_tool'" in out.stderr
