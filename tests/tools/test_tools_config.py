@@ -11,7 +11,8 @@ import pytest
 import sample_tools  # noqa: F401 - registers the tests' tools (sleep, ...)
 
 from workbench.errors import ConfigError
-from workbench.tools import Sandbox, ToolLimits, ToolsConfig, get_tool, load_tools_config, register_tool, tool_names
+from workbench.tools import (Sandbox, ToolLimits, ToolsConfig, get_tool, load_tools_config, register_tool, tool_names,
+                             tool_specs)
 
 TOML = """
 [tools]
@@ -67,6 +68,15 @@ def test_registry():
         get_tool("nosuch")
     with pytest.raises(ValueError, match="tool 'calculator' is already registered"):
         register_tool("calculator")(lambda arguments: "")
+
+
+def test_tool_specs_for_a_chat_template():
+    (calc,) = tool_specs(["calculator"])
+    assert calc["type"] == "function" and calc["function"]["name"] == "calculator"
+    assert calc["function"]["parameters"]["required"] == ["expression"]
+    assert calc["function"]["parameters"]["properties"]["expression"]["type"] == "string"
+    with pytest.raises(ConfigError, match="unknown tool 'nosuch'"):
+        tool_specs(["nosuch"])
 
 
 def test_a_user_tool_runs_under_the_same_limits():

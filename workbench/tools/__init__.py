@@ -15,7 +15,7 @@ a failure is a result, never a crash (docs/tools.md).
 
 from workbench.tools import calculator, python_tool  # noqa: F401 - registers the built-in tools
 from workbench.tools.base import (ERROR_KINDS, TOOLS, Tool, ToolError, ToolFailure, ToolLimits, ToolResult,
-                                  call_limits, get_tool, register_tool, tool_names)
+                                  call_limits, get_tool, register_tool, tool_names, tool_specs)
 from workbench.tools.config import ToolsConfig, load_tools_config
 from workbench.tools.parsers import SYNTAXES, ParsedCall, Syntax, parse, stop_strings
 from workbench.tools.sandbox import Sandbox, run_calls
@@ -23,4 +23,4 @@ from workbench.tools.turns import Turn, run_round
 
 __all__ = ["ERROR_KINDS", "SYNTAXES", "TOOLS", "ParsedCall", "Sandbox", "Syntax", "Tool", "ToolError", "ToolFailure",
            "ToolLimits", "ToolResult", "ToolsConfig", "Turn", "call_limits", "get_tool", "load_tools_config", "parse",
-           "register_tool", "run_calls", "run_round", "stop_strings", "tool_names"]
+           "register_tool", "run_calls", "run_round", "stop_strings", "tool_names", "tool_specs"]

@@ -177,3 +177,16 @@ def get_tool(name: str) -> Tool:
 def tool_names() -> list[str]:
     """Every registered tool's name, sorted."""
     return TOOLS.names()
+
+
+def tool_specs(names: list[str] | tuple[str, ...]) -> list[dict[str, Any]]:
+    """The tools `names` as a chat template's `tools=` list expects them (OpenAI / Hermes function
+    schemas: name, description, string parameters, all required), for a system prompt."""
+    specs = []
+    for name in names:
+        tool = get_tool(name)
+        properties = {arg: {"type": "string", "description": text} for arg, text in tool.parameters.items()}
+        specs.append({"type": "function", "function": {
+            "name": tool.name, "description": tool.description,
+            "parameters": {"type": "object", "properties": properties, "required": list(tool.parameters)}}})
+    return specs

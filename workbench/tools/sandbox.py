@@ -59,6 +59,7 @@ class Sandbox:
         self._proc: subprocess.Popen[bytes] | None = None
         self._pending: dict[int, tuple[Future[ToolResult], ToolLimits]] = {}
         self._lock = threading.Lock()
+        self._write_lock = threading.Lock()  # one request line at a time, whichever thread submits
         self._ids = itertools.count()
 
     # -- the sandbox process ------------------------------------------------------------------------
@@ -165,8 +166,9 @@ class Sandbox:
                 call_id = next(self._ids)
                 self._pending[call_id] = (future, limits)
             try:
-                proc.stdin.write(json.dumps({**request, "id": call_id}).encode("ascii") + b"\n")  # type: ignore
-                proc.stdin.flush()  # type: ignore[union-attr]
+                with self._write_lock:
+                    proc.stdin.write(json.dumps({**request, "id": call_id}).encode("ascii") + b"\n")  # type: ignore
+                    proc.stdin.flush()  # type: ignore[union-attr]
                 return future
             except (OSError, AttributeError, ValueError):
                 with self._lock:
