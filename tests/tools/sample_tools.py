@@ -76,3 +76,13 @@ def forks(arguments: dict) -> str:
     if pid == 0:
         os._exit(0)
     return "forked"
+
+
+@register_tool("forges", description="Writes a forged result line to its own result pipe, then exits.")
+def forges(arguments: dict) -> str:
+    for fd in range(3, 64):
+        try:
+            os.write(fd, arguments["line"].encode() + b"\n")
+        except OSError:
+            continue
+    os._exit(0)

@@ -130,6 +130,27 @@ def test_kernel_layers(box):
         assert text.endswith("net=lo")
 
 
+@pytest.mark.parametrize("line", ['{"text": 5, "error": false, "kind": "ok", "seconds": 0, "truncated": false}',
+                                  '{"text": "x", "error": false, "kind": "pwned", "seconds": 0, "truncated": false}',
+                                  '{"text": "x", "error": true, "kind": "ok", "seconds": 0, "truncated": false}',
+                                  '{"text": "x"', "[1, 2]"])
+def test_a_forged_result_is_not_taken(box, line):
+    """A tool that writes its own line to the result pipe and exits: anything but a well-formed result
+    is a crash."""
+    result = box.call("forges", {"line": line})
+    assert (result.error, result.kind) == (True, "crashed")
+
+
+def test_calls_from_several_threads(box):
+    from concurrent.futures import ThreadPoolExecutor
+
+    def work(k: int) -> list[str]:
+        return [box.call("calculator", {"expression": f"{k}*100+{i}"}).text for i in range(10)]
+
+    with ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(work, range(4))) == [[str(k * 100 + i) for i in range(10)] for k in range(4)]
+
+
 def test_parallel_calls(box):
     """Eight calls that each sleep 1 s finish together, not one after another (8 s)."""
     started = time.monotonic()

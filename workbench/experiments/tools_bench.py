@@ -29,7 +29,8 @@ from typing import Any
 
 from workbench.tools import Sandbox, ToolLimits
 
-PROGRAM = "import math\nfrom fractions import Fraction\ns = sum(Fraction(1, k) for k in range(1, 20))\nprint(s)\nmath.gcd(84, 36)"
+PROGRAM = ("import math\nfrom fractions import Fraction\ns = sum(Fraction(1, k) for k in range(1, 20))\n"
+           "print(s)\nmath.gcd(84, 36)")
 FRESH = ("import sys; from workbench.tools.calculator import calculator; "
          "sys.stdout.write(calculator({'expression': '37*48'}))")
 
@@ -76,7 +77,8 @@ def _merge(parts: list[tuple[list[float], list[float], float]]) -> dict[str, Any
     outer = [x for p in parts for x in p[0]]
     inner = [x for p in parts for x in p[1]]
     cpu = sum(p[2] for p in parts)
-    return {**percentiles(outer), "sandbox_ms": percentiles(inner), "cpu_ms_per_call": round(1000 * cpu / len(outer), 2)}
+    return {**percentiles(outer), "sandbox_ms": percentiles(inner),
+            "cpu_ms_per_call": round(1000 * cpu / len(outer), 2)}
 
 
 def run_bench(*, calls: int = 300, batch: int = 32, rounds: int = 10, fresh: int = 10, warmup: int = 20,

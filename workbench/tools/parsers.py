@@ -15,7 +15,7 @@ Two syntaxes:
 | --- | --- | --- |
 | none | no opening tag: the episode's answer | nothing: the episode ends |
 | call | a complete, well-formed call of a tool in `tools` | the tool's result |
-| malformed | a complete call whose body is not a call (empty, bad JSON, no name, arguments not a table) | an error result |
+| malformed | a complete call whose body is not one (empty, bad JSON, no name, arguments not a table) | an error |
 | unterminated | the text ends inside a call (no closing tag) | an error result |
 | unknown_tool | a well-formed call of a tool not in `tools` | an error result |
 """

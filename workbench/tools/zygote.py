@@ -21,6 +21,7 @@ import gc
 import importlib
 import json
 import os
+import resource
 import select
 import selectors
 import signal
@@ -31,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.tools import guard
-from workbench.tools.base import (TOOLS, ToolError, ToolFailure, ToolLimits, ToolResult, set_call_limits,
+from workbench.tools.base import (ERROR_KINDS, TOOLS, ToolError, ToolFailure, ToolLimits, ToolResult, set_call_limits,
                                   truncate)
 
 ENTRY = "from workbench.tools.zygote import main; main()"
@@ -97,12 +98,10 @@ def _child(request_fd: int, write_fd: int) -> None:
     returns). End of input without a request (the zygote ended) exits quietly."""
     code = 0
     try:
-        for fd in [int(n) for n in os.listdir("/proc/self/fd")]:  # other calls' pipes, the zygote's own
-            if fd > 2 and fd not in (request_fd, write_fd):
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+        low, high = sorted((request_fd, write_fd))  # close the rest: other calls' pipes, the zygote's own
+        os.closerange(3, low)
+        os.closerange(low + 1, high)
+        os.closerange(high + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
         chunks = []
         while chunk := os.read(request_fd, 1 << 16):
             chunks.append(chunk)
@@ -200,12 +199,7 @@ def _finish(call: Running, sel: selectors.BaseSelector, kind: str | None = None)
     what its exit status says (cpu, crashed)."""
     sel.unregister(call.fd)
     os.close(call.fd)
-    result = None
-    if kind is None and call.data.endswith(b"\n"):
-        try:
-            result = ToolResult(**json.loads(call.data))
-        except (ValueError, TypeError):
-            result = None
+    result = _parse_result(call.data) if kind is None else None
     limits = call.limits
     if result is not None:  # answer first, then reap: the caller does not wait for the child's exit
         _reply(call.id, _final(result, time.monotonic() - call.started, limits))
@@ -221,10 +215,31 @@ def _finish(call: Running, sel: selectors.BaseSelector, kind: str | None = None)
                                                         or cpu >= limits.cpu_seconds - 0.05):
         result = ToolResult.failure("cpu", f"the call ran past its CPU-time limit ({limits.cpu_seconds} s)")
     elif result is None:
-        how = (f"signal {signal.Signals(os.WTERMSIG(status)).name}" if os.WIFSIGNALED(status)
-               else f"exit code {os.WEXITSTATUS(status)}")
+        how = f"signal {_signal_name(os.WTERMSIG(status))}" if os.WIFSIGNALED(status) else \
+            f"exit code {os.WEXITSTATUS(status)}"
         result = ToolResult.failure("crashed", f"the call's process ended without a result ({how})")
     _reply(call.id, _final(result, seconds, limits))
+
+
+def _parse_result(data: bytes) -> ToolResult | None:
+    """The result a child wrote, or None when it wrote none (or something that is not one)."""
+    if not data.endswith(b"\n"):
+        return None
+    try:
+        fields = json.loads(data)
+        result = ToolResult(**fields)
+    except (ValueError, TypeError):
+        return None
+    ok = (isinstance(result.text, str) and isinstance(result.error, bool) and isinstance(result.truncated, bool)
+          and result.kind in ("ok", *ERROR_KINDS) and result.error == (result.kind != "ok"))
+    return result if ok else None
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
 
 
 def _final(result: ToolResult, seconds: float, limits: ToolLimits) -> ToolResult:
