@@ -86,3 +86,26 @@ def forges(arguments: dict) -> str:
         except OSError:
             continue
     os._exit(0)
+
+
+CALLS_SEEN = [0]
+
+
+@register_tool("probe", description="Says it is pure to be served by warm workers, but counts the calls its "
+               "process served (to see the workers from outside), and can sleep, burn CPU, spin or allocate.",
+               pure=True)
+def probe(arguments: dict) -> str:
+    CALLS_SEEN[0] += 1
+    op = arguments.get("op", "count")
+    if op == "sleep":
+        time.sleep(10**6)
+    elif op == "burn":  # past the workers' retirement CPU, well within the call's limit
+        end = time.process_time() + 0.15
+        while time.process_time() < end:
+            pass
+    elif op == "spin":
+        while True:
+            pass
+    elif op == "alloc":
+        bytearray(10 * 2**30)
+    return str(CALLS_SEEN[0])

@@ -56,10 +56,19 @@ def _timed(box: Sandbox, name: str, arguments: dict[str, Any], n: int) -> tuple[
 
 
 def _cpu_s(pid: int | None) -> float:
-    """CPU seconds of process `pid` and its reaped children (user + system, /proc/PID/stat)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rpartition(")")[2].split()
-    return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds of process `pid`, its reaped children and its live ones (the warm workers): user +
+    system, from /proc."""
+    def own(p: int | str) -> float:
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+        except OSError:  # it ended between the listing and the read
+            return 0.0
+        return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        children = f.read().split()
+    return own(pid) + sum(own(child) for child in children)
 
 
 def _calculator(spares: int, calls: int, warmup: int, parallel: int) -> tuple[list[float], list[float], float]:

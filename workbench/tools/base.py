@@ -133,6 +133,10 @@ class Tool:
     main_argument: str | None = None
     """The argument that a bare-text call fills (`<calc>37*48</calc>` fills the calculator's
     `expression`); None when the tool takes only JSON arguments."""
+    pure: bool = False
+    """True when a call cannot change what a later call sees (the calculator: no names, attributes or
+    imports). Such a tool's calls are served by warm worker processes that each serve many calls
+    (docs/tools.md); any other tool gets a fresh child per call."""
 
     @property
     def module(self) -> str:
@@ -157,13 +161,14 @@ TOOLS: Registry[Tool] = Registry("tool", error=ConfigError)
 
 
 def register_tool(name: str, *, description: str = "", parameters: dict[str, str] | None = None,
-                  main_argument: str | None = None) -> Callable[[Callable[[dict[str, Any]], Any]],
-                                                                 Callable[[dict[str, Any]], Any]]:
+                  main_argument: str | None = None, pure: bool = False
+                  ) -> Callable[[Callable[[dict[str, Any]], Any]], Callable[[dict[str, Any]], Any]]:
     """Decorator registering a function `fn(arguments: dict) -> str` as the tool `name` (a second
-    registration of a name raises ValueError). The function is returned unchanged."""
+    registration of a name raises ValueError). The function is returned unchanged. `pure`: see
+    `Tool.pure` (leave it False unless no call can leave anything behind for the next)."""
 
     def add(fn: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]], Any]:
-        TOOLS.add(name, Tool(name, fn, description, dict(parameters or {}), main_argument))
+        TOOLS.add(name, Tool(name, fn, description, dict(parameters or {}), main_argument, pure))
         return fn
 
     return add

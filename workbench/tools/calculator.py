@@ -12,7 +12,9 @@ rStar2-Agent and ToRL train with, cut down to arithmetic).
 2. Big numbers are refused before they are computed: a power, product or factorial whose result would
    have more than `MAX_BITS` bits raises ToolError, so `2**10**10` costs microseconds, not the
    sandbox's CPU limit. (The CPU limit still stands behind it.)
-3. A float that is a whole number below 2**53 prints as an integer ("8/2" -> "4"), so the organism's
+3. It is pure (no call can bind a name, set an attribute or import), so warm worker processes serve
+   its calls, many each, instead of a fresh child per call (docs/tools.md).
+4. A float that is a whole number below 2**53 prints as an integer ("8/2" -> "4"), so the organism's
    integer answers read the same whichever operator reached them.
 """
 
@@ -127,7 +129,7 @@ def format_value(value: Any) -> str:
 
 @register_tool("calculator", description="Evaluate one arithmetic expression (+ - * / // % **, sqrt, log, "
                "exp, sin, cos, factorial, comb, gcd, pi, e).",
-               parameters={"expression": "the expression, e.g. 37*48"}, main_argument="expression")
+               parameters={"expression": "the expression, e.g. 37*48"}, main_argument="expression", pure=True)
 def calculator(arguments: dict[str, Any]) -> str:
     """The calculator tool: `{"expression": "37*48"}` -> "1776"."""
     expression = arguments.get("expression")

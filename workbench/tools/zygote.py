@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.tools import guard
+from workbench.tools.workers import Worker, fork_worker, hand_over
 from workbench.tools.base import (ERROR_KINDS, TOOLS, ToolError, ToolFailure, ToolLimits, ToolResult, set_call_limits,
                                   truncate)
 
@@ -48,6 +49,8 @@ class Running:
     limits: ToolLimits
     started: float
     data: bytearray = field(default_factory=bytearray)
+    worker: Worker | None = None
+    """The warm worker serving it (None: a child of its own)."""
 
 
 def result_of(value: Any, limits: ToolLimits) -> ToolResult:
@@ -144,14 +147,19 @@ def _fork() -> Spare:
     return Spare(pid, request_w, result_r)
 
 
-def _start(req: dict[str, Any], sel: selectors.BaseSelector, spares: deque[Spare]) -> Running | None:
-    """Hand `req` to a spare child (or a new one); the call, running."""
+def _start(req: dict[str, Any], sel: selectors.BaseSelector, spares: deque[Spare], workers: list[Worker],
+           parallel: int) -> Running | None:
+    """Hand `req` to a warm worker (a pure tool), else to a spare child or a new one; the call, running."""
     try:
         limits = ToolLimits(**req["limits"])
     except Exception as exc:  # noqa: BLE001 - a bad request is answered, never fatal
         _reply(req.get("id"), ToolResult.failure("malformed", f"bad limits: {exc}"))
         return None
     started = time.monotonic()
+    if req.get("tool") in TOOLS and TOOLS.get(req["tool"]).pure:
+        call = _start_on_worker(req, limits, started, sel, workers, parallel)
+        if call is not None:
+            return call
     try:
         child = spares.popleft() if spares else _fork()
     except OSError as exc:  # out of processes or memory: this call fails, the zygote serves on
@@ -168,6 +176,42 @@ def _start(req: dict[str, Any], sel: selectors.BaseSelector, spares: deque[Spare
     call = Running(req.get("id"), child.pid, child.result_fd, limits, started)
     sel.register(child.result_fd, selectors.EVENT_READ, call)
     return call
+
+
+def _start_on_worker(req: dict[str, Any], limits: ToolLimits, started: float, sel: selectors.BaseSelector,
+                     workers: list[Worker], parallel: int) -> Running | None:
+    """Hand `req` to a waiting worker with the same limits (a new one if none waits and fewer than
+    `parallel` exist, retiring a waiting one with other limits to make room); None: no worker can
+    take it (the caller forks a child instead)."""
+    worker = next((w for w in workers if w.call is None and w.limits == limits), None)
+    if worker is None:
+        idle = [w for w in workers if w.call is None]
+        if len(workers) >= parallel:
+            if not idle:
+                return None
+            _retire(idle[0], sel, workers)
+        try:
+            worker = fork_worker(limits, call_tool)
+        except OSError:
+            return None
+        os.set_blocking(worker.result_fd, False)
+        sel.register(worker.result_fd, selectors.EVENT_READ, worker)
+        workers.append(worker)
+    if not hand_over(worker, req):
+        _retire(worker, sel, workers)
+        return None
+    worker.call = Running(req.get("id"), worker.pid, worker.result_fd, limits, started, worker=worker)
+    return worker.call
+
+
+def _retire(worker: Worker, sel: selectors.BaseSelector, workers: list[Worker]) -> None:
+    """End a worker: its pipes closed, its process killed and reaped, out of `workers`."""
+    sel.unregister(worker.result_fd)
+    os.close(worker.result_fd)
+    os.close(worker.request_fd)
+    _kill(worker.pid)
+    os.waitpid(worker.pid, 0)
+    workers.remove(worker)
 
 
 def _reap(call: Running, *, kill: bool) -> tuple[int, float]:
@@ -194,17 +238,29 @@ def _kill(pid: int) -> None:
         pass
 
 
-def _finish(call: Running, sel: selectors.BaseSelector, kind: str | None = None) -> None:
+def _finish(call: Running, sel: selectors.BaseSelector, workers: list[Worker], kind: str | None = None) -> None:
     """Answer `call`: with its child's result, or with the failure `kind` (timeout, output), or with
-    what its exit status says (cpu, crashed)."""
-    sel.unregister(call.fd)
-    os.close(call.fd)
-    result = _parse_result(call.data) if kind is None else None
+    what its exit status says (cpu, crashed). A worker that answered waits for its next call (unless it
+    retires); one that failed is ended like a child."""
+    worker = call.worker
+    result, retire = _parse_result(call.data) if kind is None else (None, False)
     limits = call.limits
     if result is not None:  # answer first, then reap: the caller does not wait for the child's exit
         _reply(call.id, _final(result, time.monotonic() - call.started, limits))
-        _reap(call, kill=True)
+        if worker is None:
+            sel.unregister(call.fd)
+            os.close(call.fd)
+            _reap(call, kill=True)
+        elif retire:
+            _retire(worker, sel, workers)
+        else:
+            worker.call = None
         return
+    sel.unregister(call.fd)
+    os.close(call.fd)
+    if worker is not None:
+        os.close(worker.request_fd)
+        workers.remove(worker)
     status, cpu = _reap(call, kill=kind is not None)
     seconds = time.monotonic() - call.started
     if kind == "timeout":
@@ -221,18 +277,20 @@ def _finish(call: Running, sel: selectors.BaseSelector, kind: str | None = None)
     _reply(call.id, _final(result, seconds, limits))
 
 
-def _parse_result(data: bytes) -> ToolResult | None:
-    """The result a child wrote, or None when it wrote none (or something that is not one)."""
+def _parse_result(data: bytes) -> tuple[ToolResult | None, bool]:
+    """The result a child wrote (None when it wrote none, or something that is not one), and whether
+    it is a worker retiring after it."""
     if not data.endswith(b"\n"):
-        return None
+        return None, False
     try:
         fields = json.loads(data)
+        retire = fields.pop("retire", False) is True
         result = ToolResult(**fields)
-    except (ValueError, TypeError):
-        return None
+    except (ValueError, TypeError, AttributeError):
+        return None, False
     ok = (isinstance(result.text, str) and isinstance(result.error, bool) and isinstance(result.truncated, bool)
           and result.kind in ("ok", *ERROR_KINDS) and result.error == (result.kind != "ok"))
-    return result if ok else None
+    return (result, retire) if ok else (None, False)
 
 
 def _signal_name(number: int) -> str:
@@ -262,7 +320,7 @@ def serve(parallel: int, n_spares: int) -> None:
     so that a call's latency holds no fork."""
     sel = selectors.DefaultSelector()
     sel.register(0, selectors.EVENT_READ, None)
-    buffer, queue, running, spares = b"", deque(), {}, deque()
+    buffer, queue, running, spares, workers = b"", deque(), {}, deque(), []
     while True:
         soonest = min((c.started + c.limits.wall_seconds for c in running.values()), default=None)
         timeout = None if soonest is None else max(0.0, soonest - time.monotonic())
@@ -271,25 +329,30 @@ def serve(parallel: int, n_spares: int) -> None:
             if call is None:  # a request (or the end of input)
                 chunk = os.read(0, 1 << 16)
                 if not chunk:
-                    for pid in [c.pid for c in running.values()] + [s.pid for s in spares]:
+                    for pid in [c.pid for c in running.values()] + [w.pid for w in [*spares, *workers]]:
                         _kill(pid)
                     return
                 buffer += chunk
                 *lines, buffer = buffer.split(b"\n")
                 queue.extend(json.loads(line) for line in lines if line.strip())
                 continue
+            if isinstance(call, Worker):
+                if call.call is None:  # a waiting worker's pipe: it ended, or wrote out of turn
+                    _retire(call, sel, workers)
+                    continue
+                call = call.call
             chunk = os.read(call.fd, 1 << 16)
             call.data += chunk
             too_much = len(call.data) > 12 * call.limits.max_result_chars + 4096
             if not chunk or too_much or call.data.endswith(b"\n"):  # ended, flooding, or a whole result
                 del running[call.fd]
-                _finish(call, sel, "output" if too_much else None)
+                _finish(call, sel, workers, "output" if too_much else None)
         now = time.monotonic()
         for c in [c for c in running.values() if now >= c.started + c.limits.wall_seconds]:
             del running[c.fd]
-            _finish(c, sel, "timeout")
+            _finish(c, sel, workers, "timeout")
         while queue and len(running) < parallel:
-            call = _start(queue.popleft(), sel, spares)
+            call = _start(queue.popleft(), sel, spares, workers, parallel)
             if call is not None:
                 running[call.fd] = call
         while not queue and len(spares) < n_spares and not _readable(0):
@@ -317,7 +380,7 @@ def main() -> None:
     isolated = guard.unshare_network()
     gc.collect()
     gc.freeze()  # the children's collector leaves the zygote's objects (and their pages) alone
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # a dead child's pipe raises BrokenPipeError, never kills
     ready = {"ready": True, "network_isolated": isolated, "root": os.getuid() == 0, "tools": TOOLS.names()}
     _reply_line(ready)
     serve(int(spec["parallel"]), int(spec.get("spares", 0)))
