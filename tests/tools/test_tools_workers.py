@@ -74,3 +74,8 @@ def test_calculator_is_served_by_workers(box):
     assert box.call("calculator", {"expression": "2**10**10"}).kind == "tool_error"
     assert box.call("calculator", {"expression": "1+"}).kind == "syntax"
     assert box.call("calculator", {"expression": "6*7"}).text == "42"
+
+
+def test_without_warm_workers_every_call_is_fresh():
+    with Sandbox(LIMITS, warm=False) as sandbox:
+        assert counts(sandbox, 3) == ["1", "1", "1"]

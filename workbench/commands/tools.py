@@ -18,20 +18,18 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         rounds: int = typer.Option(10, "--rounds", help="Batches."),
         fresh: int = typer.Option(10, "--fresh", help="Calls in a fresh interpreter each, for comparison (0: none)."),
         parallel: int = typer.Option(8, "--parallel", help="Calls the sandbox runs at once."),
-        spares: int = typer.Option(2, "--spares", help="Children kept waiting in the compared sandbox "
-                                   "(calculator_spares; the default sandbox keeps none)."),
         as_json: JsonOpt = False,
     ) -> None:
-        """Tool-call latency p50/p95 (calculator, python, batches, spare children, a fresh interpreter per call)."""
+        """Tool-call latency p50/p95 (calculator on warm workers and forked per call, python, batches, a fresh
+        interpreter per call)."""
         from workbench.errors import WorkbenchError
         from workbench.experiments.tools_bench import run_bench
 
         for name, value, lo in (("--calls", calls, 1), ("--batch", batch, 1), ("--rounds", rounds, 1),
-                                ("--fresh", fresh, 0), ("--parallel", parallel, 1), ("--spares", spares, 0)):
+                                ("--fresh", fresh, 0), ("--parallel", parallel, 1)):
             if value < lo:
                 raise WorkbenchError(f"bench tools: {name} must be >= {lo}, got {value}")
-        result = run_bench(calls=calls, batch=batch, rounds=rounds, fresh=fresh, parallel=parallel,
-                           spares=spares)
+        result = run_bench(calls=calls, batch=batch, rounds=rounds, fresh=fresh, parallel=parallel)
         if as_json:
             print_json(result)
         else:

@@ -8,9 +8,11 @@ Measured, each after `warmup` calls:
 - `calculator`: `calls` calls one after another, as the caller sees them (submit to result), ms;
   `sandbox_ms`: the same calls as the sandbox process timed them (hand-over to answer);
   `cpu_ms_per_call`: CPU of the sandbox process and its children per call (the figure that does not
-  depend on how busy the machine is). Half the calls in each of two sandboxes, alternating with
-- `calculator_spares`: the same with `--spares` children kept forked and waiting between calls.
-- `python`: the same for a short program of the python tool (an import, a loop, a print).
+  depend on how busy the machine is; /proc counts 10 ms ticks). Served by warm workers (the
+  calculator is pure); half the calls in each of two sandboxes, alternating with
+- `calculator_fork_per_call`: the same with a fresh child per call (`Sandbox(warm=False)`).
+- `python`: the same for a short program of the python tool (an import, a loop, a print): a fresh
+  child per call, as for every tool that is not pure.
 - `batch`: `rounds` batches of `batch` calculator calls run at once (`call_many`): the batch's wall
   time and that time per call.
 - `fresh_interpreter`: `fresh` calls each in a new `python -c` process that imports the calculator
@@ -71,10 +73,10 @@ def _cpu_s(pid: int | None) -> float:
     return own(pid) + sum(own(child) for child in children)
 
 
-def _calculator(spares: int, calls: int, warmup: int, parallel: int) -> tuple[list[float], list[float], float]:
-    """`calls` calculator calls in a sandbox keeping `spares` children waiting: caller ms, sandbox
-    ms, and the CPU seconds the sandbox process and its children spent on them."""
-    with Sandbox(ToolLimits(), parallel=parallel, spares=spares) as box:
+def _calculator(warm: bool, calls: int, warmup: int, parallel: int) -> tuple[list[float], list[float], float]:
+    """`calls` calculator calls in a sandbox with warm workers or a fresh child per call: caller ms,
+    sandbox ms, and the CPU seconds the sandbox process and its children spent on them."""
+    with Sandbox(ToolLimits(), parallel=parallel, warm=warm) as box:
         _timed(box, "calculator", {"expression": "37*48"}, warmup)
         cpu = _cpu_s(box.pid)
         outer, inner = _timed(box, "calculator", {"expression": "37*48"}, calls)
@@ -91,7 +93,7 @@ def _merge(parts: list[tuple[list[float], list[float], float]]) -> dict[str, Any
 
 
 def run_bench(*, calls: int = 300, batch: int = 32, rounds: int = 10, fresh: int = 10, warmup: int = 20,
-              parallel: int = 8, spares: int = 2) -> dict[str, Any]:
+              parallel: int = 8) -> dict[str, Any]:
     """The figures of the module docstring."""
     load_before = os.getloadavg()[0]
     t = time.perf_counter()
@@ -109,7 +111,7 @@ def run_bench(*, calls: int = 300, batch: int = 32, rounds: int = 10, fresh: int
                 raise RuntimeError("bench tools: a batched calculator call failed")
     finally:
         box.close()
-    halves = [_calculator(n, calls // 2 + calls % 2, warmup, parallel) for n in (0, spares, 0, spares)]
+    halves = [_calculator(warm, calls // 2 + calls % 2, warmup, parallel) for warm in (True, False, True, False)]
     fresh_ms = []
     for _ in range(fresh):
         t = time.perf_counter()
@@ -118,7 +120,7 @@ def run_bench(*, calls: int = 300, batch: int = 32, rounds: int = 10, fresh: int
     calc = _merge(halves[0::2])
     return {
         "calculator": calc,
-        "calculator_spares": {**_merge(halves[1::2]), "spares": spares},
+        "calculator_fork_per_call": _merge(halves[1::2]),
         "python": {**percentiles(py), "sandbox_ms": percentiles(py_inner)},
         "batch": {"size": batch, "parallel": parallel, "batch_ms": percentiles(batch_ms),
                   "per_call_ms": round(statistics.median(batch_ms) / batch, 2)},

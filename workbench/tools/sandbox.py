@@ -40,11 +40,13 @@ before it gives the call up as "timeout" and replaces the process."""
 
 class Sandbox:
     """Tool calls in limited child processes (module docstring). `parallel` children run at once;
-    more calls wait their turn in the sandbox process. `spares` children are kept forked and waiting
-    between calls (0, the default: each call forks its own when it arrives; spares measured slower on
-    a busy machine, docs/tools.md)."""
+    more calls wait their turn in the sandbox process. A pure tool's calls (the calculator) go to warm
+    workers that serve many calls each (`warm=False`: a fresh child per call for every tool). `spares`
+    children are kept forked and waiting for the other tools' calls (0, the default: each call forks
+    its own when it arrives; spares measured slower on a busy machine, docs/tools.md)."""
 
-    def __init__(self, limits: ToolLimits | None = None, *, parallel: int = 8, spares: int = 0) -> None:
+    def __init__(self, limits: ToolLimits | None = None, *, parallel: int = 8, spares: int = 0,
+                 warm: bool = True) -> None:
         if isinstance(parallel, bool) or not isinstance(parallel, int) or not 1 <= parallel <= 256:
             raise WorkbenchError(f"tools.parallel must be an integer in [1, 256], got {parallel!r}")
         if isinstance(spares, bool) or not isinstance(spares, int) or not 0 <= spares <= 256:
@@ -52,6 +54,7 @@ class Sandbox:
         self.limits = limits or ToolLimits()
         self.parallel = parallel
         self.spares = spares
+        self.warm = warm
         self.network_isolated = False
         """Whether the sandbox process left the network namespace (False: the audit hook alone)."""
         self.root = False
@@ -80,7 +83,7 @@ class Sandbox:
     def _spawn(self) -> None:
         modules = sorted({TOOLS.get(n).module for n in TOOLS.names()} - {"__main__"})
         spec = {"modules": modules, "path": [p for p in sys.path if p], "parallel": self.parallel,
-                "spares": self.spares}
+                "spares": self.spares, "warm": self.warm}
         errors = tempfile.TemporaryFile()  # read only when it fails to start; a file never blocks it
         proc = subprocess.Popen([sys.executable, "-c", ENTRY, json.dumps(spec)], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=errors, start_new_session=True)

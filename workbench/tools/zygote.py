@@ -148,7 +148,7 @@ def _fork() -> Spare:
 
 
 def _start(req: dict[str, Any], sel: selectors.BaseSelector, spares: deque[Spare], workers: list[Worker],
-           parallel: int) -> Running | None:
+           max_workers: int) -> Running | None:
     """Hand `req` to a warm worker (a pure tool), else to a spare child or a new one; the call, running."""
     try:
         limits = ToolLimits(**req["limits"])
@@ -157,7 +157,7 @@ def _start(req: dict[str, Any], sel: selectors.BaseSelector, spares: deque[Spare
         return None
     started = time.monotonic()
     if req.get("tool") in TOOLS and TOOLS.get(req["tool"]).pure:
-        call = _start_on_worker(req, limits, started, sel, workers, parallel)
+        call = _start_on_worker(req, limits, started, sel, workers, max_workers)
         if call is not None:
             return call
     try:
@@ -179,14 +179,14 @@ def _start(req: dict[str, Any], sel: selectors.BaseSelector, spares: deque[Spare
 
 
 def _start_on_worker(req: dict[str, Any], limits: ToolLimits, started: float, sel: selectors.BaseSelector,
-                     workers: list[Worker], parallel: int) -> Running | None:
+                     workers: list[Worker], max_workers: int) -> Running | None:
     """Hand `req` to a waiting worker with the same limits (a new one if none waits and fewer than
-    `parallel` exist, retiring a waiting one with other limits to make room); None: no worker can
+    `max_workers` exist, retiring a waiting one with other limits to make room); None: no worker can
     take it (the caller forks a child instead)."""
     worker = next((w for w in workers if w.call is None and w.limits == limits), None)
     if worker is None:
         idle = [w for w in workers if w.call is None]
-        if len(workers) >= parallel:
+        if len(workers) >= max_workers:
             if not idle:
                 return None
             _retire(idle[0], sel, workers)
@@ -314,10 +314,11 @@ def _reply(call_id: Any, result: ToolResult) -> None:
         view = view[os.write(1, view):]
 
 
-def serve(parallel: int, n_spares: int) -> None:
-    """The zygote's loop (module docstring): requests from stdin, one child per call, at most
-    `parallel` at once, answers on stdout. When idle it keeps `n_spares` children forked and waiting,
-    so that a call's latency holds no fork."""
+def serve(parallel: int, n_spares: int, warm: bool = True) -> None:
+    """The zygote's loop (module docstring): requests from stdin, at most `parallel` calls at once,
+    answers on stdout. A pure tool's call goes to a warm worker (at most `parallel` of them; none
+    unless `warm`), any other call to a child of its own. When idle it keeps `n_spares` children
+    forked and waiting, so that such a call's latency holds no fork."""
     sel = selectors.DefaultSelector()
     sel.register(0, selectors.EVENT_READ, None)
     buffer, queue, running, spares, workers = b"", deque(), {}, deque(), []
@@ -352,7 +353,7 @@ def serve(parallel: int, n_spares: int) -> None:
             del running[c.fd]
             _finish(c, sel, workers, "timeout")
         while queue and len(running) < parallel:
-            call = _start(queue.popleft(), sel, spares, workers, parallel)
+            call = _start(queue.popleft(), sel, spares, workers, parallel if warm else 0)
             if call is not None:
                 running[call.fd] = call
         while not queue and len(spares) < n_spares and not _readable(0):
@@ -383,7 +384,7 @@ def main() -> None:
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # a dead child's pipe raises BrokenPipeError, never kills
     ready = {"ready": True, "network_isolated": isolated, "root": os.getuid() == 0, "tools": TOOLS.names()}
     _reply_line(ready)
-    serve(int(spec["parallel"]), int(spec.get("spares", 0)))
+    serve(int(spec["parallel"]), int(spec.get("spares", 0)), bool(spec.get("warm", True)))
 
 
 def _reply_line(obj: dict[str, Any]) -> None:
