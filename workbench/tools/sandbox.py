@@ -8,9 +8,10 @@
                        ("python", {"code": "print(2**100)"})])
 
 The sandbox starts one process (`zygote.py`: the tools and the safe modules imported, the network
-left) and that process forks a fresh child per call, with the limits of `guard.py`. A call that hangs,
-allocates without end, floods its output or crashes costs only its child; the sandbox process
-answers for it and serves the next. If the sandbox process itself dies, the calls in flight come back
+left) and that process forks a fresh child per call, with the limits of `guard.py`, or hands a pure
+tool's call (the calculator's) to a warm worker behind the same walls (`workers.py`). A call that
+hangs, allocates without end, floods its output or crashes costs only its own process; the sandbox
+process answers for it and serves the next. If the sandbox process itself dies, the calls in flight come back
 as "crashed" and the next call starts a new one.
 """
 

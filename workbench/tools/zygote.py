@@ -3,14 +3,15 @@ network namespace, where the kernel allows), then forks one child per call. The 
 walls (`guard.enter`), runs the tool and writes its result to a pipe; the zygote enforces the
 wall-clock limit, caps what it reads, reaps the child and answers. A fork of this small process takes
 about a millisecond, so a call costs a few, and every call starts clean: no state, no CPU time used,
-no memory held over from the one before.
+no memory held over from the one before. A pure tool's calls (the calculator's) go instead to warm
+workers (`workers.py`): forked the same way, walls up once, many calls each.
 
 Between calls the zygote may keep children forked and waiting (`spares`, 0 by default): a call is
 handed to one that is ready, so its latency holds no fork; a replacement is forked once the zygote is
 idle. (On a busy machine that measured slower, not faster: docs/tools.md.)
 
 Protocol (one JSON object a line): started as `python -c "<ENTRY>" SPEC` (SPEC: {"modules", "path",
-"parallel", "spares"}), it answers {"ready", "network_isolated", "root", "tools"}; then each request
+"parallel", "spares", "warm"}), it answers {"ready", "network_isolated", "root", "tools"}; then each request
 {"id", "tool", "arguments", "limits"} gets {"id", "result"} (a `ToolResult` as a dict) when its
 child ends. End of input ends the zygote (its running children are killed).
 """
