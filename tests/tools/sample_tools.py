@@ -8,7 +8,7 @@ import resource
 import socket
 import time
 
-from workbench.tools import ToolError, register_tool
+from workbench.tools import ToolError, ToolFailure, register_tool
 
 
 @register_tool("sleep", description="Sleeps `seconds` (forever when absent), then says so.")
@@ -109,3 +109,8 @@ def probe(arguments: dict) -> str:
     elif op == "alloc":
         bytearray(10 * 2**30)
     return str(CALLS_SEEN[0])
+
+
+@register_tool("odd_failure", description="Ends its call with a failure kind that does not exist.")
+def odd_failure(arguments: dict) -> str:
+    raise ToolFailure("weird", "a kind of its own")

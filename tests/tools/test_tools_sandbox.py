@@ -74,6 +74,8 @@ def test_returning_100_mb_is_cut(box):
 def test_a_raise_is_a_result(box):
     result = box.call("raises", {})
     assert (result.error, result.kind, result.text) == (True, "raised", "KeyError: 'no such thing'")
+    odd = box.call("odd_failure", {})
+    assert (odd.error, odd.kind, odd.text) == (True, "raised", "a kind of its own")
     said = box.call("says_no", {"x": 3})
     assert (said.error, said.kind, said.text) == (True, "tool_error", "says_no: 3 is not allowed")
 
@@ -92,6 +94,9 @@ def test_calls_refused_before_they_run(box):
     assert box.call("calculator", ["37*48"]).kind == "malformed"
     assert box.call("calculator", {"expression": "1\udcff"}).kind == "non_utf8"
     assert box.call("calculator", {"expression": float("nan")}).kind == "malformed"
+    huge = box.call("calculator", {"expression": "1" * (2 << 20)})
+    assert (huge.kind, huge.text) == ("malformed", f"the arguments of calculator take {(2 << 20) + 18} bytes "
+                                                   f"(at most {1 << 20})")
 
 
 def test_no_file_writes(box, tmp_path):

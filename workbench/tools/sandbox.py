@@ -34,6 +34,9 @@ from workbench.tools.zygote import ENTRY
 START_TIMEOUT_S = 60.0
 """How long the sandbox process may take to import and report ready."""
 
+MAX_ARGUMENT_BYTES = 1 << 20
+"""The largest call the sandbox takes (its arguments as UTF-8 JSON); a larger one is malformed."""
+
 GRACE_S = 10.0
 """Beyond a call's wall-clock limit, how long the caller waits for the sandbox process to answer
 before it gives the call up as "timeout" and replaces the process."""
@@ -221,12 +224,15 @@ def _refuse(name: Any, arguments: Any, limits: ToolLimits) -> ToolResult | None:
         return ToolResult.failure("malformed", f"the arguments of {name} must be a JSON object, got "
                                   f"{type(arguments).__name__}", max_chars=cut)
     try:
-        json.dumps(arguments, ensure_ascii=False, allow_nan=False).encode("utf-8")
+        size = len(json.dumps(arguments, ensure_ascii=False, allow_nan=False).encode("utf-8"))
     except UnicodeEncodeError as exc:
         return ToolResult.failure("non_utf8", f"the arguments of {name} are not valid UTF-8 ({exc.reason})",
                                   max_chars=cut)
     except (TypeError, ValueError) as exc:
         return ToolResult.failure("malformed", f"the arguments of {name} are not JSON: {exc}", max_chars=cut)
+    if size > MAX_ARGUMENT_BYTES:
+        return ToolResult.failure("malformed", f"the arguments of {name} take {size} bytes (at most "
+                                  f"{MAX_ARGUMENT_BYTES})", max_chars=cut)
     return None
 
 

@@ -74,7 +74,7 @@ def call_tool(name: str, arguments: Any, limits: ToolLimits) -> ToolResult:
     try:
         return result_of(TOOLS.get(name).fn(arguments), limits)
     except ToolFailure as exc:
-        return fail(exc.kind, exc.text)
+        return fail(exc.kind if exc.kind in ERROR_KINDS else "raised", str(exc.text))
     except ToolError as exc:
         return fail("tool_error", str(exc))
     except SyntaxError as exc:
