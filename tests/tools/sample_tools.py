@@ -114,3 +114,8 @@ def probe(arguments: dict) -> str:
 @register_tool("odd_failure", description="Ends its call with a failure kind that does not exist.")
 def odd_failure(arguments: dict) -> str:
     raise ToolFailure("weird", "a kind of its own")
+
+
+def late(arguments: dict) -> str:
+    """Registered by a test after a sandbox started (tests/tools/test_tools_sandbox.py)."""
+    return "late"

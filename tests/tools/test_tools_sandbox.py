@@ -9,7 +9,7 @@ import time
 import pytest
 import sample_tools  # noqa: F401 - registers the misbehaving tools
 
-from workbench.tools import Sandbox, ToolLimits, ToolResult
+from workbench.tools import TOOLS, Sandbox, ToolLimits, ToolResult, register_tool
 
 LIMITS = ToolLimits(cpu_seconds=1, memory_mb=128, wall_seconds=1.0, max_result_chars=500)
 SLACK = ToolLimits(cpu_seconds=1, memory_mb=128, wall_seconds=60.0, max_result_chars=500)
@@ -188,3 +188,16 @@ def test_spare_children_serve_the_same():
         assert sandbox.call("sleep", {}).kind == "timeout"
         assert sandbox.call("allocate", {"gb": 10}).kind == "memory"
         check_still_serves(sandbox)
+
+
+def test_a_tool_registered_after_the_sandbox_started(box):
+    """The sandbox's process knows the tools registered when it started; a later one is unknown there
+    (a result, not a crash) until a new sandbox starts."""
+    check_still_serves(box)  # the module's sandbox is running
+    if "late" not in TOOLS:
+        register_tool("late")(sample_tools.late)
+    result = box.call("late", {})
+    assert (result.error, result.kind) == (True, "unknown_tool")
+    assert "in the sandbox" in result.text
+    with Sandbox(LIMITS) as fresh:
+        assert fresh.call("late", {}).text == "late"

@@ -11,9 +11,9 @@ handed to one that is ready, so its latency holds no fork; a replacement is fork
 idle. (On a busy machine that measured slower, not faster: docs/tools.md.)
 
 Protocol (one JSON object a line): started as `python -c "<ENTRY>" SPEC` (SPEC: {"modules", "path",
-"parallel", "spares", "warm"}), it answers {"ready", "network_isolated", "root", "tools"}; then each request
-{"id", "tool", "arguments", "limits"} gets {"id", "result"} (a `ToolResult` as a dict) when its
-child ends. End of input ends the zygote (its running children are killed).
+"parallel", "spares", "warm"}), it answers {"ready", "network_isolated", "root", "tools"}; then each
+request {"id", "tool", "arguments", "limits"} gets {"id", "result"} (a `ToolResult` as a dict) when
+its call ends. End of input ends the zygote (its running children are killed).
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.tools import guard
-from workbench.tools.workers import Worker, fork_worker, hand_over
 from workbench.tools.base import (ERROR_KINDS, TOOLS, ToolError, ToolFailure, ToolLimits, ToolResult, set_call_limits,
                                   truncate)
+from workbench.tools.workers import Worker, fork_worker, hand_over
 
 ENTRY = "from workbench.tools.zygote import main; main()"
 
@@ -71,6 +71,8 @@ def result_of(value: Any, limits: ToolLimits) -> ToolResult:
 def call_tool(name: str, arguments: Any, limits: ToolLimits) -> ToolResult:
     """Run the tool `name` here (inside the child, behind its walls); every failure is a result."""
     fail = lambda kind, text: ToolResult.failure(kind, text, max_chars=limits.max_result_chars)  # noqa: E731
+    if name not in TOOLS:  # registered in the caller after this process started
+        return fail("unknown_tool", f"unknown tool {name!r} in the sandbox; tools: {', '.join(TOOLS.names())}")
     try:
         return result_of(TOOLS.get(name).fn(arguments), limits)
     except ToolFailure as exc:
