@@ -85,8 +85,12 @@ class Sandbox:
         return self
 
     def _spawn(self) -> None:
-        modules = sorted({TOOLS.get(n).module for n in TOOLS.names()} - {"__main__"})
-        spec = {"modules": modules, "path": [p for p in sys.path if p], "parallel": self.parallel,
+        tools = [TOOLS.get(n) for n in TOOLS.names()]
+        modules = sorted({t.module for t in tools} - {"__main__"})
+        late = [{"name": t.name, "module": t.module, "qualname": t.fn.__qualname__, "description": t.description,
+                 "parameters": t.parameters, "main_argument": t.main_argument, "pure": t.pure}
+                for t in tools if t.module != "__main__"]
+        spec = {"modules": modules, "tools": late, "path": [p for p in sys.path if p], "parallel": self.parallel,
                 "spares": self.spares, "warm": self.warm}
         errors = tempfile.TemporaryFile()  # read only when it fails to start; a file never blocks it
         proc = subprocess.Popen([sys.executable, "-c", ENTRY, json.dumps(spec)], stdin=subprocess.PIPE,

@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.tools import guard
-from workbench.tools.base import (ERROR_KINDS, TOOLS, ToolError, ToolFailure, ToolLimits, ToolResult, set_call_limits,
-                                  truncate)
+from workbench.tools.base import (ERROR_KINDS, TOOLS, Tool, ToolError, ToolFailure, ToolLimits, ToolResult,
+                                  set_call_limits, truncate)
 from workbench.tools.workers import Worker, fork_worker, hand_over
 
 ENTRY = "from workbench.tools.zygote import main; main()"
@@ -381,6 +381,7 @@ def main() -> None:
 
     for name in spec["modules"]:
         importlib.import_module(name)
+    _register_late(spec.get("tools", []))
     isolated = guard.unshare_network()
     gc.collect()
     gc.freeze()  # the children's collector leaves the zygote's objects (and their pages) alone
@@ -388,6 +389,21 @@ def main() -> None:
     ready = {"ready": True, "network_isolated": isolated, "root": os.getuid() == 0, "tools": TOOLS.names()}
     _reply_line(ready)
     serve(int(spec["parallel"]), int(spec.get("spares", 0)), bool(spec.get("warm", True)))
+
+
+def _register_late(tools: list[dict[str, Any]]) -> None:
+    """Register the caller's tools that importing their modules did not register (a module-level
+    function registered by a call, not a decorator); one that cannot be found by its module and
+    qualified name (a lambda, a nested function) stays unknown here."""
+    for spec in tools:
+        if spec["name"] in TOOLS or "<" in spec["qualname"]:
+            continue
+        fn: Any = sys.modules.get(spec["module"])
+        for part in spec["qualname"].split("."):
+            fn = getattr(fn, part, None)
+        if callable(fn):
+            TOOLS.add(spec["name"], Tool(spec["name"], fn, spec["description"], spec["parameters"],
+                                         spec["main_argument"], spec["pure"]))
 
 
 def _reply_line(obj: dict[str, Any]) -> None:
