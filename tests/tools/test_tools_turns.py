@@ -60,6 +60,14 @@ def test_hermes_calls_run_in_parallel(box):
     assert (turns[8].result.kind, turns[8].more) == ("unknown_tool", True)
 
 
+def test_a_call_that_is_not_utf8(box):
+    """Text decoded with surrogateescape keeps undecodable bytes as lone surrogates: such a call is a
+    non_utf8 result, and the episode goes on."""
+    text = b"<calc>1+\xff</calc>".decode("utf-8", errors="surrogateescape")
+    (turn,) = run_round(box, [text], [0], CONFIG)
+    assert (turn.parsed.kind, turn.result.kind, turn.more) == ("call", "non_utf8", True)
+
+
 def test_rows_and_counts_must_match(box):
     with pytest.raises(ValueError, match="2 texts but 1 call counts"):
         run_round(box, ["a", "b"], [0], CONFIG)
