@@ -36,12 +36,25 @@ from workbench.errors import DataError
 ROLES = ("system", "user", "assistant", "tool")
 """The roles a turn may have."""
 
-TOOL_ERRORS = ("syntax", "timeout", "memory", "output", "exception", "unknown_tool", "malformed_call",
-               "unterminated_call", "non_text", "non_utf8", "limit")
-"""The kinds a failed tool call is recorded under (`tool_calls.error`): the tool's own failure (syntax
-error, exception, a result that is not text), a limit it hit (CPU or wall time, memory, output size), a
-call the model wrote that could not be run (unknown tool, malformed or unterminated call), or `limit`:
-the episode's own limit on tool calls was reached. The model sees each as a tool result."""
+TOOL_ERRORS = (
+    "syntax",          # the call's code or expression does not parse
+    "refused",         # it uses something the tool does not allow (a name, an import, a file, the network)
+    "tool_error",      # the tool said no (a bad argument, a division by zero, a number too large)
+    "raised",          # the tool raised another exception
+    "timeout",         # it ran past its wall-clock limit and was killed
+    "cpu",             # it ran past its CPU-time limit and was killed
+    "memory",          # it ran past its memory limit
+    "output",          # it produced more output than the sandbox reads
+    "non_text",        # the tool returned something other than a string
+    "non_utf8",        # its text (or the call's) cannot be encoded as UTF-8
+    "crashed",         # its process died without a result (a signal), or the sandbox itself failed
+    "unknown_tool",    # the call names no registered tool
+    "malformed",       # the call's text is not a valid call (bad JSON, no name, arguments not a table)
+    "unterminated",    # the text ends inside a call
+    "too_many_calls",  # the episode already made its allowed number of calls
+)
+"""Every way a tool call can fail (`tool_calls.error`; `workbench/tools` reports the same kinds). The model
+sees each as the call's result; none stops a run."""
 
 FINISH_REASONS = ("stop", "length", "turns", "tool_calls", "model_tokens", "total_tokens", "error")
 """Why an episode (its last assistant turn) ended: the model stopped, hit `max_new_tokens` in a turn, or

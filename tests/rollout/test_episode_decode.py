@@ -135,7 +135,7 @@ def test_a_tool_runner_that_raises_becomes_a_result_the_model_sees(model, tokeni
     batch = decode_episodes(backend, prompts, SAMPLE, limits=limits, call_end_ids=_digits(tokenizer),
                             run_tool=boom, result_tokens=_result_tokens(tokenizer), seeds=[2] * len(prompts))
     calls = [t.call for row in batch.turns for t in row if t.role == "tool"]
-    assert calls and all(c.error == "exception" and "the tool fell over" in c.result for c in calls)
+    assert calls and all(c.error == "raised" and "the tool fell over" in c.result for c in calls)
 
 
 @pytest.mark.parametrize("field, value", [("turn_tokens", 0), ("max_turns", 0), ("max_tool_calls", -1),

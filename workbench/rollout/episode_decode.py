@@ -242,7 +242,7 @@ class _Loop:
             return self.run_tool(text)
         except Exception as exc:  # a tool runner must not raise; if one does, the model sees it
             return ToolCall(name="?", arguments=text, result=f"error: {type(exc).__name__}: {exc}",
-                            error="exception")
+                            error="raised")
 
     def _collect_results(self, block: bool) -> None:
         if not self.pending:
