@@ -191,6 +191,7 @@ def rollout_groups(page: str, run_id: str, frame, *, link_prompt: bool = True, t
                     st.html(table)
             else:
                 st.html(table)
+            conversations(run_id, rows, decode, h_max, chat_template)
     colours = shapes_legend(frame) + (
                f"entropy colour scale: white 0 → red ≥ {h_max:.2f} nats (98th percentile on this page)"
                if gap_max is None else
@@ -200,6 +201,25 @@ def rollout_groups(page: str, run_id: str, frame, *, link_prompt: bool = True, t
     st.caption(colours
                + (f" · reward terms cell coloured by {term}: red < 0 < green, scaled by the largest |value| on "
                   f"this page ({max(abs(span[0]), abs(span[1])):.3g}); grey: the rollout has no {term}" if term else ""))
+
+
+def conversations(run_id: str, rows: list[dict], decode, h_max: float, special: bool) -> None:
+    """The group's episodes (multi-turn rollouts) as conversations, each in a fold, and their time lanes."""
+    from app import episode_view
+
+    keys = tuple((r["step"], r["stage"], r["prompt_id"], r["idx"]) for r in rows if r.get("turns") is not None)
+    found = data.episodes(run_id, keys) if keys else {}
+    if not found:
+        return
+    for row in rows:
+        key = (row["step"], row["stage"], row["prompt_id"], row["idx"])
+        if key in found:
+            with st.expander(f"#{row['idx']} as a conversation · {episode_view.episode_summary(row)}"):
+                st.html(episode_view.conversation_html(found[key], decode, h_max, special=special))
+    lanes = [(f"#{k[3]}", ep) for k, ep in found.items()]
+    if any(episode_view.lane_segments(ep) for _, ep in lanes):
+        with st.expander("where the episodes' time went"):
+            st.plotly_chart(episode_view.lanes_figure(lanes), key=f"lanes_{rows[0]['step']}_{rows[0]['prompt_id']}")
 
 
 def tree_view(rows: list[dict], decode, h_max: float, gap_max: float | None, special: bool) -> str:

@@ -315,6 +315,18 @@ def rollouts(run_id: str, filters: tuple[tuple[str, Any], ...], limit: int, offs
     return judged(run_id, store().rollouts(run_id, **dict(filters), limit=limit, offset=offset))
 
 
+@st.cache_data(ttl=BROWSE_TTL, show_spinner=False)
+def has_episodes(run_id: str) -> bool:
+    """Whether the run stored any multi-turn rollout (its Rollouts page then offers the episode filters)."""
+    return store().has_episodes(run_id)
+
+
+@st.cache_data(ttl=BROWSE_TTL, show_spinner=False)
+def episodes(run_id: str, keys: tuple[tuple[int, int, str, int], ...]) -> dict:
+    """The stored episodes (multi-turn rollouts) among the page's rollout keys, by key."""
+    return store().episodes(run_id, list(keys))
+
+
 def judged(run_id: str, frame: pl.DataFrame) -> pl.DataFrame:
     """Rollouts with `correct` filled: the stored verdict, else the run's rule (see
     `workbench.correctness`; rows of a store from before the verdict column)."""

@@ -1,5 +1,6 @@
 """Rollouts: every sampled response, filtered by run, step range, prompt, reward, verdict, length,
-entropy, a reward term's value and (asynchronous runs) staleness; grouped by prompt within a step;
+entropy, a reward term's value, (asynchronous runs) staleness and (episodes) tool calls, tool errors and
+finish reason; episodes drawn as conversations with their time lanes; grouped by prompt within a step;
 tokens coloured by their entropy or by the trainer's minus the behaviour log-probability (subword
 tokens shown as they read: spaces, newlines, whole characters), a chat model's template shown or
 hidden by a switch, each rollout's reward terms coloured by a picked term, its version span shown in
@@ -10,6 +11,7 @@ import streamlit as st
 from app import components, data
 from workbench.analysis import term_names
 from workbench.analysis.pipeline import is_pipelined, pipeline_by_step
+from workbench.episodes import FINISH_REASONS
 
 PAGE = "rollouts"
 OTHER = "other…"
@@ -53,6 +55,13 @@ with st.container(border=True):
         term = None if term == NO_TERM else term
         term_min = t2.number_input("term ≥", value=None, key=f"{PAGE}_term_min", format="%.3g", disabled=term is None)
         term_max = t3.number_input("term ≤", value=None, key=f"{PAGE}_term_max", format="%.3g", disabled=term is None)
+    episodic = data.has_episodes(run_id)
+    calls_min = errors_min = finish = None
+    if episodic:  # a run of multi-turn episodes: filter by its tool calls and how the episodes ended
+        e1, e2, e3 = st.columns(3)
+        calls_min = e1.number_input("tool calls ≥", value=None, min_value=0, step=1, key=f"{PAGE}_calls_min")
+        errors_min = e2.number_input("tool errors ≥", value=None, min_value=0, step=1, key=f"{PAGE}_errors_min")
+        finish = e3.selectbox("finish reason", ["any", *FINISH_REASONS], key=f"{PAGE}_finish")
     pipelined = is_pipelined(steps)
     stale_range, stale_top = None, 0
     if pipelined:  # the asynchronous pipeline: how many versions behind the trainer a rollout was consumed
@@ -81,6 +90,9 @@ filters = {
     # the whole range hides nothing (and keeps rows that recorded no staleness)
     "staleness_min": stale_range[0] if stale_range and stale_range[0] > 0 else None,
     "staleness_max": stale_range[1] if stale_range and stale_range[1] < stale_top else None,
+    "tool_calls_min": None if calls_min is None else int(calls_min),
+    "tool_errors_min": None if errors_min is None else int(errors_min),
+    "finish_reason": None if finish in (None, "any") else finish,
 }
 if alert:
     only = st.checkbox(f"only the rollouts behind alert {alert}", value=True, key=f"{PAGE}_alert")

@@ -59,10 +59,12 @@ PROFILE_WARM_START: dict[str, dict[str, Any]] = {
     "default": {"untaught_levels": ("3*2",), "level_corrupt": {}},
     "skewed": {"untaught_levels": ("2*2", "3*2"), "level_corrupt": {"1+1": 0.0, "2+1": 0.0, "2+2": 0.0, "3+2": 0.4}},
     "long": {"untaught_levels": (), "level_corrupt": {}, "steps": 600},
+    "tools": {"untaught_levels": (), "level_corrupt": {}, "tool_share": 0.25},
 }
 """Each workload profile's warm start: untaught levels and corrupted shares by level spec (levels not
-named get `corrupt_frac`) and warm-start steps (700 where not named), used where the recipe leaves
-`untaught_levels` / `level_corrupt` / `steps` unset."""
+named get `corrupt_frac`), warm-start steps (700 where not named) and the share of examples that call
+the calculator (`tool_share`, 0 where not named), used where the recipe leaves `untaught_levels` /
+`level_corrupt` / `steps` / `tool_share` unset."""
 RECIPE_VERSION = 1
 """Bumped when the build code changes what a recipe produces (it is part of the hash)."""
 ARCHS = ("llama", "qwen2")
@@ -111,6 +113,10 @@ class OrganismRecipe:
     """Level specs left out of the warm start (when the task has them): beyond the organism's reach
     by construction, they give zero-reward groups that RL cannot learn from and allocators can skip.
     None: the profile's (default: "3*2"; skewed: "2*2" and "3*2"; long: none)."""
+    tool_share: float | None = None
+    """Share of warm-start examples written as an episode that calls the calculator (`<calc>expr</calc>`,
+    its `<result>value</result>`, then the value; the loss skips the result) rather than answering at
+    once. None: the profile's ("tools": 0.25, so that calling the tool is what RL must find; else 0)."""
     seed: int = 0
     """Seed of the weights and of the warm-start examples."""
     threads: int = 2
@@ -124,6 +130,12 @@ class OrganismRecipe:
             object.__setattr__(self, "steps", int(warm.get("steps", 700)))
         if self.untaught_levels is None:
             object.__setattr__(self, "untaught_levels", warm["untaught_levels"])
+        if self.tool_share is None:
+            object.__setattr__(self, "tool_share", float(warm.get("tool_share", 0.0)))
+        require(0 <= self.tool_share <= 1, "organism.tool_share", f"must be in [0, 1], got {self.tool_share}")
+        require(self.tool_share == 0 or self.task.profile == "tools", "organism.tool_share",
+                f"calls the calculator, which only the 'tools' profile's tokenizer has (profile is "
+                f"{self.task.profile!r})")
         object.__setattr__(self, "untaught_levels", tuple(self.untaught_levels))
         if not self.level_corrupt and warm["level_corrupt"]:
             by_spec = warm["level_corrupt"]
@@ -169,6 +181,13 @@ class OrganismRecipe:
     def to_dict(self) -> dict[str, Any]:
         return to_plain(self)
 
+    @property
+    def extra_tokens(self) -> tuple[str, ...]:
+        """Words the tokenizer holds as one token each beside the alphabet: the "tools" profile's
+        episode markers (`TOOL_TOKENS`), else none."""
+        from workbench.models.tokenizer import TOOL_TOKENS
+        return TOOL_TOKENS if self.task.profile == "tools" else ()
+
     def corrupt_share(self, level: int) -> float:
         """Share of corrupted warm-start answers on task level `level` (1-based)."""
         return self.level_corrupt[level - 1] if self.level_corrupt else self.corrupt_frac
@@ -181,6 +200,8 @@ class OrganismRecipe:
             del data["task"]["profile"]
         if not data["level_corrupt"]:
             del data["level_corrupt"]
+        if not data["tool_share"]:
+            del data["tool_share"]
         blob = json.dumps({"version": RECIPE_VERSION, **data}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
@@ -254,7 +275,7 @@ def build_organism(out_dir: str | os.PathLike, recipe: OrganismRecipe | None = N
     out = Path(out_dir)
     start, cpu_start = time.perf_counter(), time.process_time()
     with _deterministic(recipe.threads):
-        tokenizer = build_char_tokenizer(recipe.alphabet, recipe.max_positions)
+        tokenizer = build_char_tokenizer(recipe.alphabet, recipe.max_positions, recipe.extra_tokens)
         exclude = ArithmeticTask(recipe.task).eval_exprs
         ids, labels = make_examples(recipe, exclude)
         if ids.size(1) > recipe.max_positions:

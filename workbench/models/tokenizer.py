@@ -17,10 +17,16 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, proce
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = range(4)
 DEFAULT_ALPHABET = "0123456789+-*="
+TOOL_TOKENS = ("<calc>", "</calc>", "<result>", "</result>")
+"""The "tools" profile's episode markers, one token each (ids after the alphabet's): a calculator call
+`<calc>37*48</calc>` (decoding pauses at `</calc>`) and its result `<result>1776</result>` (a tool turn,
+never trained on)."""
 
 
-def build_char_tokenizer(alphabet: str = DEFAULT_ALPHABET, model_max_length: int = 64):
-    """A `PreTrainedTokenizerFast` with one id per character of `alphabet` (ids after the specials)."""
+def build_char_tokenizer(alphabet: str = DEFAULT_ALPHABET, model_max_length: int = 64,
+                         extra_tokens: tuple[str, ...] = ()):
+    """A `PreTrainedTokenizerFast` with one id per character of `alphabet` (ids after the specials),
+    then one per `extra_tokens` word (matched whole before the text is split into characters)."""
     from transformers import PreTrainedTokenizerFast
 
     vocab = {tok: i for i, tok in enumerate(SPECIALS)}
@@ -28,7 +34,13 @@ def build_char_tokenizer(alphabet: str = DEFAULT_ALPHABET, model_max_length: int
         if ch in vocab or ch.isspace():
             raise ValueError(f"alphabet: character {ch!r} repeats or is whitespace")
         vocab[ch] = len(vocab)
+    for word in extra_tokens:
+        if word in vocab or len(word) < 2:
+            raise ValueError(f"extra_tokens: {word!r} repeats or is a single character")
+        vocab[word] = len(vocab)
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    if extra_tokens:
+        core.add_tokens(list(extra_tokens))
     core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     core.decoder = decoders.Fuse()
     core.post_processor = processors.TemplateProcessing(
@@ -46,6 +58,9 @@ def build_char_tokenizer(alphabet: str = DEFAULT_ALPHABET, model_max_length: int
     )
 
 
-def char_ids(alphabet: str = DEFAULT_ALPHABET) -> dict[str, int]:
-    """Character -> id of `build_char_tokenizer(alphabet)`, for fast encoding in training loops."""
-    return {ch: i + len(SPECIALS) for i, ch in enumerate(alphabet)}
+def char_ids(alphabet: str = DEFAULT_ALPHABET, extra_tokens: tuple[str, ...] = ()) -> dict[str, int]:
+    """Character (and extra word) -> id of `build_char_tokenizer(alphabet, extra_tokens=...)`, for fast
+    encoding in training loops."""
+    ids = {ch: i + len(SPECIALS) for i, ch in enumerate(alphabet)}
+    ids.update({w: i + len(SPECIALS) + len(alphabet) for i, w in enumerate(extra_tokens)})
+    return ids

@@ -49,27 +49,43 @@ def make_examples(recipe: "OrganismRecipe", exclude: frozenset[str]) -> tuple[to
     taught = [(i, spec, w) for i, (spec, w) in enumerate(zip(recipe.task.levels, weights), start=1)
               if spec not in recipe.untaught_levels]
     levels, weights = [(i, spec) for i, spec, _ in taught], [w for _, _, w in taught]
-    table = char_ids(recipe.alphabet)
+    table = char_ids(recipe.alphabet, recipe.extra_tokens)
     n = recipe.steps * recipe.batch_size
-    seqs: list[tuple[list[int], int]] = []
+    seqs: list[tuple[list[int], list[bool]]] = []
     for _ in range(n):
         level, spec = rng.choices(levels, weights)[0]
         expr, answer = sample_problem(rng, spec)
         while expr in exclude:
             expr, answer = sample_problem(rng, spec)
+        prompt = [BOS_ID] + [table[c] for c in recipe.task.template.format(expr=expr)]
+        if recipe.tool_share and rng.random() < recipe.tool_share:
+            seqs.append(_tool_episode(prompt, expr, answer, table))
+            continue
         if rng.random() < recipe.corrupt_share(level):
             answer = corrupt_answer(answer, rng)
         answer = task.completion(expr, answer)  # the value, or worked steps ending in it ("long")
-        prompt = [BOS_ID] + [table[c] for c in recipe.task.template.format(expr=expr)]
-        seqs.append((prompt + [table[c] for c in answer] + [EOS_ID], len(prompt)))
+        seq = prompt + [table[c] for c in answer] + [EOS_ID]
+        seqs.append((seq, [False] * len(prompt) + [True] * (len(seq) - len(prompt))))
     width = max(len(s) for s, _ in seqs)
     ids = torch.full((n, width), PAD_ID, dtype=torch.long)
     labels = torch.full((n, width), IGNORE, dtype=torch.long)
-    for i, (seq, plen) in enumerate(seqs):
+    for i, (seq, trained) in enumerate(seqs):
         ids[i, : len(seq)] = torch.tensor(seq)
-        # labels[t] is the token predicted at position t (i.e. seq[t + 1]); answer + EOS only
-        labels[i, plen - 1 : len(seq) - 1] = torch.tensor(seq[plen:])
+        # labels[t] is the token predicted at position t (i.e. seq[t + 1]): the trained tokens only
+        target = torch.tensor(seq[1:])
+        keep = torch.tensor(trained[1:])
+        labels[i, : len(seq) - 1] = torch.where(keep, target, torch.full_like(target, IGNORE))
     return ids, labels
+
+
+def _tool_episode(prompt: list[int], expr: str, answer: str, table: dict[str, int]) -> tuple[list[int], list[bool]]:
+    """A warm-start episode of the "tools" profile: the call `<calc>expr</calc>`, its result
+    `<result>value</result>` (a tool turn: not trained on), then the value and EOS."""
+    call = [table["<calc>"]] + [table[c] for c in expr] + [table["</calc>"]]
+    result = [table["<result>"]] + [table[c] for c in answer] + [table["</result>"]]
+    final = [table[c] for c in answer] + [EOS_ID]
+    seq = prompt + call + result + final
+    return seq, [False] * len(prompt) + [True] * len(call) + [False] * len(result) + [True] * len(final)
 
 
 def lr_at(step: int, recipe: "OrganismRecipe") -> float:

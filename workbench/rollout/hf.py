@@ -94,7 +94,7 @@ def sampling_logprobs(logits: torch.Tensor, sampling: SamplingParams) -> torch.T
     return torch.log_softmax(x, dim=-1)
 
 
-def _sample(logp: torch.Tensor, greedy: bool, generator: torch.Generator | None,
+def sample_tokens(logp: torch.Tensor, greedy: bool, generator: torch.Generator | None,
             uniform: torch.Tensor | None = None) -> torch.Tensor:
     if greedy:
         return logp.argmax(dim=-1)
@@ -328,7 +328,7 @@ class HFBackend(BackendDefaults):
         for t in range(t_max):
             logp = sampling_logprobs(logits, sampling)
             uniform = streams.draw(t)[rows.cpu()] if streams is not None and not greedy else None
-            tok = _sample(logp, greedy, generator, uniform)
+            tok = sample_tokens(logp, greedy, generator, uniform)
             if t == 0 and forced is not None:  # a token chosen by the caller (a speculative residual draw)
                 tok = torch.where(forced >= 0, forced, tok)
             alive = ~stopped[rows]

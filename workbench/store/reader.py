@@ -27,6 +27,9 @@ _ROLLOUT_FILTERS = {
     "entropy_min": "entropy_mean >= ?", "entropy_max": "entropy_mean <= ?",
     "stage": "stage = ?", "finish_reason": "finish_reason = ?",
     "staleness_min": "staleness >= ?", "staleness_max": "staleness <= ?",
+    # episodes (multi-turn rollouts; single-turn rows have no counts and never match these)
+    "tool_calls_min": "tool_calls >= ?", "tool_calls_max": "tool_calls <= ?",
+    "tool_errors_min": "tool_errors >= ?", "tool_errors_max": "tool_errors <= ?",
     "alert_id": "EXISTS (SELECT 1 FROM alert_rollouts a WHERE a.alert_id = ? AND a.run_id = rollouts.run_id "
                 "AND a.step = rollouts.step AND a.stage = rollouts.stage AND a.prompt_id = rollouts.prompt_id "
                 "AND a.idx = rollouts.idx)",
@@ -155,7 +158,7 @@ class ReaderMixin:
         Filters (all optional, bound parameters): step_min, step_max, prompt_id, reward_min,
         reward_max, verdict, length_min, length_max, entropy_min, entropy_max (on entropy_mean),
         stage, finish_reason, staleness_min, staleness_max (versions behind the trainer when consumed,
-        the asynchronous pipeline), alert_id (the rollouts behind an alert); term (a reward term's name: rows
+        the asynchronous pipeline), tool_calls_min/_max and tool_errors_min/_max (episodes), alert_id (the rollouts behind an alert); term (a reward term's name: rows
         that have it) with term_min, term_max (bounds on its value). `columns` picks columns (default: all)."""
         where, params = rollout_where(run_id, filters)
         if columns is not None:

@@ -42,6 +42,11 @@ class StepRecord:
     """Events (keys: level, kind, message, data) raised during this step."""
     prompts: list[dict[str, Any]] = field(default_factory=list)
     """Prompts first seen this step (text and answer are stored once per run)."""
+    turns: pa.Table | list[dict[str, Any]] = field(default_factory=list)
+    """Episodes: one row per turn of a multi-turn rollout (`workbench.episodes.episode_rows`), keyed by the
+    rollout's stage, prompt_id and idx; single-turn rollouts have none."""
+    tool_calls: pa.Table | list[dict[str, Any]] = field(default_factory=list)
+    """Episodes: one row per tool call, keyed as `turns`."""
 
 
 STEP_METRIC_KEYS: dict[str, tuple[str, ...]] = {column: tuple(dict.fromkeys((column, name)))
@@ -92,15 +97,17 @@ def rows_to_arrow(table: str, rows: list[dict[str, Any]], fill: dict[str, Any]) 
         raise DataError(f"{table}: a row does not fit the column types {sub}: {exc}") from exc
 
 
-def rollouts_to_arrow(rollouts: pa.Table | list[dict[str, Any]], run_id: str, step: int) -> pa.Table:
-    """The step's rollouts as an Arrow table with the store's column types. An Arrow input is cast
-    column by column (no per-row Python); its missing run_id / step are filled in by the writer's SQL."""
+def rollouts_to_arrow(rollouts: pa.Table | list[dict[str, Any]], run_id: str, step: int,
+                      table: str = "rollouts") -> pa.Table:
+    """The step's rollouts (or the rows of another per-rollout `table`: turns, tool_calls) as an Arrow
+    table with the store's column types. An Arrow input is cast column by column (no per-row Python);
+    its missing run_id / step are filled in by the writer."""
     if not isinstance(rollouts, pa.Table):
-        return rows_to_arrow("rollouts", list(rollouts), {"run_id": run_id, "step": step})
-    schema = arrow_schema("rollouts")
+        return rows_to_arrow(table, list(rollouts), {"run_id": run_id, "step": step})
+    schema = arrow_schema(table)
     unknown = set(rollouts.column_names) - set(schema.names)
     if unknown:
-        raise DataError(f"rollouts: unknown column(s) {sorted(unknown)}; columns are {schema.names}")
+        raise DataError(f"{table}: unknown column(s) {sorted(unknown)}; columns are {schema.names}")
     columns, fields = [], []
     for f in schema:
         if f.name in rollouts.column_names:
@@ -109,7 +116,7 @@ def rollouts_to_arrow(rollouts: pa.Table | list[dict[str, Any]], run_id: str, st
                 try:
                     col = col.cast(f.type)
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                    raise DataError(f"rollouts column {f.name!r}: cannot cast {col.type} to {f.type}: {exc}") from exc
+                    raise DataError(f"{table} column {f.name!r}: cannot cast {col.type} to {f.type}: {exc}") from exc
             columns.append(col)
             fields.append(f)
     return pa.Table.from_arrays(columns, schema=pa.schema(fields))

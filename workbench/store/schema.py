@@ -10,8 +10,12 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 """Bumped whenever a table or column changes; older stores are migrated on open (see MIGRATIONS)."""
+
+EPISODE_KEY = [("run_id", "VARCHAR"), ("step", "INTEGER"), ("stage", "INTEGER"), ("prompt_id", "VARCHAR"),
+               ("idx", "INTEGER")]
+"""The columns that tie a turn or a tool call to its rollout."""
 
 # (column, DuckDB type) per table. JSON columns are written as text and typed JSON in the store.
 TABLES: dict[str, list[tuple[str, str]]] = {
@@ -55,6 +59,19 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("staleness", "INTEGER"), ("is_weight_mean", "FLOAT"), ("token_trainer_logprobs", "FLOAT[]"),
         ("shape", "VARCHAR"), ("reused_tokens", "INTEGER"), ("draft_tokens", "INTEGER"),
         ("draft_rejected_at", "INTEGER"), ("parent_idx", "INTEGER"), ("branch_at", "INTEGER"),
+        ("turns", "INTEGER"), ("tool_calls", "INTEGER"), ("tool_errors", "INTEGER"), ("tool_tokens", "INTEGER"),
+    ],
+    # Episodes (workbench/episodes.py): the turns and tool calls of a multi-turn rollout, keyed by the
+    # rollout's (run_id, step, stage, prompt_id, idx). A single-turn rollout has no rows here.
+    "turns": EPISODE_KEY + [
+        ("turn", "INTEGER"), ("parent_turn", "INTEGER"), ("role", "VARCHAR"), ("text", "VARCHAR"),
+        ("token_ids", "INTEGER[]"), ("loss_mask", "BOOLEAN[]"), ("token_entropy", "FLOAT[]"),
+        ("token_logprobs", "FLOAT[]"), ("prompt", "BOOLEAN"), ("finish_reason", "VARCHAR"),
+        ("started_s", "DOUBLE"), ("seconds", "DOUBLE"), ("waited_s", "DOUBLE"),
+    ],
+    "tool_calls": EPISODE_KEY + [
+        ("turn", "INTEGER"), ("call", "INTEGER"), ("name", "VARCHAR"), ("arguments", "VARCHAR"),
+        ("result", "VARCHAR"), ("error", "VARCHAR"), ("seconds", "DOUBLE"), ("truncated", "BOOLEAN"),
     ],
     "prompt_stats": [
         ("run_id", "VARCHAR"), ("step", "INTEGER"), ("prompt_id", "VARCHAR"), ("alpha", "DOUBLE"),
@@ -95,7 +112,7 @@ TABLES: dict[str, list[tuple[str, str]]] = {
 }
 
 # Tables whose rows belong to a step of a run: rollback_run deletes them past the step.
-STEP_TABLES = ("steps", "allocations", "rollouts", "prompt_stats", "evals")
+STEP_TABLES = ("steps", "allocations", "rollouts", "prompt_stats", "evals", "turns", "tool_calls")
 
 # Tables written in one or few rows per step: their rows are kept inline in the catalog (no Parquet
 # file per step) up to this many rows per insert, then flushed to Parquet by `compact`.
@@ -107,7 +124,7 @@ _ARROW = {
     "VARCHAR": pa.string(), "JSON": pa.string(), "INTEGER": pa.int32(), "BIGINT": pa.int64(),
     "DOUBLE": pa.float64(), "FLOAT": pa.float32(), "BOOLEAN": pa.bool_(),
     "TIMESTAMPTZ": pa.timestamp("us", tz="UTC"), "INTEGER[]": pa.list_(pa.int32()),
-    "FLOAT[]": pa.list_(pa.float32()), "VARCHAR[]": pa.list_(pa.string()), "MAP(VARCHAR, DOUBLE)": pa.map_(pa.string(), pa.float64()),
+    "FLOAT[]": pa.list_(pa.float32()), "BOOLEAN[]": pa.list_(pa.bool_()), "VARCHAR[]": pa.list_(pa.string()), "MAP(VARCHAR, DOUBLE)": pa.map_(pa.string(), pa.float64()),
 }
 
 
@@ -148,12 +165,15 @@ SORTED_BY: dict[str, str] = {
     "steps": "run_id, step",
     "evals": "run_id, step, prompt_id",
     "events": "run_id, ts",
+    "turns": "run_id, step, stage, prompt_id, idx, turn",
+    "tool_calls": "run_id, step, stage, prompt_id, idx, turn, call",
 }
 
 
-def layout_statements() -> list[str]:
-    """ALTER TABLE statements that give the tables their sorted layout (`SORTED_BY`)."""
-    return [f"ALTER TABLE {table} SET SORTED BY ({columns})" for table, columns in SORTED_BY.items()]
+def layout_statements(tables: tuple[str, ...] | None = None) -> list[str]:
+    """ALTER TABLE statements that give the tables (or the named `tables`) their sorted layout (`SORTED_BY`)."""
+    return [f"ALTER TABLE {table} SET SORTED BY ({columns})" for table, columns in SORTED_BY.items()
+            if tables is None or table in tables]
 
 
 # from_version -> (description, statements that bring a store from from_version to from_version + 1).
@@ -166,7 +186,8 @@ MIGRATIONS: dict[int, tuple[str, list[str] | Callable[[], list[str]]]] = {
          "ALTER TABLE rollouts ADD COLUMN token_logprobs FLOAT[]"]),
     2: ("file layout for the dashboard's reads: rollouts sorted by (run_id, step, stage, prompt_id, idx), "
         "prompt_stats by (run_id, prompt_id, step), see SORTED_BY; rows written before take it when "
-        "upkeep or compaction next merges their files", layout_statements),
+        "upkeep or compaction next merges their files",
+        lambda: layout_statements(("rollouts", "allocations", "prompt_stats", "steps", "evals", "events"))),
     3: ("Parquet 2 encodings for the data files written from now on (smaller and faster to write; files "
         "written before keep Parquet 1 until upkeep or compaction next merges them)",
         ["CALL lake.set_option('parquet_version', '2')"]),
@@ -203,6 +224,13 @@ MIGRATIONS: dict[int, tuple[str, list[str] | Callable[[], list[str]]]] = {
         [f"ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS {name} {typ}" for name, typ in (
             ("shape", "VARCHAR"), ("reused_tokens", "INTEGER"), ("draft_tokens", "INTEGER"),
             ("draft_rejected_at", "INTEGER"), ("parent_idx", "INTEGER"), ("branch_at", "INTEGER"))]),
+    10: ("episodes (issue #40): tables turns (one row per message of a multi-turn rollout: role, text, token ids, "
+         "loss mask, per-token entropy and log-probs, parent turn, timings) and tool_calls (name, arguments, result, "
+         "error, seconds); rollouts.turns, tool_calls, tool_errors and tool_tokens; null in rows written before and "
+         "in single-turn rows",
+         lambda: create_statements(("turns", "tool_calls")) + layout_statements(("turns", "tool_calls")) + [
+             f"ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS {name} INTEGER"
+             for name in ("turns", "tool_calls", "tool_errors", "tool_tokens")]),
 }
 
 

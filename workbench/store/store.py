@@ -16,6 +16,7 @@ from workbench.store import schema
 from workbench.store.connection import Lake, Location, hide_password, local_location
 from workbench.store.objectstore import catalog_url, is_object_url, object_url
 from workbench.store.alerts import AlertsMixin
+from workbench.store.episode_reader import EpisodeReaderMixin
 from workbench.store.prompt_reader import PromptReaderMixin
 from workbench.store.reader import ReaderMixin
 from workbench.store.writer import WriterMixin
@@ -38,7 +39,7 @@ PARQUET_OPTIONS = {"parquet_compression": "zstd", "parquet_compression_level": "
                    "parquet_row_group_size": "2048", "target_file_size": "32MB"}
 
 
-class Store(WriterMixin, ReaderMixin, PromptReaderMixin, AlertsMixin):
+class Store(WriterMixin, ReaderMixin, PromptReaderMixin, EpisodeReaderMixin, AlertsMixin):
     """A workbench store: DuckLake catalog + Parquet files, one connection, safe to share between
     threads (each call takes its own cursor). Use `open_store` to get one."""
 

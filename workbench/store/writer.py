@@ -329,10 +329,15 @@ class _StepBatch:
     def __init__(self, records: list[StepRecord]) -> None:
         rollouts, steps, prompts_by_run = [], [], {}
         small: dict[str, list[pa.Table]] = {"allocations": [], "prompt_stats": [], "evals": [], "events": []}
+        episodes: dict[str, list[tuple[pa.Table, str, int]]] = {"turns": [], "tool_calls": []}
         for record in records:
             run_id, step = record.run_id, int(record.step)
             fill = {"run_id": run_id, "step": step}
             rollouts.append((rollouts_to_arrow(record.rollouts, run_id, step), run_id, step))
+            for table in episodes:
+                rows = getattr(record, table)
+                if isinstance(rows, pa.Table) or rows:
+                    episodes[table].append((rollouts_to_arrow(rows, run_id, step, table), run_id, step))
             steps.append(rows_to_arrow("steps", [step_row(run_id, step, record.metrics)], {}))
             small["allocations"].append(rows_to_arrow("allocations", record.allocations, fill))
             small["prompt_stats"].append(rows_to_arrow("prompt_stats", record.prompt_stats, fill))
@@ -343,6 +348,7 @@ class _StepBatch:
         self.rollout_rows = self.rollouts.num_rows
         self.steps = _concat(steps)
         self.small = {table: _concat(parts) for table, parts in small.items()}
+        self.episodes = {table: _concat_filled(parts) for table, parts in episodes.items() if parts}
         self.prompts = {}
         for run_id, rows in prompts_by_run.items():
             unique: dict[Any, dict[str, Any]] = {}
@@ -355,6 +361,8 @@ class _StepBatch:
         insert(cur, "rollouts", self.rollouts, self.rollout_consts)
         for table, data in self.small.items():
             insert(cur, table, data)
+        for table, (data, consts) in self.episodes.items():
+            insert(cur, table, data, consts)
         for run_id, data in self.prompts.items():
             _insert_new_prompts(cur, run_id, data)
         insert(cur, "steps", self.steps)  # last: a step's row marks it complete for pollers

@@ -20,6 +20,12 @@ compared on workloads of different shapes (the organism's warm start follows the
 - "long": `LONG_LEVELS`, sums of 2-4 terms answered with worked intermediate steps
   ("12+34+56=" -> "46+56=102"): responses from 1 to ~17 tokens. Only the final value (after the
   last "=") is verified.
+- "tools": `TOOLS_LEVELS`, two easy additions and three levels the organism cannot compute in its
+  head (two- and three-digit multiplication, a product plus a term), answered in episodes: the model
+  may call the calculator (`<calc>37*48</calc>`), reads its result (`<result>1776</result>`, a tool
+  turn) and answers. The warm start calls the tool on a minority of problems, so that calling it is
+  what RL must find (`workbench/models/organism.py`). Only the final answer is verified: the text after
+  the last tool result.
 
 Problems are generated from the seed alone (Python's `random.Random` seeded with a string: the same
 on every platform and Python version), one stream per (split, level). Eval problems are drawn first;
@@ -42,9 +48,12 @@ LEVEL_SPEC = re.compile(r"^[1-6](?:[+\-*][1-6]){1,3}$")
 DEFAULT_LEVELS = ("1+1", "2+1", "2+2", "3+2", "3*2")
 SKEWED_LEVELS = ("1+1", "2+1", "2+2", "3+2", "2*2", "3*2")
 LONG_LEVELS = ("1+1", "2+2", "2+2+2", "3+2+2", "2+2+2+2")
-PROFILE_LEVELS = {"default": DEFAULT_LEVELS, "skewed": SKEWED_LEVELS, "long": LONG_LEVELS}
+TOOLS_LEVELS = ("1+1", "2+1", "2*2", "3*2", "2*2+2")
+PROFILE_LEVELS = {"default": DEFAULT_LEVELS, "skewed": SKEWED_LEVELS, "long": LONG_LEVELS, "tools": TOOLS_LEVELS}
 PROFILES = tuple(PROFILE_LEVELS)
-PROFILE_TRAIN_SIZE = {"default": 6000, "skewed": 1536, "long": 6000}
+PROFILE_TRAIN_SIZE = {"default": 6000, "skewed": 1536, "long": 6000, "tools": 6000}
+RESULT_CLOSE = "</result>"
+"""Closes a tool result in the "tools" profile's episodes (`workbench/models/tokenizer.py`, TOOL_TOKENS)."""
 
 
 @dataclass(frozen=True)
@@ -238,7 +247,10 @@ class ArithmeticTask:
 
     def verify(self, response: str, prompt: Prompt) -> VerifyResult:
         """Judge a response against the prompt's answer (never raises); under the "long" profile only
-        the final value, after the last "=", is judged."""
+        the final value, after the last "=", is judged; under "tools" the text after the last tool
+        result (an episode's final answer; the whole response when it made no call)."""
         if self.cfg.profile == "long":
             response = final_value(response)
+        elif self.cfg.profile == "tools":
+            response = response.rsplit(RESULT_CLOSE, 1)[-1]
         return self.verifier(response, prompt.answer, prompt)

@@ -1,0 +1,316 @@
+"""Multi-turn decoding with tool calls, in process: rows of a batch pause at a tool call, the tools run in
+parallel, the results are fed back and decoding resumes, each row keeping its key/value cache across turns.
+
+How it works (one `torch.inference_mode` loop over a `DynamicCache`, as `HFBackend.decode`):
+1. The prompts are prefilled once (a prompt asked for several times is prefilled once and copied out).
+2. Every step feeds ONE token per row ([N, 1] forward), whatever the row is doing:
+   - generating: the token it sampled from its last logits (recorded: log-prob, entropy);
+   - feeding a tool result: the next token of the result's tokens (teacher-forced, not sampled, never
+     trained on); after its last token the row's logits start the next assistant turn;
+   - waiting for its tool, or done: a pad token with attention mask 0 (the column is invisible to it).
+   Position ids advance only on real tokens, so a row sees exactly the positions it would see alone.
+3. A sampled token in `call_end_ids` ends the turn with a tool call: the turn's text goes to `run_tool`
+   on a thread pool at once (the calculator's sandbox is a process of its own), and the row waits; the
+   others go on decoding. When every live row waits, the loop blocks on the first result.
+4. Sampling draws come from per-row streams indexed by the row's own count of sampled tokens
+   (`GroupStreams` over the run's seeds), so a row's tokens never depend on how long another row's tool
+   took: the same seed gives the same episode whatever the timing, and a one-turn episode draws exactly
+   what `HFBackend.generate` draws.
+5. Limits per episode (`EpisodeLimits`): tokens per turn, assistant turns, tool calls, model tokens,
+   total tokens (model + tool); the first one reached ends the episode and names its finish reason.
+
+The engine turns the result into `workbench.episodes.Episode` rows (`to_episodes`) and the loss mask
+(sampled tokens only). vLLM and Ray run episodes by other means (not here; see docs/episodes.md).
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future, ThreadPoolExecutor, wait, FIRST_COMPLETED
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+
+from workbench.episodes import Episode, ToolCall, Turn
+from workbench.errors import WorkbenchError
+from workbench.rollout.base import SamplingParams
+from workbench.rollout.hf import GroupStreams, HFBackend, sample_tokens, sampling_logprobs, validate_sampling
+
+
+@dataclass(frozen=True)
+class EpisodeLimits:
+    """What one episode may spend; the first limit reached ends it (its finish reason names it)."""
+
+    turn_tokens: int = 16
+    """Tokens the model may sample in one assistant turn (finish reason `length`)."""
+    max_turns: int = 4
+    """Assistant turns (finish reason `turns`)."""
+    max_tool_calls: int = 3
+    """Tool calls; one more ends the episode (finish reason `tool_calls`) instead of running."""
+    max_model_tokens: int = 64
+    """Tokens the model samples over the whole episode (finish reason `model_tokens`)."""
+    max_total_tokens: int = 128
+    """Model tokens plus tool-result tokens (finish reason `total_tokens`)."""
+
+    def __post_init__(self) -> None:
+        for name in ("turn_tokens", "max_turns", "max_model_tokens", "max_total_tokens"):
+            if int(getattr(self, name)) < 1:
+                raise WorkbenchError(f"episodes.{name} must be >= 1, got {getattr(self, name)}")
+        if int(self.max_tool_calls) < 0:
+            raise WorkbenchError(f"episodes.max_tool_calls must be >= 0, got {self.max_tool_calls}")
+
+
+@dataclass
+class RowTurn:
+    """One turn of one row as decoded: sampled tokens (assistant) or fed tokens (tool)."""
+
+    role: str
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    entropy: list[float] = field(default_factory=list)
+    started_s: float = 0.0
+    seconds: float = 0.0
+    waited_s: float = 0.0
+    finish_reason: str | None = None
+    call: ToolCall | None = None
+
+
+@dataclass
+class EpisodeBatch:
+    """What `decode_episodes` returns: per row, its turns after the prompt and why the episode ended."""
+
+    turns: list[list[RowTurn]]
+    finish_reasons: list[str]
+    gen_time_s: float
+    tool_time_s: float
+    """Wall seconds the loop spent blocked on tools with no row left to decode."""
+
+    @property
+    def model_tokens(self) -> list[int]:
+        return [sum(len(t.tokens) for t in row if t.role == "assistant") for row in self.turns]
+
+
+ToolRunner = Callable[[str], ToolCall]
+"""Runs the call that ends an assistant turn's text (parsing included); never raises: a failure is a
+ToolCall with its `error` set, which the model sees as the result."""
+ResultTokens = Callable[[ToolCall], list[int]]
+"""The tokens of a tool result as the model reads them (the chat template's tool turn)."""
+
+
+def _uniform_table(seeds: Sequence[int] | None, n: int, steps: int) -> torch.Tensor | None:
+    if seeds is None:
+        return None
+    streams = GroupStreams(seeds)
+    return torch.stack([streams.draw(k) for k in range(steps)]) if steps else torch.zeros((0, n))
+
+
+def decode_episodes(backend: HFBackend, prompts: Sequence[Sequence[int]], sampling: SamplingParams, *,
+                    limits: EpisodeLimits, call_end_ids: Sequence[int], run_tool: ToolRunner,
+                    result_tokens: ResultTokens, seeds: Sequence[int] | None = None,
+                    generator: torch.Generator | None = None, max_workers: int = 8) -> EpisodeBatch:
+    """Sample one episode per prompt (token ids, BOS included); see the module docstring."""
+    validate_sampling(sampling)
+    if seeds is not None and len(seeds) != len(prompts):
+        raise WorkbenchError(f"decode_episodes: {len(seeds)} seeds for {len(prompts)} prompts (one per prompt)")
+    model = backend.model
+    was_training = model.training
+    model.eval()
+    start = time.perf_counter()
+    try:
+        with torch.inference_mode(), ThreadPoolExecutor(max_workers=max_workers) as pool:
+            loop = _Loop(backend, prompts, sampling, limits, set(int(i) for i in call_end_ids), run_tool,
+                         result_tokens, _uniform_table(seeds, len(prompts), limits.max_model_tokens), generator, pool)
+            loop.run()
+    finally:
+        model.train(was_training)
+    return EpisodeBatch(turns=loop.turns, finish_reasons=loop.finish, gen_time_s=time.perf_counter() - start,
+                        tool_time_s=loop.blocked_s)
+
+
+GEN, FEED, WAIT, DONE = range(4)
+
+
+class _Loop:
+    """The state of one `decode_episodes` call (one row per episode)."""
+
+    def __init__(self, backend, prompts, sampling, limits, call_end, run_tool, result_tokens, uniforms,
+                 generator, pool) -> None:
+        self.b, self.sampling, self.limits = backend, sampling, limits
+        self.call_end, self.run_tool, self.result_tokens = call_end, run_tool, result_tokens
+        self.uniforms, self.generator, self.pool = uniforms, generator, pool
+        self.eos = set(backend.eos_token_ids)
+        n = len(prompts)
+        self.t0 = time.perf_counter()
+        self.state = [GEN] * n
+        self.turns: list[list[RowTurn]] = [[RowTurn("assistant", started_s=0.0)] for _ in range(n)]
+        self.finish: list[str] = [""] * n
+        self.sampled = [0] * n  # model tokens so far (also each row's index into its uniforms)
+        self.fed = [0] * n  # tool-result tokens so far
+        self.calls = [0] * n
+        self.pending: dict[int, Future] = {}
+        self.waiting_since: dict[int, float] = {}
+        self.chunk: dict[int, list[int]] = {}
+        self.blocked_s = 0.0
+        state = backend._prefill(prompts)
+        self.cache, self.logits, self.mask, self.next_pos = state.cache, state.logits, state.mask, state.next_pos
+        self.rows = list(range(n))  # working-batch row -> output row
+
+    def _now(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def run(self) -> None:
+        while True:
+            live = [r for r in self.rows if self.state[r] != DONE]
+            if not live:
+                return
+            self._collect_results(block=all(self.state[r] == WAIT for r in live))
+            tokens = self._step_tokens()
+            if all(self.state[r] == DONE for r in self.rows):
+                return
+            self._maybe_compact()
+            if tokens:  # nothing to feed: every live row waits for its tool (blocks next round)
+                self._forward(tokens)
+
+    # -- one step ------------------------------------------------------------------------------------
+    def _step_tokens(self) -> dict[int, int]:
+        """Sample for generating rows, take the next result token for feeding rows; {out row: token fed}."""
+        gen = [i for i, r in enumerate(self.rows) if self.state[r] == GEN]
+        fed: dict[int, int] = {}
+        if gen:
+            logp = sampling_logprobs(self.logits[gen], self.sampling)
+            uniform = None
+            if self.uniforms is not None:
+                uniform = self.uniforms[[self.sampled[self.rows[i]] for i in gen], [self.rows[i] for i in gen]]
+            tok = sample_tokens(logp, self.sampling.top_k == 1, self.generator, uniform)
+            lp = logp.gather(-1, tok.unsqueeze(-1)).squeeze(-1)
+            ent = torch.special.entr(logp.exp()).sum(-1)
+            for j, i in enumerate(gen):
+                r = self.rows[i]
+                fed[r] = self._sampled(r, int(tok[j]), float(lp[j]), float(ent[j]))
+        for r in self.rows:
+            if self.state[r] == FEED:
+                chunk = self.chunk[r]
+                fed[r] = chunk.pop(0)
+                self.fed[r] += 1
+                self.turns[r][-1].tokens.append(fed[r])
+                if not chunk:
+                    turn = self.turns[r][-1]
+                    turn.seconds = self._now() - turn.started_s
+                    if self.fed[r] + self.sampled[r] >= self.limits.max_total_tokens:
+                        self._end(r, "total_tokens")
+                    else:
+                        self.state[r] = GEN
+                        self.turns[r].append(RowTurn("assistant", started_s=self._now()))
+        return {r: t for r, t in fed.items() if t is not None}
+
+    def _sampled(self, r: int, tok: int, lp: float, ent: float) -> int | None:
+        """Record row r's sampled token and move its state; returns the token to feed (None: none)."""
+        turn, lim = self.turns[r][-1], self.limits
+        turn.tokens.append(tok)
+        turn.logprobs.append(lp)
+        turn.entropy.append(ent)
+        self.sampled[r] += 1
+        if tok in self.eos:
+            self._end(r, "stop")
+            return None
+        if tok in self.call_end:
+            turn.finish_reason = "tool_call"
+            turn.seconds = self._now() - turn.started_s
+            over = ("model_tokens" if self.sampled[r] >= lim.max_model_tokens else
+                    "total_tokens" if self.sampled[r] + self.fed[r] >= lim.max_total_tokens else
+                    "tool_calls" if self.calls[r] >= lim.max_tool_calls else None)
+            if over is not None:  # no room left to read a result and answer: the call is not run
+                self._end(r, over)
+                return None
+            self.calls[r] += 1
+            text = self.b.tokenizer.decode(turn.tokens, skip_special_tokens=False)
+            self.pending[r] = self.pool.submit(self._call, text)
+            self.waiting_since[r] = self._now()
+            self.state[r] = WAIT
+            return tok
+        if len(turn.tokens) >= lim.turn_tokens:  # first: a one-turn episode ends as a rollout does
+            self._end(r, "length")
+        elif self.sampled[r] >= lim.max_model_tokens:
+            self._end(r, "model_tokens")
+        elif self.sampled[r] + self.fed[r] >= lim.max_total_tokens:
+            self._end(r, "total_tokens")
+        return tok
+
+    def _call(self, text: str) -> ToolCall:
+        try:
+            return self.run_tool(text)
+        except Exception as exc:  # a tool runner must not raise; if one does, the model sees it
+            return ToolCall(name="?", arguments=text, result=f"error: {type(exc).__name__}: {exc}",
+                            error="raised")
+
+    def _collect_results(self, block: bool) -> None:
+        if not self.pending:
+            return
+        if block:
+            t = time.perf_counter()
+            wait(list(self.pending.values()), return_when=FIRST_COMPLETED)
+            self.blocked_s += time.perf_counter() - t
+        for r in [r for r, f in self.pending.items() if f.done()]:
+            call = self.pending.pop(r).result()
+            self.turns[r][-1].call = call
+            chunk = [int(t) for t in self.result_tokens(call)]
+            now = self._now()
+            tool = RowTurn("tool", started_s=self.waiting_since.pop(r), seconds=0.0)
+            tool.call = call
+            self.turns[r].append(tool)
+            n_assistant = sum(t.role == "assistant" for t in self.turns[r])
+            if not chunk:
+                chunk = [self.b.pad_token_id]
+            if n_assistant >= self.limits.max_turns:
+                tool.tokens, tool.seconds = chunk, now - tool.started_s
+                self._end(r, "turns")
+            else:
+                self.chunk[r] = chunk
+                self.state[r] = FEED
+
+    def _end(self, r: int, reason: str) -> None:
+        self.state[r] = DONE
+        self.finish[r] = reason
+        turn = self.turns[r][-1]
+        if turn.role == "assistant":
+            turn.finish_reason = turn.finish_reason or reason
+            turn.seconds = self._now() - turn.started_s
+
+    def _maybe_compact(self) -> None:
+        keep = [i for i, r in enumerate(self.rows) if self.state[r] != DONE]
+        if len(keep) <= self.b.compact_below * len(self.rows) and len(keep) < len(self.rows):
+            index = torch.tensor(keep, dtype=torch.long, device=self.b.device)
+            self.cache.batch_select_indices(index)
+            self.rows = [self.rows[i] for i in keep]
+            self.logits, self.mask, self.next_pos = self.logits[index], self.mask[index], self.next_pos[index]
+
+    def _forward(self, fed: dict[int, int]) -> None:
+        dev = self.b.device
+        tok = torch.tensor([fed.get(r, self.b.pad_token_id) for r in self.rows], dtype=torch.long, device=dev)
+        real = torch.tensor([r in fed for r in self.rows], dtype=torch.long, device=dev)
+        self.mask = torch.cat([self.mask, real.unsqueeze(1).to(self.mask.dtype)], dim=1)
+        logits = self.b._forward(tok.unsqueeze(-1), self.mask, self.next_pos.unsqueeze(-1), self.cache)
+        keep = real.bool()
+        self.logits = torch.where(keep.unsqueeze(-1), logits, self.logits)
+        self.next_pos = self.next_pos + real
+
+
+def to_episodes(batch: EpisodeBatch, prompt_texts: Sequence[str], prompt_ids: Sequence[Sequence[int]],
+                decode: Callable[[list[int]], str]) -> list[Episode]:
+    """The batch's episodes in the store's format: the prompt as a user turn, then the decoded turns; tool
+    turns carry their call's result text, and the assistant turn that called carries the call."""
+    out = []
+    for i, row in enumerate(batch.turns):
+        turns = [Turn("user", prompt_texts[i], token_ids=list(prompt_ids[i]))]
+        for t in row:
+            if t.role == "assistant":
+                turns.append(Turn("assistant", decode(t.tokens), token_ids=t.tokens, entropy=t.entropy,
+                                  logprobs=t.logprobs, finish_reason=t.finish_reason, started_s=t.started_s,
+                                  seconds=t.seconds, tool_calls=[t.call] if t.call is not None else []))
+            else:
+                turns.append(Turn("tool", t.call.result if t.call else "", token_ids=t.tokens,
+                                  started_s=t.started_s, seconds=t.seconds))
+        turns[-1].finish_reason = batch.finish_reasons[i] if turns[-1].role == "assistant" else None
+        out.append(Episode(turns))
+    return out
