@@ -30,6 +30,7 @@ every = refresh if refresh and status in LIVE_STATUSES else None
 
 @st.fragment(run_every=every)
 def curves(run_id: str) -> None:
+    components.outage_banner(run_id)  # read without the store: shown while the run cannot reach it
     info = data.run(run_id)
     steps = data.steps((run_id,))
     passk = data.passk(run_id)
