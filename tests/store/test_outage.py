@@ -134,3 +134,42 @@ def test_status_files_round_trip_and_left_overs_are_skipped(tmp_path):
     with pytest.raises(ValueError, match="outage state"):
         write_status(tmp_path, "run-a", state="down", since=since, queued_steps=0, bound=1)
     assert issubclass(StoreUnreachable, StoreError)
+
+
+def test_workbench_runs_shows_a_runs_outage_and_what_it_says_when_the_store_is_down(proxied_s3, tmp_path,
+                                                                                  monkeypatch):
+    """`workbench runs` adds a run's status file to its line; with the store down it prints the runs'
+    own lines from their files, then fails in one line."""
+    import datetime as dt
+    import json
+
+    from typer.testing import CliRunner
+
+    from workbench.cli import app
+
+    _, proxy = proxied_s3
+    catalog, url = tmp_path / "catalog.sqlite", f"s3://{BUCKET}/cli"
+    with open_store(url, catalog=str(catalog)) as st:
+        run_id = st.create_run("cli", {}, seed=0, status="running")
+    since = dt.datetime(2026, 12, 4, 22, 41, 3, tzinfo=dt.timezone.utc)
+    write_status(tmp_path, run_id, state="paused", since=since, queued_steps=4, bound=4, error="down")
+    monkeypatch.delenv("WORKBENCH_CATALOG", raising=False)
+    base = ["--catalog", str(catalog), "runs", "--store", url]
+    runner = CliRunner()
+    out = runner.invoke(app, base)
+    assert out.exit_code == 0, out.output
+    line = next(x for x in out.output.splitlines() if x.startswith(run_id))
+    assert "store unreachable, retrying since 2026-12-04 22:41:03 UTC: paused at the bound of 4" in line
+    out = runner.invoke(app, [*base, "--json"])
+    assert json.loads(out.output)[0]["store_status"].startswith("store unreachable")
+    proxy.stop()
+    try:
+        down = runner.invoke(app, base)
+        down_json = runner.invoke(app, [*base, "--json"])
+    finally:
+        proxy.start()
+    assert down.exit_code == 1
+    assert f"{run_id}  paused    store unreachable, retrying since 2026-12-04 22:41:03 UTC" in down.output
+    assert isinstance(down.exception, (SystemExit, StoreUnreachable))
+    assert down_json.exit_code == 1
+    assert json.loads(down_json.stdout)[0]["store_status"].startswith("store unreachable")
