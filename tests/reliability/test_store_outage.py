@@ -111,7 +111,9 @@ def _check(open_it, folder, out: dict, *, paused: bool) -> None:
     import json
 
     data = events[0]["data"] if isinstance(events[0]["data"], dict) else json.loads(events[0]["data"])
-    assert data["seconds"] >= OUTAGE_S - 5 and data["steps_queued"] >= 1 and data["paused"] == paused
+    print(f"outage {OUTAGE_S:g} s: run wall {out['wall_s']:.1f} s, steps trained during it {out['steps_during']}, "
+          f"event {data}")  # the figures docs/object-storage.md quotes (pytest -s)
+    assert data["seconds"] >= 0.75 * OUTAGE_S and data["steps_queued"] >= 1 and data["paused"] == paused
 
 
 @pytest.mark.slow
@@ -167,5 +169,5 @@ def test_a_run_started_or_resumed_while_the_store_is_unreachable_stops_at_once_i
     for out, seconds in runs:
         lines = out.stderr.strip().splitlines()
         assert out.returncode == 1 and len(lines) == 1, out.stderr
-        assert "cannot open store" in lines[0] and ("connect" in lines[0].lower()), lines[0]
+        assert "cannot open store" in lines[0] and "its server is unreachable" in lines[0], lines[0]
         assert seconds < 60, seconds

@@ -215,8 +215,10 @@ class Lake:
                 con.execute(f"SET threads = {int(threads)}")
         except duckdb.Error as exc:
             con.close()
-            kind = StoreUnreachable if self.location.remote and _unreachable(exc) else StoreError
-            raise kind(f"cannot open store {self.location.describe()}: {_first_line(exc)}") from exc
+            if self.location.remote and _unreachable(exc):
+                raise StoreUnreachable(f"cannot open store {self.location.describe()}: its server is unreachable "
+                                       f"({_first_line(exc)})") from exc
+            raise StoreError(f"cannot open store {self.location.describe()}: {_first_line(exc)}") from exc
         return con
 
     def close(self) -> None:
