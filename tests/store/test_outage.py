@@ -173,3 +173,40 @@ def test_workbench_runs_shows_a_runs_outage_and_what_it_says_when_the_store_is_d
     assert isinstance(down.exception, (SystemExit, StoreUnreachable))
     assert down_json.exit_code == 1
     assert json.loads(down_json.stdout)[0]["store_status"].startswith("store unreachable")
+
+
+def test_the_dashboard_shows_the_runs_outage_when_the_store_cannot_be_read(proxied_s3, tmp_path, monkeypatch):
+    """The app started on an s3:// store whose server is down: the Runs and Live pages show what the
+    runs' status files say and the error's line, and raise nothing."""
+    import datetime as dt
+    from pathlib import Path
+
+    pytest.importorskip("streamlit")
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    _, proxy = proxied_s3
+    catalog, url = tmp_path / "catalog.sqlite", f"s3://{BUCKET}/app"
+    with open_store(url, catalog=str(catalog)) as store:
+        run_id = store.create_run("app", {}, seed=0, status="running")
+    since = dt.datetime(2026, 12, 4, 22, 41, 3, tzinfo=dt.timezone.utc)
+    write_status(tmp_path, run_id, state="retrying", since=since, queued_steps=5, bound=256, error="down")
+    monkeypatch.setenv("WORKBENCH_STORE", url)
+    monkeypatch.setenv("WORKBENCH_CATALOG", str(catalog))
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    main = str(Path(__file__).resolve().parents[2] / "app" / "main.py")
+    proxy.stop()
+    try:
+        at = AppTest.from_file(main, default_timeout=120)
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert f"{run_id}: store unreachable, retrying since 2026-12-04 22:41:03 UTC (5 steps queued, bound 256)" in \
+            [w.value for w in at.warning]
+        assert any("unreachable" in e.value for e in at.error)
+        at.switch_page("app_pages/live.py").run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert any("store unreachable, retrying since" in w.value for w in at.warning)
+    finally:
+        proxy.start()
+        st.cache_resource.clear()
