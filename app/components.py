@@ -260,3 +260,13 @@ def alert_banner(run_id: str) -> None:
     st.warning(f"{latest['message']}{more}", icon=":material/notifications_active:")
     st.page_link("app_pages/alerts.py", label="open the alerts", icon=":material/notifications:",
                  query_params={"run": run_id})
+
+
+def outage_banner(run_id: str | None = None) -> bool:
+    """A warning per run (or for `run_id` only) whose store is unreachable, read without the store
+    (`data.store_outages`); True when one was shown."""
+    said = data.store_outages()
+    rows = [row for rid, row in said.items() if run_id is None or rid == run_id]
+    for row in rows:
+        st.warning(f"{row['run_id']}: {row['message']}", icon=":material/cloud_off:")
+    return bool(rows)

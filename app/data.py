@@ -71,6 +71,21 @@ def store():
     return _open(store_location())
 
 
+def store_outages() -> dict[str, dict[str, Any]]:
+    """What runs of this machine say about an outage of their store ("store unreachable, retrying
+    since ..."), read from the status files in the store's local folder, never from the store itself
+    (see `workbench.store.outage`): run id -> status row with `message`. {} when there is none, or when
+    the store's local folder cannot be told (an s3:// store without a catalog)."""
+    from workbench.errors import StoreError
+    from workbench.store.objectstore import local_dir
+    from workbench.store.outage import read_statuses
+
+    try:
+        return read_statuses(local_dir(store_location()))
+    except StoreError:
+        return {}
+
+
 class _Tables:
     """What the live frames of one store are keyed on: per table, the snapshot id of its last change
     this process has seen (`Store.changes_since`), and of its last change that was not only new rows.

@@ -243,6 +243,13 @@ class StoreConfig:
     writer_nice: int = 0
     """Scheduling niceness of the store's writer thread (0-19, Linux; ignored elsewhere). Above 0 the
     commit's CPU work yields to the training threads when both want a core."""
+    max_queued_steps: int = 256
+    """Outages: while the store does not answer (object storage, a PostgreSQL catalog), the writer
+    retries its commit with backoff and the run goes on training, its steps queued in memory; at this
+    many queued steps the run pauses until the store is back, then goes on by itself. Meanwhile
+    `workbench runs` and the dashboard say "store unreachable, retrying since ..." (read from a file in
+    the store's local folder); an event `store_outage` records each outage. Needs
+    `logging.background_writes` (without it a step waits for its own commit)."""
 
     def __post_init__(self) -> None:
         check(self.commit_max_rows >= 1, "store.commit_max_rows", "an integer >= 1", self.commit_max_rows)
@@ -251,6 +258,8 @@ class StoreConfig:
         check(self.commit_spacing_s >= 0, "store.commit_spacing_s", "a number >= 0 (seconds)",
               self.commit_spacing_s)
         check(0 <= self.writer_nice <= 19, "store.writer_nice", "an integer from 0 to 19", self.writer_nice)
+        check(self.max_queued_steps >= 1, "store.max_queued_steps", "an integer >= 1 (steps)",
+              self.max_queued_steps)
 
 
 @dataclass(frozen=True)

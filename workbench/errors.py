@@ -14,6 +14,11 @@ class StoreError(WorkbenchError):
     """The store cannot be opened, read or written; the message names the path."""
 
 
+class StoreUnreachable(StoreError):
+    """The store's server (object storage, a PostgreSQL catalog) does not answer: the connection is
+    refused, drops or times out. Writers that can wait retry on it (`workbench.store.group`)."""
+
+
 class DataError(WorkbenchError, ValueError):
     """Bad input data (a data set file, a model directory); the message names the row or path."""
 

@@ -9,13 +9,19 @@ import streamlit as st
 
 from app import access, charts, components, data, derive, pipeline_charts
 from workbench.analysis import term_names, terms_by_step
+from workbench.errors import StoreUnreachable
 from workbench.analysis.pipeline import idle_fractions, pipeline_by_step, staleness_histogram
 
 PAGE = "live"
 LIVE_STATUSES = ("created", "running", "paused", "stopping")
 
 st.title("Run (live)")
-run_id = components.pick_run(PAGE)
+try:
+    run_id = components.pick_run(PAGE)
+except StoreUnreachable as exc:  # what the runs of this machine say is all there is to show
+    components.outage_banner()
+    st.error(str(exc))
+    st.stop()
 if not run_id:
     st.stop()
 
@@ -30,6 +36,7 @@ every = refresh if refresh and status in LIVE_STATUSES else None
 
 @st.fragment(run_every=every)
 def curves(run_id: str) -> None:
+    components.outage_banner(run_id)  # read without the store: shown while the run cannot reach it
     info = data.run(run_id)
     steps = data.steps((run_id,))
     passk = data.passk(run_id)

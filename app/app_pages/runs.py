@@ -7,6 +7,7 @@ from pathlib import Path
 import streamlit as st
 
 from app import access, components, data
+from workbench.errors import StoreUnreachable
 
 PAGE = "runs"
 CONFIG_DIRS = [Path.cwd() / "configs", Path(__file__).resolve().parents[2] / "configs"]
@@ -15,8 +16,13 @@ MAX_NAME = 120
 
 st.title("Runs")
 st.caption(f"store: {data.shown_location()}")
+components.outage_banner()
 
-table = data.run_table()
+try:
+    table = data.run_table()
+except StoreUnreachable as exc:  # what the runs say (above) is all there is to show
+    st.error(str(exc))
+    st.stop()
 if table.is_empty():
     st.info("No runs in this store yet.")
 else:

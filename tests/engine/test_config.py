@@ -65,6 +65,8 @@ def test_overrides_parse_toml_values():
         ("task.train_size=0", "task.train_size"),
         ('model.device="tpu"', "model.device"),
         ('model.path=""', "model.path"),
+        ("store.max_queued_steps=0", "store.max_queued_steps"),
+        ('store.max_queued_steps="many"', "store.max_queued_steps"),
     ],
 )
 def test_bad_values_rejected_naming_the_field(override, field):

@@ -26,7 +26,7 @@ class SlowStore:
         self.started = threading.Event()
         self.batches: list[list[int]] = []
 
-    def write_steps(self, records):
+    def write_steps(self, records, **kw):
         self.started.set()
         if self.gate is not None:
             assert self.gate.wait(60)
@@ -34,7 +34,7 @@ class SlowStore:
         steps = [r.step for r in records]
         if self.fail_at is not None and self.fail_at in steps:
             raise RuntimeError(f"commit of step {self.fail_at} failed")
-        self.store.write_steps(records)
+        self.store.write_steps(records, **kw)
         self.batches.append(steps)
 
     def write_step(self, record):
@@ -219,9 +219,9 @@ def test_writer_nice_lowers_only_the_writer_threads_priority(store):
     seen: list[int] = []
 
     class Probe(SlowStore):
-        def write_steps(self, records):
+        def write_steps(self, records, **kw):
             seen.append(os.getpriority(os.PRIO_PROCESS, 0))  # 0: the calling thread on Linux
-            super().write_steps(records)
+            super().write_steps(records, **kw)
 
     base = os.getpriority(os.PRIO_PROCESS, 0)
     writer = StepWriter(Probe(store), run_id, background=True, hold=False, nice=5)

@@ -175,17 +175,39 @@ def history(ctx: typer.Context, store: StoreOpt = None, as_json: JsonOpt = False
         typer.echo(f"{r['control_id']:>5}  {r['command']:<21} {r['status']:<9} {where}  {r.get('args')}")
 
 
+def _runs_in_outage(home: Path, exc: Exception, as_json: bool) -> None:
+    """The store cannot be read: print what the runs of this machine say about it (their status files
+    in the store's local folder) before the error's one line."""
+    from workbench.store.outage import read_statuses
+
+    said = read_statuses(home)
+    if as_json:
+        print_json([{"run_id": rid, "status": row["state"], "store_status": row["message"], **row}
+                    for rid, row in said.items()])
+        return
+    for rid, row in said.items():
+        typer.echo(f"{rid}  {row['state']:<9} {row['message']}")
+
+
 def register(app: typer.Typer) -> None:
     """Add `workbench ctl` and `workbench runs` to the top-level app."""
+
     app.add_typer(ctl, name="ctl")
 
     @app.command()
     def runs(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
         """List runs with their status (crashed runs detected: stale heartbeat and process gone)."""
+        from workbench.commands.common import store_home
         from workbench.control import runs_with_status
+        from workbench.errors import StoreUnreachable
 
-        with _open(store) as st:
-            frame = runs_with_status(st)
+        home = store_home(store_path(store))
+        try:
+            with _open(store) as st:
+                frame = runs_with_status(st, status_dir=home)
+        except StoreUnreachable as exc:
+            _runs_in_outage(home, exc, as_json)
+            raise
         rows = frame.to_dicts()
         if as_json:
             print_json(rows)
@@ -195,7 +217,9 @@ def register(app: typer.Typer) -> None:
         for r in rows:
             name = str(r.get("name") or "")
             line = f"{r['run_id']}  {r['status']:<9} {name:<24} step {r.get('last_step') or 0}"
-            if r["status"] in ("created", "running", "paused", "stopping"):
+            if r.get("store_status"):
+                line += f"  {r['store_status']}"
+            elif r["status"] in ("created", "running", "paused", "stopping"):
                 line += f"  heartbeat {r.get('heartbeat_age_s')} s ago"
             elif r.get("error"):
                 line += f"  {r['error']}"

@@ -95,13 +95,20 @@ def refresh_statuses(store: Any, *, stale_s: float = STALE_S, now: float | None 
     return crashed
 
 
-def runs_with_status(store: Any, *, stale_s: float = STALE_S) -> Any:
-    """Every run (Polars frame, newest first) after marking crashed ones, with `heartbeat_age_s`."""
+def runs_with_status(store: Any, *, stale_s: float = STALE_S, status_dir: Any = None) -> Any:
+    """Every run (Polars frame, newest first) after marking crashed ones, with `heartbeat_age_s` and
+    `store_status`: the run's own word on an outage of its store ("store unreachable, retrying since
+    ...", read from `status_dir`, the store's local folder; see `workbench.store.outage`), else null."""
     import polars as pl
+
+    from workbench.store.outage import read_statuses
 
     refresh_statuses(store, stale_s=stale_s)
     frame = store.list_runs()
     now = dt.datetime.now(dt.timezone.utc).timestamp()
     ages = [heartbeat_age_s(r, now=now) for r in frame.to_dicts()]
     ages = [None if a is None else round(a, 1) for a in ages]
-    return frame.with_columns(pl.Series("heartbeat_age_s", ages, dtype=pl.Float64))
+    outages = read_statuses(status_dir)
+    said = [outages.get(r, {}).get("message") for r in frame["run_id"].to_list()]
+    return frame.with_columns(pl.Series("heartbeat_age_s", ages, dtype=pl.Float64),
+                              pl.Series("store_status", said, dtype=pl.String))

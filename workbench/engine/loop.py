@@ -95,7 +95,8 @@ def train(cfg: RunConfig, *, store: Any, store_dir: str, run_id: str, resume: bo
                                       commit_max_rows=cfg.store.commit_max_rows,
                                       commit_interval_s=cfg.store.commit_interval_s,
                                       commit_spacing_s=cfg.store.commit_spacing_s,
-                                      nice=cfg.store.writer_nice))
+                                      nice=cfg.store.writer_nice,
+                                      max_queued_steps=cfg.store.max_queued_steps, status_dir=store_dir))
     state = StepState(tokens_per_rollout=float(cfg.sampling.max_new_tokens))
     try:
         status = _loop(s, state, cfg, store, run_id, resume, on_step, stop_after)

@@ -6,6 +6,7 @@ mean response length). Both go into a checkpoint; only `StepState` is plain data
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import os
 from dataclasses import dataclass, field
@@ -21,10 +22,13 @@ from workbench.engine.checkpoint import checkpoint_dir
 from workbench.control.commands import control_limits
 from workbench.engine.control import LiveSettings
 from workbench.engine.sampler import PromptSampler
+from workbench.errors import StoreUnreachable
 from workbench.guards.config import guard_set
 from workbench.tasks import get_task
 from workbench.rollout.base import RolloutBackend
 from workbench.tasks.base import Prompt, Task
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -222,11 +226,17 @@ def apply_controls(s: Setup, store: Any, run_id: str, *, step: int, boundary: st
     token = store.control_signal(run_id)
     if token is not None and token == s.control_token:
         return []
+    writer = getattr(s, "writer", None)
+    # a pause may block here: every step handed over is committed first. While the store is
+    # unreachable its commands cannot be read anyway: the run goes on, its steps queue in the writer
+    if writer is not None and not writer.flush(through_outage=False):
+        return []
+    try:
+        outcomes = apply_pending(store, run_id, s.live, step=step, boundary=boundary)
+    except StoreUnreachable as exc:  # the next boundary reads them again
+        log.warning("step %d: the run's commands could not be read, the store is unreachable: %s", step, exc)
+        return []
     if boundary == "step":
         s.control_token = token
-    writer = getattr(s, "writer", None)
-    if writer is not None:
-        writer.flush()  # a pause may block here: every step handed over is committed first
-    outcomes = apply_pending(store, run_id, s.live, step=step, boundary=boundary)
     s.live.note_applied(outcomes)  # their ids go into the next checkpoint (see LiveSettings.plan_replay)
     return outcomes

@@ -8,6 +8,7 @@ from the flattened valid positions and their offsets.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -15,6 +16,8 @@ import pyarrow as pa
 import torch
 
 from workbench.tasks.rewards import terms_array
+
+log = logging.getLogger(__name__)
 
 
 def _pad_to(x: torch.Tensor, width: int, value: float | int = 0) -> torch.Tensor:
@@ -260,16 +263,47 @@ class StepWriter:
 
     def __init__(self, store, run_id: str, *, background: bool = False, commit_max_rows: int = 16384,
                  commit_interval_s: float = 1.0, commit_spacing_s: float = 0.0, hold: bool = True,
-                 nice: int = 0) -> None:
+                 nice: int = 0, max_queued_steps: int = 256, status_dir: str | None = None) -> None:
         from workbench.store.group import GroupWriter
 
         self.store, self.run_id, self.hold = store, run_id, hold
+        self.status_dir = status_dir
         self._group = GroupWriter(store, commit_max_rows=commit_max_rows, commit_interval_s=commit_interval_s,
                                   commit_spacing_s=commit_spacing_s, name=f"writer-{run_id}",
-                                  nice=nice) if background else None
+                                  nice=nice, max_queued_steps=max_queued_steps,
+                                  listener=self._outage) if background else None
         self._stats = self._group
         self._lags: list[float] = []
         self._cpu_taken = 0.0
+
+    def _outage(self, what: str, info: dict) -> None:
+        """The writer's news of an outage of the store (see `workbench.store.group`): the run's status
+        file while it lasts (`workbench.store.outage`), an event in the store when it ends."""
+        from workbench.store.outage import clear_status, write_status
+
+        bound = self._group.max_queued_steps if self._group is not None else 0
+        if what != "end":
+            if self.status_dir is not None:
+                write_status(self.status_dir, self.run_id, state=what, since=info["since"],
+                             queued_steps=info.get("queued_steps", 0), bound=bound, error=info.get("error"))
+            return
+        if self.status_dir is not None:
+            clear_status(self.status_dir, self.run_id)
+        data = {"start": info["start"].isoformat(), "end": info["end"].isoformat(),
+                "seconds": round(info["seconds"], 1), "steps_queued": info["steps_queued"],
+                "paused": info["paused"], "bound": bound, "error": info.get("error")}
+        message = (f"store unreachable for {info['seconds']:.0f} s (from {info['start']:%H:%M:%S} to "
+                   f"{info['end']:%H:%M:%S} UTC): up to {info['steps_queued']} steps queued in memory"
+                   + (f", paused at the bound of {bound}" if info["paused"] else "") + "; all committed")
+        try:
+            self.store.add_event(self.run_id, "warning", "store_outage", message, data=data)
+        except Exception as exc:  # noqa: BLE001 - the steps are committed; the record of the outage is not vital
+            log.warning("could not record the store outage of run %s: %s", self.run_id, exc)
+
+    @property
+    def outage(self) -> dict | None:
+        """The writer's outage in progress (since, queued_steps, paused, error), or None."""
+        return self._group.outage if self._group is not None else None
 
     @property
     def lags(self) -> list[float]:
@@ -315,10 +349,12 @@ class StepWriter:
         if self._group is not None:
             self._group.release()
 
-    def flush(self) -> None:
-        """Block until every step handed over is committed; re-raise a failed commit."""
+    def flush(self, *, through_outage: bool = True) -> bool:
+        """Block until every step handed over is committed (True); re-raise a failed commit. With
+        `through_outage=False`, False at once while the store is unreachable (see GroupWriter.flush)."""
         if self._group is not None:
-            self._group.flush()
+            return self._group.flush(through_outage=through_outage)
+        return True
 
     def close(self) -> None:
         """Flush and stop the writer thread."""

@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 import duckdb
 import polars as pl
 
-from workbench.errors import StoreError
+from workbench.errors import StoreError, StoreUnreachable
 from workbench.store.extensions import quote_literal, load_extension
 from workbench.store.objectstore import configure_s3, is_object_url, redact, s3_threads
 
@@ -56,9 +56,10 @@ _RETRYABLE = ("database is locked", "conflict", "busy", "could not serialize", "
 _RETRYABLE_REMOTE = ("could not connect", "connection", "timed out", "timeout", "could not establish",
                      "unable to connect", "slow down", "service unavailable", "internal error", "network",
                      "http 500", "http 502", "http 503", "http 504")
-"""Also retried on object storage: a server that stops answering for a while or answers 5xx (the
-transaction failed before its catalog commit, so replaying it neither loses nor doubles a row). A 403
-or 404 is not retried: refused credentials or a missing bucket fail at once."""
+"""Also retried on object storage and on a PostgreSQL catalog: a server that stops answering for a
+while or answers 5xx (the transaction failed before its catalog commit, so replaying it neither loses
+nor doubles a row). A 403 or 404 is not retried: refused credentials or a missing bucket fail at once.
+An error with one of these markers that outlasts the retries is raised as `StoreUnreachable`."""
 _PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)|(://[^:/@\s]+:)([^@\s]+)(@)", re.I)
 _PARQUET_PATH = re.compile(r"""["']?([^"'\s]+\.parquet)["']?""")
 
@@ -84,6 +85,12 @@ class Location:
     @property
     def on_object_storage(self) -> bool:
         return is_object_url(self.data_path)
+
+    @property
+    def remote(self) -> bool:
+        """Whether a server stands between the store and its data (object storage, a PostgreSQL
+        catalog), so that it can be unreachable for a while."""
+        return self.on_object_storage or self.kind == "postgres"
 
     @property
     def lock_dir(self) -> Path | None:
@@ -208,6 +215,9 @@ class Lake:
                 con.execute(f"SET threads = {int(threads)}")
         except duckdb.Error as exc:
             con.close()
+            if self.location.remote and _unreachable(exc):
+                raise StoreUnreachable(f"cannot open store {self.location.describe()}: its server is unreachable "
+                                       f"({_first_line(exc)})") from exc
             raise StoreError(f"cannot open store {self.location.describe()}: {_first_line(exc)}") from exc
         return con
 
@@ -250,13 +260,14 @@ class Lake:
             self._local.busy = False
 
     def read(self, query: str, params: list[Any] | dict[str, Any] | None = None) -> pl.DataFrame:
-        """Run one read query with bound parameters; a Polars DataFrame. Retries a busy catalog."""
+        """Run one read query with bound parameters; a Polars DataFrame. Retries a busy catalog (a
+        store whose server does not answer: `StoreUnreachable` after the retries, ~5 s)."""
         for attempt in range(8):
             try:
                 with self.reading(), self.cursor() as cur:
                     return cur.execute(query, params or []).pl()
             except duckdb.Error as exc:
-                if not _retryable(exc) or attempt == 7:
+                if not _retryable(exc, self.location.remote) or attempt == 7:
                     raise self.error(exc, "read") from exc
                 time.sleep(0.02 * 2**attempt * random.uniform(0.5, 1.5))
         raise AssertionError("unreachable")
@@ -344,10 +355,14 @@ class Lake:
 
     # -- writes ------------------------------------------------------------------------------
     def write(self, fn: Callable[[duckdb.DuckDBPyConnection], T], what: str, *,
-              timeout_s: float = 120.0, transaction: bool = True) -> T:
+              timeout_s: float = 120.0, transaction: bool = True,
+              on_retry: Callable[[StoreError], None] | None = None) -> T:
         """Run `fn(cursor)` inside one transaction and commit it. Writers of one store queue on a lock
         (a thread lock, and a lock file for local stores); a commit that still loses the catalog is
-        rolled back and the whole transaction replayed, with exponential backoff, until `timeout_s`."""
+        rolled back and the whole transaction replayed, with exponential backoff (at most 1 s apart),
+        until `timeout_s` (`math.inf`: until it commits). `on_retry(error)` is called before each
+        replay that follows a failure to reach the store (`StoreUnreachable`), so a caller can say so
+        while it waits."""
         if self.read_only:
             raise StoreError(f"store {self.location.describe()} is open read-only; cannot {what}")
         deadline = time.monotonic() + timeout_s
@@ -362,9 +377,11 @@ class Lake:
                             return fn(cur)
                     return self._transaction(fn)
                 except duckdb.Error as exc:
-                    remote = self.location.on_object_storage
+                    remote = self.location.remote
                     if not _retryable(exc, remote) or time.monotonic() + delay > deadline:
                         raise self.error(exc, f"{what} (attempt {attempt})") from exc
+                    if on_retry is not None and remote and _unreachable(exc):
+                        on_retry(self.error(exc, f"{what} (attempt {attempt})"))
             time.sleep(delay * random.uniform(0.5, 1.5))
             delay = min(delay * 2, 1.0)
 
@@ -404,6 +421,8 @@ class Lake:
         message = _first_line(exc)
         match = _PARQUET_PATH.search(str(exc))
         where = self.location.describe()
+        if self.location.remote and _unreachable(exc):
+            return StoreUnreachable(f"store {where} is unreachable ({what}): {message}")
         if match and ("No files found" in str(exc) or "IO Error" in str(exc) or "Invalid" in str(exc)
                       or "parquet" in message.lower()):
             return StoreError(f"store {where}: data file {match.group(1)} is missing or corrupt "
@@ -440,6 +459,12 @@ def _flock_until(fd: int, deadline: float, message: str | None) -> bool:
 def _retryable(exc: Exception, remote: bool = False) -> bool:
     text = str(exc).lower()
     return any(marker in text for marker in _RETRYABLE + (_RETRYABLE_REMOTE if remote else ()))
+
+
+def _unreachable(exc: Exception) -> bool:
+    """Whether an error says the store's server was not reached (not a lost race or a refusal)."""
+    text = str(exc).lower()
+    return any(marker in text for marker in _RETRYABLE_REMOTE)
 
 
 def hide_password(catalog: str) -> str:

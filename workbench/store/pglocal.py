@@ -10,7 +10,7 @@ import pwd
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -23,6 +23,21 @@ def server_bin() -> str | None:
     return found[-1] if found else None
 
 
+class LocalPostgres:
+    """The server `local_postgres_server` started: `url` (the store catalog string), and `stop()` /
+    `start()` on the same socket and data (an outage of the catalog, as the outage tests make)."""
+
+    def __init__(self, url: str, start: Callable[[], None], stop: Callable[[], None]) -> None:
+        self.url, self._start, self._stop = url, start, stop
+
+    def start(self) -> None:
+        self._start()
+
+    def stop(self) -> None:
+        """`pg_ctl stop -m fast`: open connections are dropped, new ones refused."""
+        self._stop()
+
+
 @contextmanager
 def local_postgres(root: str | os.PathLike[str] | None = None, *, fsync: bool = True,
                    max_connections: int = 100) -> Iterator[str]:
@@ -30,6 +45,14 @@ def local_postgres(root: str | os.PathLike[str] | None = None, *, fsync: bool = 
     None; an existing server directory there is reused, so a build can resume) and yield the store
     catalog string `postgres:dbname=workbench host=<socket dir> ...`. Stopped on exit. Used by the
     store and soak benchmarks and by the tests that need a PostgreSQL catalog."""
+    with local_postgres_server(root, fsync=fsync, max_connections=max_connections) as server:
+        yield server.url
+
+
+@contextmanager
+def local_postgres_server(root: str | os.PathLike[str] | None = None, *, fsync: bool = True,
+                          max_connections: int = 100) -> Iterator[LocalPostgres]:
+    """`local_postgres`, yielding the server (`url`, `stop()`, `start()`)."""
     bindir = server_bin()
     if bindir is None:
         raise StoreError("a PostgreSQL catalog needs PostgreSQL's server binaries (initdb, pg_ctl): "
@@ -69,16 +92,22 @@ def local_postgres(root: str | os.PathLike[str] | None = None, *, fsync: bool = 
     fresh = not (data / "PG_VERSION").exists()
     if fresh:
         run(f"{bindir}/initdb", "-D", str(data), "-A", "trust", "-U", "wb", "--no-sync")
-    run(f"{bindir}/pg_ctl", "-D", str(data), "-w", "-l", str(base / "server.log"), "-o",
-        f"-k {sock} -c listen_addresses='' -c fsync={'on' if fsync else 'off'} "
-        f"-c max_connections={int(max_connections)}", "start")
+    def start() -> None:
+        run(f"{bindir}/pg_ctl", "-D", str(data), "-w", "-l", str(base / "server.log"), "-o",
+            f"-k {sock} -c listen_addresses='' -c fsync={'on' if fsync else 'off'} "
+            f"-c max_connections={int(max_connections)}", "start")
+
+    def stop() -> None:
+        subprocess.run([*prefix, f"{bindir}/pg_ctl", "-D", str(data), "-m", "fast", "stop"],
+                       capture_output=True, cwd="/", timeout=120)
+
+    start()
     try:
         if fresh:
             run(f"{bindir}/createdb", "-h", str(sock), "-U", "wb", "workbench")
-        yield f"postgres:dbname=workbench host={sock} user=wb"
+        yield LocalPostgres(f"postgres:dbname=workbench host={sock} user=wb", start, stop)
     finally:
-        subprocess.run([*prefix, f"{bindir}/pg_ctl", "-D", str(data), "-m", "fast", "stop"],
-                       capture_output=True, cwd="/", timeout=120)
+        stop()
         shutil.rmtree(sock, ignore_errors=True)
         if temp:
             shutil.rmtree(base, ignore_errors=True)

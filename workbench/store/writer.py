@@ -10,7 +10,7 @@ import secrets
 import socket
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import duckdb
 import pyarrow as pa
@@ -110,12 +110,15 @@ class WriterMixin:
         Refuses a step the run already has (roll the run back first, see `rollback_run`)."""
         self.write_steps([record])
 
-    def write_steps(self, records: list[StepRecord]) -> None:
+    def write_steps(self, records: list[StepRecord], *, timeout_s: float = 120.0,
+                    on_retry: Callable[[StoreError], None] | None = None) -> None:
         """Commit several whole steps (of one run or several) in ONE transaction: a reader sees all of
         them or none of them. Every row is converted and checked before anything is written; a step
         the store already has, or one given twice in `records`, refuses the whole batch (nothing of
         it is written). Each table gets one Arrow concatenation and one INSERT, so a batch of many
-        steps pays the catalog's fixed commit cost once (group commit; bulk importers batch by rows)."""
+        steps pays the catalog's fixed commit cost once (group commit; bulk importers batch by rows).
+        A commit that fails to reach the store is replayed until `timeout_s` (see `Lake.write`, which
+        calls `on_retry` before each such replay)."""
         records = list(records)
         if not records:
             return
@@ -143,7 +146,7 @@ class WriterMixin:
         what = (f"write step {first.step} of run {first.run_id}" if len(records) == 1
                 else f"write {len(records)} steps ({batch.rollout_rows} rollouts) of run(s) "
                      f"{', '.join(sorted(by_run))}")
-        self._lake.write(tx, what)
+        self._lake.write(tx, what, timeout_s=timeout_s, on_retry=on_retry)
         for run_id, steps in by_run.items():
             top = max(steps)
             self._last_step[run_id] = max(top, self._last_step.get(run_id, top))
