@@ -80,9 +80,11 @@ def test_three_step_run_fills_every_table_and_moves_parameters(store_dir, tiny_c
     assert steps["tokens_generated"].sum() == r["length"].sum()
     assert set(steps["allocator"].to_list()) == {"uniform"}
     m = seen[-1][1]
-    for key in ("rollout/zero_signal_frac", "rollout/tokens_generated", "alloc/budget", "train/loss",
-                "timing_s/generate", "perf/rollouts_per_s"):
+    for key in ("rollout/zero_signal_frac", "rollout/tokens_generated", "alloc/budget", "train/lr",
+                "train/optimizer_steps", "timing_s/generate", "perf/rollouts_per_s"):
         assert key in m, key
+    # a loss exactly on the steps that updated (a step with no signal skips it: the sampler decides which)
+    assert all(("train/loss" in mk) == (mk["train/optimizer_steps"] > 0) for k, mk in seen if k > 0)
     # token-entropy quantiles of the step, around its mean, computed over the step's tokens
     last = r.filter(r["step"] == seen[-1][0])
     tokens = np.concatenate(last["token_entropy"].to_list())
