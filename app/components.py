@@ -224,10 +224,13 @@ def tree_view(rows: list[dict], decode, h_max: float, gap_max: float | None, spe
 def shapes_legend(frame) -> str:
     """The caption's words on the rollout shapes the page shows (none: empty)."""
     shapes = set(frame["shape"].drop_nulls().to_list()) if "shape" in frame.columns else set()
+    modes = set(frame["draft_mode"].drop_nulls().to_list()) if "draft_mode" in frame.columns else set()
     return (("tree groups: each branch under the row it left, ↳ its branch point (token, entropy there), "
              "… the prefix it shares (drawn once, in its parent) · " if "tree" in shapes else "")
             + ("speculative: blue band = prefix reused from the draft (accepted by the current policy), red bar = "
-               "first token after a rejected draft · " if "speculative" in shapes else ""))
+               "first token after a rejected draft · " if "speculative" in shapes else "")
+            + ("lenient drafts: orange dashed band = prefix accepted leniently; those rows are not samples of the "
+               "current policy · " if "lenient" in modes else ""))
 
 
 def alert_banner(run_id: str) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 """Bumped whenever a table or column changes; older stores are migrated on open (see MIGRATIONS)."""
 
 # (column, DuckDB type) per table. JSON columns are written as text and typed JSON in the store.
@@ -55,6 +55,7 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("staleness", "INTEGER"), ("is_weight_mean", "FLOAT"), ("token_trainer_logprobs", "FLOAT[]"),
         ("shape", "VARCHAR"), ("reused_tokens", "INTEGER"), ("draft_tokens", "INTEGER"),
         ("draft_rejected_at", "INTEGER"), ("parent_idx", "INTEGER"), ("branch_at", "INTEGER"),
+        ("draft_mode", "VARCHAR"),
     ],
     "prompt_stats": [
         ("run_id", "VARCHAR"), ("step", "INTEGER"), ("prompt_id", "VARCHAR"), ("alpha", "DOUBLE"),
@@ -203,6 +204,10 @@ MIGRATIONS: dict[int, tuple[str, list[str] | Callable[[], list[str]]]] = {
         [f"ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS {name} {typ}" for name, typ in (
             ("shape", "VARCHAR"), ("reused_tokens", "INTEGER"), ("draft_tokens", "INTEGER"),
             ("draft_rejected_at", "INTEGER"), ("parent_idx", "INTEGER"), ("branch_at", "INTEGER"))]),
+    10: ("rollouts.draft_mode: the speculative mode a drafted rollout was verified under (\"exact\": a sample of "
+         "the current policy; \"lenient\": not one); null in rows written before, in rows without a draft and "
+         "in other shapes",
+         ["ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS draft_mode VARCHAR"]),
 }
 
 
