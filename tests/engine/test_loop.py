@@ -91,10 +91,10 @@ def test_three_step_run_fills_every_table_and_moves_parameters(store_dir, tiny_c
     assert m["rollout/entropy_p10"] <= m["rollout/entropy_p50"] <= m["rollout/entropy_p90"]
     assert m["rollout/entropy_p50"] == pytest.approx(float(np.quantile(tokens, 0.5)), rel=1e-4, abs=1e-6)
     # parameters changed: final checkpoint vs the organism's weights
-    from workbench.engine.setup import model_path
+    from workbench.models.sources import run_model_dir
     from workbench.models import load_model
 
-    start, _ = load_model(str(model_path(cfg, store_dir)))
+    start, _ = load_model(str(run_model_dir(cfg, store_dir)))
     final = load_checkpoint(latest_checkpoint(checkpoint_dir(store_dir, rid)))["model"]
     changed = [k for k, v in start.state_dict().items() if not torch.equal(v, final[k])]
     assert changed, "no parameter moved in 3 steps"

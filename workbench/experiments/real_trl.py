@@ -96,7 +96,7 @@ def trl_vs_engine(cache: str | Path, *, steps: int = 2, rounds: int = 1,
     """Rollouts/s of the engine and of TRL's GRPOTrainer on the real-model run, side by side."""
     import torch
 
-    from workbench.engine.setup import model_path
+    from workbench.models.sources import run_model_dir
     from workbench.experiments.engine_bench import missing_peer
     from workbench.experiments.real_model import peak_rss_mb, smollm2_config
 
@@ -107,7 +107,7 @@ def trl_vs_engine(cache: str | Path, *, steps: int = 2, rounds: int = 1,
         raise ConfigError(f"bench real-model trl: {absent} is not installed (pip install -e '.[trl]')")
     cfg = smollm2_config(["eval.at_start=false", "eval.every=0", "checkpoint.every=0", f"steps={steps + WARMUP}",
                           *overrides])
-    model_dir = model_path(cfg, Path(cache))  # converted into the cache's models/ when missing
+    model_dir = run_model_dir(cfg, Path(cache))  # converted into the cache's models/ when missing
     threads = cfg.model.threads or torch.get_num_threads()
     rollouts = cfg.allocator.prompts_per_step * int(cfg.allocator.params.get("n", 8))
     ours: list[dict[str, Any]] = []
