@@ -384,7 +384,7 @@ def token_html(pieces: list[str], entropies: list[float] | None, h_max: float = 
     prefix, first rejected position, draft length, lenient: `app.shape_view.reused_split`) shades the prefix.
     Escaped."""
     from app.shape_view import mark_reused
-    from app.terms import term_colour
+    from app.terms_view import term_colour
 
     ents, gs = list(entropies or []), list(gaps or [])
     spans = []
@@ -454,7 +454,7 @@ def group_html(rows: list[dict], decode: Any | None = None, h_max: float = 2.0, 
     response). `special`: the response's special tokens (a chat model's end of turn) shown, else
     left out. Every value is escaped."""
     from app.shape_view import reused_split
-    from app.terms import terms_cell
+    from app.terms_view import terms_cell
     from workbench.analysis.pipeline import token_logprob_gaps
 
     with_terms = any(r.get("reward_terms") is not None for r in rows)

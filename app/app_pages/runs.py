@@ -6,7 +6,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from app import access, components, data
+from app import permissions, components, data
 
 PAGE = "runs"
 CONFIG_DIRS = [Path.cwd() / "configs", Path(__file__).resolve().parents[2] / "configs"]
@@ -63,9 +63,9 @@ else:
         b1, b2 = st.columns(2)
         check = b1.form_submit_button("Validate", icon=":material/check:")
         submitted = b2.form_submit_button("Validate and launch", icon=":material/rocket_launch:",
-                                          disabled=not access.can_control())
-    access.note_if_read_only()
-    if submitted and not access.allowed(PAGE, "launch"):
+                                          disabled=not permissions.can_control())
+    permissions.note_if_read_only()
+    if submitted and not permissions.allowed(PAGE, "launch"):
         pass  # refused, shown and recorded
     elif check or submitted:
         from workbench.control import launch

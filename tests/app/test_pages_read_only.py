@@ -62,10 +62,10 @@ def test_read_only_session_sees_controls_disabled(read_only, lake):
 def test_a_control_drawn_enabled_is_still_refused_for_a_read_session(read_only, lake, monkeypatch):
     """Defence in depth: the buttons drawn as for a control session (as if the page forgot to disable
     them); the role is asked again when the action runs."""
-    from app import access
+    from app import permissions
 
     path, ids = lake
-    monkeypatch.setattr(access, "can_control", lambda: True)
+    monkeypatch.setattr(permissions, "can_control", lambda: True)
     at = read_only
     at.run()
     next(b for b in at.button if b.label == "Validate and launch").click().run()
