@@ -290,7 +290,8 @@ class RolloutConfig:
     shape: Literal["independent", "speculative", "tree"] = "independent"
     """The shape of a prompt's group: "independent" samples, "speculative" (SPEC-RL: the prompt's
     previous rollouts as drafts, verified against the current policy, `[rollout.speculative]`) or
-    "tree" (LATR: branch at uncertain tokens, `[rollout.tree]`). The synchronous loop only."""
+    "tree" (LATR: branch at uncertain tokens, `[rollout.tree]`). The synchronous loop and
+    `backend = "hf"` only (vLLM and Ray are refused at load)."""
     speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
     """Speculative rollouts' settings (rollout.shape = "speculative")."""
     tree: TreeConfig = field(default_factory=TreeConfig)
