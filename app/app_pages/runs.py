@@ -69,6 +69,7 @@ else:
         pass  # refused, shown and recorded
     elif check or submitted:
         from workbench.control import launch
+        from workbench.config import config_warnings
         from workbench.control.launch import check_config_path, check_overrides, resolve_config
         from workbench.errors import ControlError, WorkbenchError
 
@@ -92,4 +93,6 @@ else:
                 data.run_table.clear()
             else:
                 st.success("valid")
+                for said in config_warnings(resolved):  # valid, with what it cannot promise
+                    st.warning(said, icon=":material/warning:")
                 st.json(resolved.to_dict(), expanded=False)

@@ -212,6 +212,11 @@ def test_launch_form_validates_overrides_before_anything_starts(app, lake):
     next(b for b in app.button if b.label == "Validate").click().run()
     assert any(s.value == "valid" for s in app.success)
     assert app.json[0].value and json.loads(app.json[0].value)["steps"] == 3
+    assert not app.warning  # nothing a valid uniform run cannot promise
+    app.text_area(key="runs_overrides").set_value('rollout.shape="speculative"\nallocator.name="selective"')
+    next(b for b in app.button if b.label == "Validate").click().run()
+    assert any(s.value == "valid" for s in app.success), [e.value for e in app.error]
+    assert any("allocator 'selective': the allocator reads a prompt's earlier rewards" in w.value for w in app.warning)
 
 
 def test_entropy_band_of_runs_logged_before_the_engine_wrote_quantiles(tmp_path, monkeypatch):
