@@ -9,7 +9,7 @@ from typing import Any
 import polars as pl
 import streamlit as st
 
-from app import access, data
+from app import permissions, data
 
 CURRENT_RUN = "current_run"
 """Session key holding the run the user last picked on any page (the default on the others)."""
@@ -57,7 +57,7 @@ def send(page: str, action, *args, **kwargs) -> int | None:
     Shows the control id, or the error as text; returns the id or None."""
     from workbench.errors import WorkbenchError
 
-    if not access.allowed(page, action.__name__, args[0] if args and isinstance(args[0], str) else None):
+    if not permissions.allowed(page, action.__name__, args[0] if args and isinstance(args[0], str) else None):
         return None
 
     try:
@@ -97,8 +97,8 @@ def lifecycle_buttons(page: str, run_id: str, status: str | None) -> None:
         st.caption(note)
         return
     live = status in ("running", "created", "paused", "stopping")
-    locked = not access.can_control()
-    access.note_if_read_only()
+    locked = not permissions.can_control()
+    permissions.note_if_read_only()
     c1, c2, c3 = st.columns(3)
     if c1.button("Pause", key=f"{page}_pause", disabled=locked or status != "running", icon=":material/pause:",
                  use_container_width=True):
@@ -157,7 +157,7 @@ def rollout_groups(page: str, run_id: str, frame, *, link_prompt: bool = True, t
     `chat_template`, each prompt as the model saw it (the template's turns and markers) and the
     responses' special tokens (the end of turn); without, the question and the text only."""
     from app import derive, shape_view
-    from app.terms import term_range
+    from app.terms_view import term_range
 
     if frame.is_empty():
         st.info("No rollouts match these filters.")
@@ -244,10 +244,13 @@ def tree_view(rows: list[dict], decode, h_max: float, gap_max: float | None, spe
 def shapes_legend(frame) -> str:
     """The caption's words on the rollout shapes the page shows (none: empty)."""
     shapes = set(frame["shape"].drop_nulls().to_list()) if "shape" in frame.columns else set()
+    modes = set(frame["draft_mode"].drop_nulls().to_list()) if "draft_mode" in frame.columns else set()
     return (("tree groups: each branch under the row it left, ↳ its branch point (token, entropy there), "
              "… the prefix it shares (drawn once, in its parent) · " if "tree" in shapes else "")
             + ("speculative: blue band = prefix reused from the draft (accepted by the current policy), red bar = "
-               "first token after a rejected draft · " if "speculative" in shapes else ""))
+               "first token after a rejected draft · " if "speculative" in shapes else "")
+            + ("lenient drafts: orange dashed band = prefix accepted leniently; those rows are not samples of the "
+               "current policy · " if "lenient" in modes else ""))
 
 
 def alert_banner(run_id: str) -> None:

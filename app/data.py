@@ -424,22 +424,17 @@ def _tokenizer(path: str):
 
 
 def _model_dir(run_id: str) -> tuple[Path | None, dict]:
-    """The local directory of the model the run's config names (the organism's or SmolLM2's under the
-    store, never built or converted here) and the config's `model` table."""
+    """The local directory of the model the run's config names (`run_model_dir`, the engine's own answer,
+    never building or converting anything here) and the config's `model` table."""
     cfg = run(run_id).get("config")
     cfg = json.loads(cfg) if isinstance(cfg, str) else (cfg or {})
     model = cfg.get("model") if isinstance(cfg, dict) else None
     if not isinstance(model, dict) or not model.get("path"):
         return None, {}
-    from workbench.models.sources import cached_dir
+    from workbench.models.sources import run_model_dir
 
-    recipe = None
-    if model["path"] == "organism" and model.get("organism"):
-        from workbench.models.organism import OrganismRecipe
-
-        recipe = OrganismRecipe.from_dict(dict(model["organism"]))
     try:
-        return cached_dir(str(model["path"]), store_location(), recipe), model
+        return run_model_dir(cfg, store_location(), build=False), model
     except Exception:  # noqa: BLE001 - a source that can't be found here (its package missing): no tokenizer
         return None, model
 

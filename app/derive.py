@@ -376,14 +376,15 @@ def gap_scale(gaps: list[float | None]) -> float:
 
 def token_html(pieces: list[str], entropies: list[float] | None, h_max: float = 2.0, *,
                gaps: list[float | None] | None = None, gap_max: float = GAP_FLOOR,
-               reused: tuple[int, int | None, int | None] = (0, None, None)) -> str:
+               reused: tuple[int, int | None, int | None, bool] = (0, None, None, False)) -> str:
     """HTML spans, one per token, coloured by entropy, or with `gaps` by the trainer's minus the
     behaviour log-probability (`workbench.analysis.pipeline.token_logprob_gaps`: red where the trainer
     finds the token less likely than the weights that sampled it, green where more, white at 0, grey
     where the update did not compute it; scaled by `gap_max`); `reused` (a speculative rollout's reused
-    prefix, first rejected position, draft length: `app.shape_view.reused_split`) shades the prefix. Escaped."""
+    prefix, first rejected position, draft length, lenient: `app.shape_view.reused_split`) shades the prefix.
+    Escaped."""
     from app.shape_view import mark_reused
-    from app.terms import term_colour
+    from app.terms_view import term_colour
 
     ents, gs = list(entropies or []), list(gaps or [])
     spans = []
@@ -453,7 +454,7 @@ def group_html(rows: list[dict], decode: Any | None = None, h_max: float = 2.0, 
     response). `special`: the response's special tokens (a chat model's end of turn) shown, else
     left out. Every value is escaped."""
     from app.shape_view import reused_split
-    from app.terms import terms_cell
+    from app.terms_view import terms_cell
     from workbench.analysis.pipeline import token_logprob_gaps
 
     with_terms = any(r.get("reward_terms") is not None for r in rows)
@@ -472,7 +473,7 @@ def group_html(rows: list[dict], decode: Any | None = None, h_max: float = 2.0, 
         gaps = token_logprob_gaps(r.get("token_logprobs"), r.get("token_trainer_logprobs")) \
             if gap_max is not None else None
         tokens = token_html(pieces, r.get("token_entropy"), h_max, gaps=gaps, gap_max=gap_max or GAP_FLOOR,
-                            reused=reused_split(r) if len(pieces) == r.get("length") else (0, None, None))
+                            reused=reused_split(r) if len(pieces) == r.get("length") else (0, None, None, False))
         for obs in r.get("observations") or []:
             tokens += f"<div style='color:#666;font-family:monospace'>environment: {html.escape(str(obs))}</div>"
         body.append(f"<tr>{cells}<td style='padding:2px 6px;width:100%'>{tokens}</td></tr>")

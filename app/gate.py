@@ -6,7 +6,7 @@ For each request: the Host header is checked (`workbench.access.Gate.host_allowe
 `X-Workbench-Role` header is dropped; then, when a token is required, the session cookie, a `?token=`
 in the URL (exchanged for the cookie by a redirect that drops it from the address bar) or an
 `Authorization: token ...` header gives the role, which the gate passes to the app in
-`X-Workbench-Role` (`st.context.headers`, read by `app/access.py`). Anything else gets one short page
+`X-Workbench-Role` (`st.context.headers`, read by `app/permissions.py`). Anything else gets one short page
 and a 403 (a websocket upgrade is refused before it is accepted). Wrong tokens are counted per client
 address and logged without their value. Every response carries the headers that forbid framing.
 """
@@ -51,14 +51,14 @@ def log(line: str) -> None:
 
 
 def forged_control(message: dict) -> str | None:
-    """The control widget a websocket message from the browser triggers (`app.access.CONTROL_WIDGET`),
+    """The control widget a websocket message from the browser triggers (`app.permissions.CONTROL_WIDGET`),
     or None."""
     data = message.get("bytes") if message.get("type") == "websocket.receive" else None
     if not data:
         return None
     from streamlit.proto.BackMsg_pb2 import BackMsg
 
-    from app.access import CONTROL_WIDGET
+    from app.permissions import CONTROL_WIDGET
 
     msg = BackMsg()
     try:

@@ -5,8 +5,9 @@ from (`parent_idx`, the parent's `idx`), its branch point marked (↳) by the to
 position's entropy and the parent's token there (`branch_at`); the prefix it shares with its parent is
 drawn once, in the parent, and stands in the branch as a grey "shared" mark; each row ends with its
 reward, verdict and advantage. A speculative rollout's reused prefix (`reused_tokens`, the draft's
-accepted tokens) is shaded apart from the tokens generated fresh, and its first rejected position
-(`draft_rejected_at`) marked. Every piece of text is escaped."""
+accepted tokens) is shaded apart from the tokens generated fresh (orange and dashed where the draft was
+verified leniently, `draft_mode`: that row is not a sample of the current policy), and its first rejected
+position (`draft_rejected_at`) marked. Every piece of text is escaped."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ from typing import Any
 
 REUSED_STYLE = "background:rgb(205,222,245);border-bottom:3px solid rgb(60,110,190);padding:3px 1px"
 """The band under a reused prefix: blue, framing the tokens' own (entropy) colours."""
+LENIENT_STYLE = "background:rgb(250,225,190);border-bottom:3px dashed rgb(200,120,30);padding:3px 1px"
+"""The band under a prefix kept by lenient verification (`rollout.speculative.mode = "lenient"`): orange,
+dashed; the row is not a sample of the current policy."""
 REJECTED_STYLE = "border-left:3px solid rgb(200,30,30);margin-left:1px"
 """The mark before the first token after a rejected draft (resampled, exact mode; fresh, lenient)."""
 BRANCH_STYLE = ("display:inline-block;border:1px solid rgb(120,80,170);border-radius:4px;padding:0 4px;"
@@ -92,19 +96,22 @@ def branch_mark(node: TreeNode, pieces: list[str], parent_pieces: list[str] | No
     return BranchMark(at, token, entropy, theirs)
 
 
-def reused_split(row: dict) -> tuple[int, int | None, int | None]:
+def reused_split(row: dict) -> tuple[int, int | None, int | None, bool]:
     """A speculative rollout's reused prefix length (0: none, or not speculative), its first rejected
-    position (None: the whole draft was kept, or there was no draft) and its draft's length (None: no draft)."""
+    position (None: the whole draft was kept, or there was no draft), its draft's length (None: no draft)
+    and whether its draft was verified leniently (`draft_mode`: then not a sample of the current policy)."""
     if row.get("shape") != "speculative":
-        return 0, None, None
+        return 0, None, None, False
     reused, rejected, draft = row.get("reused_tokens"), row.get("draft_rejected_at"), row.get("draft_tokens")
     return (max(0, int(reused or 0)), None if rejected is None else int(rejected),
-            None if draft is None else int(draft))
+            None if draft is None else int(draft), row.get("draft_mode") == "lenient")
 
 
-def mark_reused(spans: list[str], reused: int, rejected_at: int | None, draft: int | None = None) -> list[str]:
-    """Token spans (one per token) with the first `reused` wrapped in the reused band, the token at
-    `rejected_at` marked as the first after a rejected draft, and a note of the draft's fate at the end."""
+def mark_reused(spans: list[str], reused: int, rejected_at: int | None, draft: int | None = None,
+                lenient: bool = False) -> list[str]:
+    """Token spans (one per token) with the first `reused` wrapped in the reused band (`lenient`: the
+    lenient band), the token at `rejected_at` marked as the first after a rejected draft, and a note of
+    the draft's fate at the end (`lenient`: that the row is not the current policy's sample)."""
     out = list(spans)
     if rejected_at is not None and 0 <= rejected_at < len(out):
         out[rejected_at] = (f'<span data-draft-rejected="{rejected_at}" title="draft rejected here: this '
@@ -112,12 +119,16 @@ def mark_reused(spans: list[str], reused: int, rejected_at: int | None, draft: i
                             f"{out[rejected_at]}</span>")
     k = min(reused, len(out))
     if k > 0:
-        title = f"reused from the draft: {k} token{'s' if k != 1 else ''} accepted by the current policy"
-        out = [f'<span data-reused="{k}" title="{title}" style="{REUSED_STYLE}">{"".join(out[:k])}</span>', *out[k:]]
+        title = (f"reused from the draft: {k} token{'s' if k != 1 else ''} accepted "
+                 + ("leniently (not a sample of the current policy)" if lenient else "by the current policy"))
+        out = [f'<span data-reused="{k}" title="{title}" style="{LENIENT_STYLE if lenient else REUSED_STYLE}">'
+               f'{"".join(out[:k])}</span>', *out[k:]]
     if draft is not None:
         fate = "kept whole" if rejected_at is None else f"rejected at t{rejected_at}"
-        out.append(f'<span style="{SHARED_STYLE};margin-left:8px;font-size:0.75rem">draft: {reused} of {draft} '
-                   f"tokens reused, {fate}</span>")
+        mode = ("lenient draft", "; not a sample of the current policy") if lenient else ("draft", "")
+        out.append(f'<span data-draft-mode="{"lenient" if lenient else "exact"}" style="{SHARED_STYLE};'
+                   f'margin-left:8px;font-size:0.75rem">{mode[0]}: {reused} of {draft} tokens reused, {fate}'
+                   f"{mode[1]}</span>")
     return out
 
 

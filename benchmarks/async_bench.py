@@ -62,9 +62,9 @@ def _run(cfg: Any, cache: Path) -> list[dict[str, Any]]:
     """Run `cfg` in a temporary store (the organism linked from `cache`); per step: wall time since the
     previous step ended, and the step's metrics."""
     from workbench.engine import run
-    from workbench.engine.setup import model_path
+    from workbench.models.sources import run_model_dir
 
-    model_path(cfg, cache)  # the organism, built in the cache when missing
+    run_model_dir(cfg, cache)  # the organism, built in the cache when missing
     root = Path(tempfile.mkdtemp(prefix="workbench-async-bench-"))
     marks: list[dict[str, Any]] = []
     last = [time.perf_counter()]

@@ -348,7 +348,7 @@ def code_digest() -> str:
 def _bench(store: Path, kills: int, seed: int, steps: int, organism: str, models: Path | str | None,
            timeout_s: float, eta: int = 0, fork: bool = True) -> dict[str, Any]:
     from workbench.control.launch import resolve_config
-    from workbench.engine.setup import model_path
+    from workbench.models.sources import run_model_dir
     from workbench.store import open_store
 
     store.mkdir(parents=True, exist_ok=True)
@@ -360,7 +360,7 @@ def _bench(store: Path, kills: int, seed: int, steps: int, organism: str, models
     cfg = resolve_config(None, over)
     open_store(store).close()
     t0 = time.monotonic()
-    model_path(cfg, store)  # build the organism once, before anything is timed or killed
+    run_model_dir(cfg, store)  # build the organism once, before anything is timed or killed
     build_s = time.monotonic() - t0
     digest = code_digest()
     zyg = Zygote(_child_env(None), store, entry=ZYGOTE_ENTRY) if fork else None

@@ -48,9 +48,9 @@ def missing_peer() -> str | None:
 @contextmanager
 def temp_store(organism_cache: Path, cfg) -> Iterator[Path]:
     """A temporary store whose models/ is the cache's (the organism is built there once)."""
-    from workbench.engine.setup import model_path
+    from workbench.models.sources import run_model_dir
 
-    model_path(cfg, organism_cache)  # build the organism in the cache when missing
+    run_model_dir(cfg, organism_cache)  # build the organism in the cache when missing
     root = Path(tempfile.mkdtemp(prefix="workbench-bench-"))
     try:
         if (organism_cache / "models").is_dir():
@@ -179,11 +179,11 @@ def trl_rollouts_per_s(cfg, store: Path, steps: int) -> dict[str, float]:
     from trl import GRPOConfig, GRPOTrainer
 
     from workbench.config import task_config
-    from workbench.engine.setup import model_path
+    from workbench.models.sources import run_model_dir
     from workbench.models import load_model
     from workbench.tasks import get_task, verify
 
-    model, tokenizer = load_model(str(model_path(cfg, store)))
+    model, tokenizer = load_model(str(run_model_dir(cfg, store)))
     task = get_task(task_config(cfg.task))
     data = Dataset.from_list([{"prompt": p.text, "answer": p.answer} for p in task.train_prompts()])
     n = cfg.allocator.params.get("n", 8)

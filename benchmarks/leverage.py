@@ -53,14 +53,15 @@ def profile_report(profile: str, store_dir: str | Path, *, samples: int = 16, si
     """Build, measure and predict one workload profile (see the module docstring)."""
     from workbench.allocators.registry import shipped_allocators
     from workbench.allocators.simulate import SimConfig, predict_savings
-    from workbench.engine.setup import organism_recipe
-    from workbench.models.organism import ensure_organism, read_meta, warm_start_pass_rates
+    from workbench.models.organism import read_meta, warm_start_pass_rates
+    from workbench.models.sources import organism_recipe, run_model_dir
     from workbench.tasks.arithmetic import ArithmeticTask
 
     cfg = _run_settings(profile)
-    recipe = organism_recipe(cfg)
+    plain = cfg.to_dict()
+    recipe = organism_recipe(plain["model"], plain["task"])
     t0 = time.perf_counter()
-    path = ensure_organism(store_dir, recipe)
+    path = run_model_dir(cfg, store_dir)  # the run's organism (its recipe above), built when missing
     meta = read_meta(path)
     rows = warm_start_pass_rates(path, recipe, samples=samples)
     task = ArithmeticTask(recipe.task)

@@ -88,12 +88,12 @@ def sample_prompts(model: Any, tokenizer: Any, task: Any, prompts: list[Any], *,
 def _load(cfg: Any, cache: str | Path) -> tuple[Any, Any]:
     import torch
 
-    from workbench.engine.setup import model_path
+    from workbench.models.sources import run_model_dir
     from workbench.models import load_model
 
     if cfg.model.threads:
         torch.set_num_threads(cfg.model.threads)
-    return load_model(str(model_path(cfg, cache)))
+    return load_model(str(run_model_dir(cfg, cache)))
 
 
 def step0(cache: str | Path, *, samples: int = 8, prompts: int = 0, overrides: Sequence[str] = (),

@@ -96,10 +96,9 @@ def trl_vs_engine(cache: str | Path, *, steps: int = 2, rounds: int = 1,
     """Rollouts/s of the engine and of TRL's GRPOTrainer on the real-model run, side by side."""
     import torch
 
-    from workbench.engine.setup import model_path
+    from workbench.models.sources import run_model_dir, smollm2_config
     from benchmarks.engine_bench import missing_peer
     from benchmarks.real_model import peak_rss_mb
-    from workbench.models.sources import smollm2_config
 
     absent = missing_peer()
     if absent is not None:
@@ -108,7 +107,7 @@ def trl_vs_engine(cache: str | Path, *, steps: int = 2, rounds: int = 1,
         raise ConfigError(f"bench real-model trl: {absent} is not installed (pip install -e '.[trl]')")
     cfg = smollm2_config(["eval.at_start=false", "eval.every=0", "checkpoint.every=0", f"steps={steps + WARMUP}",
                           *overrides])
-    model_dir = model_path(cfg, Path(cache))  # converted into the cache's models/ when missing
+    model_dir = run_model_dir(cfg, Path(cache))  # converted into the cache's models/ when missing
     threads = cfg.model.threads or torch.get_num_threads()
     rollouts = cfg.allocator.prompts_per_step * int(cfg.allocator.params.get("n", 8))
     ours: list[dict[str, Any]] = []

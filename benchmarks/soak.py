@@ -258,11 +258,11 @@ def _soak(spec: dict[str, str], root: Path, minutes: float, seed: int, control_e
           catalog: str, browse: str, baseline_s: float, idle_s: float, notebook: bool = True) -> dict[str, Any]:
     from workbench.config_docs import to_toml
     from workbench.control import api
-    from workbench.engine.setup import model_path
+    from workbench.models.sources import run_model_dir
     from benchmarks.tiny import tiny_run
 
     cfg = tiny_run(soak_overrides())
-    model_path(cfg, root)  # build the organism first (not part of the soak)
+    run_model_dir(cfg, root)  # build the organism first (not part of the soak)
     (root / "soak").mkdir(exist_ok=True)
     config = root / "soak" / "config.toml"
     config.write_text(to_toml(cfg))

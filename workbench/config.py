@@ -299,7 +299,8 @@ class RolloutConfig:
     shape: Literal["independent", "speculative", "tree"] = "independent"
     """The shape of a prompt's group: "independent" samples, "speculative" (SPEC-RL: the prompt's
     previous rollouts as drafts, verified against the current policy, `[rollout.speculative]`) or
-    "tree" (LATR: branch at uncertain tokens, `[rollout.tree]`). The synchronous loop only."""
+    "tree" (LATR: branch at uncertain tokens, `[rollout.tree]`). The synchronous loop and
+    `backend = "hf"` only (vLLM and Ray are refused at load)."""
     speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
     """Speculative rollouts' settings (rollout.shape = "speculative")."""
     tree: TreeConfig = field(default_factory=TreeConfig)
@@ -363,8 +364,9 @@ class RunConfig:
         check(self.steps >= 0, "steps", "an integer >= 0", self.steps)
         self.rewards.check_lengths(self.sampling.max_new_tokens)
         self.pipeline.check_rollout(self.rollout)
-        if shape_problem(self.rollout.shape, self.pipeline.enabled):  # rollout shapes (issue #32)
-            raise ConfigError(str(shape_problem(self.rollout.shape, self.pipeline.enabled)))
+        problem = shape_problem(self.rollout.shape, self.pipeline.enabled, self.rollout.backend)  # issue #32
+        if problem:
+            raise ConfigError(problem)
         if uses_vllm(self.rollout) and temperature_problem(self.sampling.temperature):
             raise ConfigError(f"sampling.temperature: {temperature_problem(self.sampling.temperature)}")
         _check_registries(self)
@@ -408,6 +410,17 @@ def _check_registries(cfg: RunConfig) -> None:
         make_allocator(cfg.allocator.name, dict(cfg.allocator.params), seed=cfg.seed)
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"allocator.params: {exc}") from None
+
+
+def config_warnings(cfg: RunConfig) -> list[str]:
+    """What a valid config cannot promise, one line each (the engine warns with them when a run starts,
+    and records each as a `warning` event)."""
+    from workbench.allocators import get_allocator
+    from workbench.shape_config import history_warning
+
+    said = history_warning(cfg.rollout.shape, cfg.rollout.speculative.mode, cfg.allocator.name,
+                           get_allocator(cfg.allocator.name).reads_history)
+    return [said] if said else []
 
 
 def task_config(data: dict[str, Any]) -> Any:

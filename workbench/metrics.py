@@ -170,10 +170,11 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("train/tokens", "response tokens in the loss", "tokens", _LOSS, "update"),
     Metric("train/grad_norm", "gradient norm before clipping (mean over the optimizer steps)", "1", _UPD, "update",
            column="grad_norm"),
-    Metric("train/lr", "learning rate after the step's updates", "1", _UPD, "update", column="lr"),
+    Metric("train/lr", "learning rate in force after the step (the next optimizer step's; recorded on a step "
+           "that skipped the update too)", "1", _LOOP, column="lr"),
     Metric("train/sequences", "rollouts in the update", "rollouts", _UPD, "update"),
-    Metric("train/optimizer_steps", "optimizer steps taken this step (`algorithm.updates_per_step`)", "steps", _UPD,
-           "update"),
+    Metric("train/optimizer_steps", "optimizer steps taken this step (`algorithm.updates_per_step`; 0: no group "
+           "carried signal, the update was skipped)", "steps", _LOOP),
     Metric("train/is_weight_mean", "mean importance weight of the stale tokens (behaviour policy -> proximal)",
            "1", _CORR, "pipeline"),
     Metric("train/is_weight_max", "largest importance weight", "1", _CORR, "pipeline"),

@@ -78,10 +78,32 @@ class TreeConfig:
         check(all(0 <= v <= 1 for v in self.eta_values), w + "eta_values", "shares in [0, 1]", self.eta_values)
 
 
-def shape_problem(shape: str, pipeline_enabled: bool) -> str | None:
+SHAPE_BACKENDS = ("hf",)
+"""The rollout backends a speculative or tree shape runs on today: the in-process one, whose model is the
+trainer's (vLLM's engine and Ray's workers hold copies of their own, that the shapes' teacher-forced
+passes and tree steps do not reach yet)."""
+
+
+def shape_problem(shape: str, pipeline_enabled: bool, backend: str = "hf") -> str | None:
     """Why `rollout.shape` cannot run with the rest of the config (None: it can)."""
+    if shape != "independent" and backend not in SHAPE_BACKENDS:
+        return (f"rollout.shape = {shape!r} runs on rollout.backend = \"hf\" only, not {backend!r} yet (set "
+                "rollout.backend = \"hf\", or rollout.shape = \"independent\")")
     if shape != "independent" and pipeline_enabled:
         return (f"rollout.shape = {shape!r} runs in the synchronous loop only: its teacher-forced passes use the "
                 "trainer's weights, which an asynchronous generator runs ahead of (set pipeline.max_staleness = 0, "
                 "or rollout.shape = \"independent\")")
     return None
+
+
+def history_warning(shape: str, mode: str, allocator: str, reads_history: bool) -> str | None:
+    """What exact speculative mode cannot promise with an allocator that reads a prompt's earlier rewards
+    (None: nothing to say). Such an allocator picks or weights a prompt by the rewards of its last visit,
+    the very rollouts that serve as this visit's drafts: the drafts are no longer independent of their
+    content, and the rows drawn from them no longer exact samples of the current policy
+    (docs/rollout-shapes.md, "Exact, and what it assumes")."""
+    if shape != "speculative" or mode != "exact" or not reads_history:
+        return None
+    return (f"rollout.speculative.mode = \"exact\" with allocator {allocator!r}: the allocator reads a prompt's "
+            "earlier rewards, so a visit's drafts (the last visit's rollouts) are chosen by their own content and "
+            "its rows are not exactly the current policy's samples (docs/rollout-shapes.md)")

@@ -6,7 +6,7 @@ import json
 
 import streamlit as st
 
-from app import access, charts, components, data, derive
+from app import permissions, charts, components, data, derive
 from workbench.metrics import PRESENT, lookup
 
 PAGE = "alerts"
@@ -44,8 +44,8 @@ for row in frame.to_dicts():
             st.json(json.loads(row["evidence"]) if row.get("evidence") else {})
         b1, b2 = st.columns([1, 3])
         if (row["status"] == "open" and b1.button("acknowledge", key=f"{PAGE}_ack_{row['alert_id']}",
-                                                  disabled=not access.can_control())
-                and access.allowed(PAGE, "acknowledge", row["run_id"])):
+                                                  disabled=not permissions.can_control())
+                and permissions.allowed(PAGE, "acknowledge", row["run_id"])):
             data.store().set_alert_status(row["alert_id"], "acknowledged")
             data.alerts.clear()
             st.rerun()
@@ -82,8 +82,8 @@ if run_id:
         lr = g4.number_input("rollback: learning rate after", value=None, min_value=0.0, format="%.2e",
                              key=f"{PAGE}_guard_lr")
         submitted = st.form_submit_button("Check and add", icon=":material/add_alert:",
-                                          disabled=not access.can_control())
-    access.note_if_read_only()
+                                          disabled=not permissions.can_control())
+    permissions.note_if_read_only()
     if submitted:
         from workbench.control.guards import issue_guard
 

@@ -7,7 +7,7 @@ fragments only read; the engine applies the commands."""
 import polars as pl
 import streamlit as st
 
-from app import access, charts, components, data, derive, pipeline_charts
+from app import permissions, charts, components, data, derive, pipeline_charts
 from workbench.analysis import term_names, terms_by_step
 from workbench.errors import StoreUnreachable
 from workbench.analysis.pipeline import idle_fractions, pipeline_by_step, staleness_histogram
@@ -167,12 +167,12 @@ with budget_col:
     top = max(4 * current_budget, 64)
     with st.form(f"{PAGE}_budget_form"):
         amount = st.slider(f"budget per step ({kind})", 1, top, current_budget, key=f"{PAGE}_budget")
-        if st.form_submit_button("Set budget", icon=":material/tune:", disabled=not access.can_control()):
+        if st.form_submit_button("Set budget", icon=":material/tune:", disabled=not permissions.can_control()):
             components.send(PAGE, api.set_budget, run_id, int(amount), kind)
     with st.form(f"{PAGE}_lr_form"):  # the engine refuses a bad value with one line (shown by send)
         lr = st.number_input("learning rate (optim.lr; the schedule still scales it)", value=float(last.get("lr") or 1e-4),
                              min_value=0.0, format="%.2e", step=1e-5, key=f"{PAGE}_lr")
-        if st.form_submit_button("Set learning rate", icon=":material/speed:", disabled=not access.can_control()):
+        if st.form_submit_button("Set learning rate", icon=":material/speed:", disabled=not permissions.can_control()):
             components.send(PAGE, api.set_lr, run_id, float(lr))
 
 with alloc_col:
@@ -189,7 +189,7 @@ with alloc_col:
         params = components.param_form_fields(PAGE, chosen, desc["params"],
                                               in_force_params if chosen == in_force else {})
         verb = "Set parameters" if chosen == in_force else f"Switch to {chosen}"
-        if st.form_submit_button(verb, icon=":material/swap_horiz:", disabled=not access.can_control()):
+        if st.form_submit_button(verb, icon=":material/swap_horiz:", disabled=not permissions.can_control()):
             try:
                 make_config(chosen, params)
             except WorkbenchError as exc:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from app import access, components, data
+from app import components, data, permissions
 from workbench.errors import StoreUnreachable
 
 PAGE = "runs"
@@ -69,12 +69,13 @@ else:
         b1, b2 = st.columns(2)
         check = b1.form_submit_button("Validate", icon=":material/check:")
         submitted = b2.form_submit_button("Validate and launch", icon=":material/rocket_launch:",
-                                          disabled=not access.can_control())
-    access.note_if_read_only()
-    if submitted and not access.allowed(PAGE, "launch"):
+                                          disabled=not permissions.can_control())
+    permissions.note_if_read_only()
+    if submitted and not permissions.allowed(PAGE, "launch"):
         pass  # refused, shown and recorded
     elif check or submitted:
         from workbench.control import launch
+        from workbench.config import config_warnings
         from workbench.control.launch import check_config_path, check_overrides, resolve_config
         from workbench.errors import ControlError, WorkbenchError
 
@@ -98,4 +99,6 @@ else:
                 data.run_table.clear()
             else:
                 st.success("valid")
+                for said in config_warnings(resolved):  # valid, with what it cannot promise
+                    st.warning(said, icon=":material/warning:")
                 st.json(resolved.to_dict(), expanded=False)

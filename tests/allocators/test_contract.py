@@ -172,3 +172,25 @@ def test_the_checker_catches_a_greedy_allocator():
 
     with pytest.raises(AssertionError, match="reason"):
         drive("mute", alloc=Mute(), steps=1)
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if not get_allocator(n).reads_history])
+def test_an_allocator_that_says_it_reads_no_history_decides_the_same_without_it(name):
+    """`reads_history = False` (exact speculative rollouts trust it: workbench.shape_config.history_warning):
+    the same grants and the same groups in the update whether the prompts come fresh or with a history of
+    earlier rewards."""
+    from .conftest import seen_stats
+
+    rng = np.random.default_rng(5)
+    history = {f"p{i:03d}": seen_stats(f"p{i:03d}", int(c), 8, easy_streak=int(c == 8), hard_streak=int(c == 0),
+                                       last_pass=c / 8) for i, c in enumerate(rng.integers(0, 9, 64))}
+    _, fresh, _ = drive(name, steps=3, seed=2)
+    _, told, _ = drive(name, steps=3, seed=2, stats=history)
+    assert [[(s, g.prompt_id, g.n) for s, g in o.grants] for o in fresh] == \
+        [[(s, g.prompt_id, g.n) for s, g in o.grants] for o in told]
+    assert [o.used_in_update for o in fresh] == [o.used_in_update for o in told]
+
+
+def test_the_allocators_that_read_earlier_rewards_say_so():
+    assert {n for n in NAMES if get_allocator(n).reads_history} == {
+        "selective", "until_correct", "knapsack", "rank_proportional", "value_tracker", "adaptive_stop"}

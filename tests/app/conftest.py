@@ -2,7 +2,9 @@
 (`app_server`, with or without tokens), a headless Chromium for a module's tests (the `browser`
 fixture), and helpers kept for tests written against this folder's old conftest (`from conftest import
 new_store, tiny_config`; new tests take the root fixtures instead: tests/conftest.py). The browser test
-files import the server and the page helpers through tests/app/test_browser.py."""
+files import the server and the page helpers through tests/app/test_browser.py. The AppTest fixture
+(`app`: the dashboard on the module's `lake` store) is here, over `tests/apptest.py` (`open_app`,
+`goto`), which the other folders' AppTest tests import too."""
 
 from __future__ import annotations
 
@@ -64,6 +66,16 @@ def app_server(root: Path, log_path: Path, *options: str, env: dict[str, str] | 
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         log.close()
+
+
+@pytest.fixture
+def app(lake, monkeypatch):
+    """The dashboard through AppTest on the store of the requesting module's `lake` fixture (its first
+    item: the store's path), its first page run without an exception."""
+    pytest.importorskip("streamlit")
+    from apptest import open_app
+
+    return open_app(lake[0], monkeypatch)
 
 
 @pytest.fixture(scope="module")

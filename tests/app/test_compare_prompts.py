@@ -5,21 +5,17 @@ prompt, and the before/after mode compares one run at two steps. Plus the page's
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import polars as pl
 import pytest
 
 pytest.importorskip("streamlit")
-from streamlit.testing.v1 import AppTest  # noqa: E402
-
 import synth  # noqa: E402
+from apptest import goto, open_app  # noqa: E402
 from app import compare_view  # noqa: E402
 from workbench.analysis import compare_runs  # noqa: E402
 from workbench.store import open_store  # noqa: E402
 
-MAIN = str(Path(__file__).resolve().parents[2] / "app" / "main.py")
-PAGE = "app_pages/compare_prompts.py"
+PAGE = "compare_prompts"
 
 
 @pytest.fixture(scope="module")
@@ -32,15 +28,7 @@ def lake(tmp_path_factory):
 
 @pytest.fixture
 def at(lake, monkeypatch):
-    import streamlit as st
-
-    monkeypatch.setenv("WORKBENCH_STORE", str(lake[0]))
-    st.cache_data.clear()
-    app = AppTest.from_file(MAIN, default_timeout=120)
-    app.run()
-    app.switch_page(PAGE).run()
-    assert not app.exception, [e.value for e in app.exception]
-    return app
+    return goto(open_app(lake[0], monkeypatch, timeout=120), PAGE)
 
 
 def _table(at):
@@ -114,16 +102,9 @@ def test_table_view_sorts_filters_and_tags():
 
 
 def test_a_run_without_steps_is_said_not_raised(tmp_path, monkeypatch):
-    import streamlit as st
-
     path = tmp_path / "store"
     synth.fill(path, steps=2)
     with open_store(path) as store:
         store.create_run("empty", {"allocator": {"name": "uniform"}}, seed=0)
-    monkeypatch.setenv("WORKBENCH_STORE", str(path))
-    st.cache_data.clear()
-    app = AppTest.from_file(MAIN, default_timeout=120)
-    app.run()
-    app.switch_page(PAGE).run()
-    assert not app.exception, [e.value for e in app.exception]
+    app = goto(open_app(path, monkeypatch, timeout=120), PAGE)
     assert any("no steps logged yet" in i.value for i in app.info)

@@ -6,17 +6,14 @@ nothing, and the control panel writes the commands it says it writes."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("streamlit")
-from streamlit.testing.v1 import AppTest  # noqa: E402
-
 import synth  # noqa: E402
+from apptest import goto, open_app, point_at  # noqa: E402
 from workbench.store import open_store  # noqa: E402
 
-MAIN = str(Path(__file__).resolve().parents[2] / "app" / "main.py")
 HOSTILE = ["'; DROP TABLE rollouts; --", "<script>alert(1)</script>"]
 
 
@@ -25,24 +22,6 @@ def lake(tmp_path_factory):
     path = tmp_path_factory.mktemp("dash") / "store"
     ids = synth.fill(path, steps=4)
     return path, ids
-
-
-@pytest.fixture
-def app(lake, monkeypatch):
-    import streamlit as st
-
-    monkeypatch.setenv("WORKBENCH_STORE", str(lake[0]))
-    st.cache_data.clear()  # the store handle (cache_resource) stays open across tests
-    at = AppTest.from_file(MAIN, default_timeout=60)
-    at.run()
-    assert not at.exception, at.exception
-    return at
-
-
-def page(at, name):
-    at.switch_page(f"app_pages/{name}.py").run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
 
 
 def metrics(at):
@@ -74,7 +53,7 @@ def test_runs_page_lists_every_run_with_its_numbers(app, lake):
 
 def test_live_page_shows_the_last_step_and_regime(app, lake):
     path, ids = lake
-    at = page(app, "live")
+    at = goto(app, "live")
     run_id = at.selectbox(key="live_run").value
     with open_store(path) as store:
         last = store.run_steps(run_id).sort("step").tail(1).to_dicts()[0]
@@ -89,7 +68,7 @@ def test_live_page_shows_the_last_step_and_regime(app, lake):
 
 def test_rollouts_page_groups_and_escapes(app, lake):
     path, ids = lake
-    at = page(app, "rollouts")
+    at = goto(app, "rollouts")
     at.selectbox(key="rollouts_run").set_value(ids[0]).run()
     with open_store(path) as store:
         last = int(store.run_steps(ids[0])["step"].max())
@@ -108,7 +87,7 @@ def test_hostile_filters_are_text_and_change_nothing(app, lake, value):
     path, ids = lake
     with open_store(path) as store:
         before = store.count_rollouts(ids[0])
-    at = page(app, "rollouts")
+    at = goto(app, "rollouts")
     at.selectbox(key="rollouts_run").set_value(ids[0]).run()
     at.text_input(key="rollouts_prompt").set_value(value).run()
     assert not at.exception
@@ -126,7 +105,7 @@ def test_hostile_filters_are_text_and_change_nothing(app, lake, value):
 
 def test_prompt_page_tells_one_prompts_story(app, lake):
     path, ids = lake
-    at = page(app, "prompt")
+    at = goto(app, "prompt")
     run_id = at.selectbox(key="prompt_run").value
     prompt_id = at.selectbox(key="prompt_prompt").value
     with open_store(path) as store:
@@ -157,7 +136,7 @@ def pl_col(name):
 
 def test_allocation_page_counts_the_step(app, lake):
     path, ids = lake
-    at = page(app, "allocation")
+    at = goto(app, "allocation")
     run_id = at.selectbox(key="allocation_run").value
     step = at.slider(key="allocation_step").value
     with open_store(path) as store:
@@ -171,7 +150,7 @@ def test_allocation_page_counts_the_step(app, lake):
 
 def test_compare_page_summarises_each_run(app, lake):
     path, ids = lake
-    at = page(app, "compare")
+    at = goto(app, "compare")
     assert sorted(at.multiselect(key="compare_runs").value) == sorted(ids)
     summary = at.dataframe[0].value
     assert summary["run"].nunique() == len(ids)
@@ -181,7 +160,7 @@ def test_compare_page_summarises_each_run(app, lake):
 
 def test_control_panel_writes_the_commands(app, lake):
     path, ids = lake
-    at = page(app, "live")
+    at = goto(app, "live")
     at.selectbox(key="live_run").set_value(ids[0]).run()  # the run still marked running
     at.slider(key="live_budget").set_value(24)
     next(b for b in at.button if b.label == "Set budget").click().run()
@@ -208,7 +187,7 @@ def test_control_panel_writes_the_commands(app, lake):
 
 def test_allocator_form_rejects_a_bad_value_before_sending(app, lake):
     path, ids = lake
-    at = page(app, "live")
+    at = goto(app, "live")
     at.selectbox(key="live_run").set_value(ids[0]).run()
     at.selectbox(key="live_allocator").set_value("multistage").run()
     with open_store(path) as store:
@@ -233,21 +212,23 @@ def test_launch_form_validates_overrides_before_anything_starts(app, lake):
     next(b for b in app.button if b.label == "Validate").click().run()
     assert any(s.value == "valid" for s in app.success)
     assert app.json[0].value and json.loads(app.json[0].value)["steps"] == 3
+    assert not app.warning  # nothing a valid uniform run cannot promise
+    app.text_area(key="runs_overrides").set_value('rollout.shape="speculative"\nallocator.name="selective"')
+    next(b for b in app.button if b.label == "Validate").click().run()
+    assert any(s.value == "valid" for s in app.success), [e.value for e in app.error]
+    assert any("allocator 'selective': the allocator reads a prompt's earlier rewards" in w.value for w in app.warning)
 
 
 def test_entropy_band_of_runs_logged_before_the_engine_wrote_quantiles(tmp_path, monkeypatch):
     """A run whose steps carry the engine's token-entropy quantiles is drawn from them; an older run's
     band is computed from its rollouts, and the caption says which."""
-    import streamlit as st
-
     from app import data
 
     new = synth.fill(tmp_path / "new", runs=("uniform",), steps=3)[0]
     old = synth.fill(tmp_path / "old", runs=("uniform",), steps=3, entropy_quantiles=False)[0]
     for path, run_id, source in ((tmp_path / "new", new, "token entropy quantiles logged by the engine"),
                                  (tmp_path / "old", old, "quantiles of rollout mean entropy, steps 0")):
-        monkeypatch.setenv("WORKBENCH_STORE", str(path))
-        st.cache_data.clear()
+        point_at(path, monkeypatch)
         frame, said = data.entropy_quantiles(run_id)
         assert said.startswith(source), said
         assert set(frame["step"].to_list()) == {0, 1, 2} and frame["value"].null_count() == 0
@@ -273,7 +254,7 @@ def test_alerts_page_metric_picker_reads_the_catalogue(app, lake):
     its meaning from `workbench/metrics.py`, and the run's values drawn."""
     from workbench.metrics import lookup
 
-    at = page(app, "alerts")
+    at = goto(app, "alerts")
     (picker,) = [s for s in at.selectbox if s.label == "metric a rule may read"]
     assert picker.options[0] == "rollout/count" and "rollout/reward_mean" in picker.options
     picker.set_value("rollout/reward_mean").run()
@@ -283,8 +264,6 @@ def test_alerts_page_metric_picker_reads_the_catalogue(app, lake):
 
 def test_alerts_page_draws_the_newest_alerts_and_more_on_request(tmp_path, monkeypatch):
     """A guard that fired 25 times: the page draws the newest 20 (newest first) and all 25 when asked."""
-    import streamlit as st
-
     path = tmp_path / "store"
     run_id = synth.fill(path, runs=("uniform",), steps=2)[0]
     with open_store(path) as store:
@@ -292,11 +271,7 @@ def test_alerts_page_draws_the_newest_alerts_and_more_on_request(tmp_path, monke
             store.add_alert(run_id, dict(guard="zero_signal", rule="rollout/zero_signal_frac > 0.95", window_steps=1,
                                          action="alert", first_step=1, step=1, evidence={"1": {"i": i}},
                                          message=f"guard 'zero_signal' fired, number {i}"))
-    monkeypatch.setenv("WORKBENCH_STORE", str(path))
-    st.cache_data.clear()
-    at = AppTest.from_file(MAIN, default_timeout=60)
-    at.run()
-    at = page(at, "alerts")
+    at = goto(open_app(path, monkeypatch), "alerts")
     fired = [t.value for t in at.text if t.value.startswith("guard 'zero_signal'")]
     assert len(fired) == 20 and fired[0] == "guard 'zero_signal' fired, number 24"
     (shown,) = [n for n in at.number_input if n.label.startswith("alerts shown")]

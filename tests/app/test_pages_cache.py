@@ -5,31 +5,21 @@ live page's refresh). A live run's steps are read incrementally, whole again aft
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("streamlit")
-from streamlit.testing.v1 import AppTest  # noqa: E402
-
 import synth  # noqa: E402
+from apptest import new_app, open_app, point_at  # noqa: E402
 from waiting import wait_until  # noqa: E402
 from workbench.store import open_store  # noqa: E402
 
-MAIN = str(Path(__file__).resolve().parents[2] / "app" / "main.py")
-
 
 def test_reopened_page_reads_nothing_until_a_commit(tmp_path, monkeypatch):
-    import streamlit as st
-
     from app import data
 
     path = tmp_path / "store"
     ids = synth.fill(path, steps=2)
-    monkeypatch.setenv("WORKBENCH_STORE", str(path))
-    st.cache_data.clear()
-    at = AppTest.from_file(MAIN, default_timeout=60)
-    at.run()
+    at = open_app(path, monkeypatch)
     handle = data.store()
     reads = []
     real = handle.list_runs
@@ -62,8 +52,7 @@ def test_steps_are_read_incrementally_and_whole_again_after_a_rollback(tmp_path,
 
     path = tmp_path / "store"
     run_id, other = synth.fill(path, steps=4)
-    monkeypatch.setenv("WORKBENCH_STORE", str(path))
-    st.cache_data.clear()
+    point_at(path, monkeypatch)
     st.cache_resource.clear()
     handle = data.store()
     calls = []
@@ -109,18 +98,15 @@ def test_the_dashboards_reads_do_not_wait_on_a_writers_commit(tmp_path, monkeypa
     import sys
     import time
 
-    import streamlit as st
-
     path = tmp_path / "store"
     ids = synth.fill(path, steps=2)
-    monkeypatch.setenv("WORKBENCH_STORE", str(path))
-    st.cache_data.clear()
+    point_at(path, monkeypatch)
     holder = subprocess.Popen([sys.executable, "-c", HOLD, str(path)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
         t0 = time.monotonic()
-        at = AppTest.from_file(MAIN, default_timeout=60)
+        at = new_app()
         at.run()
         assert not at.exception, at.exception
         shown = at.dataframe[0].value.to_dict()

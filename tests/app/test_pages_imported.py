@@ -5,18 +5,15 @@ not log and shows what the rollouts tell, and nothing offers to steer the import
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import polars as pl
 import pytest
 
 pytest.importorskip("streamlit")
-from streamlit.testing.v1 import AppTest  # noqa: E402
 
 import synth  # noqa: E402
+from apptest import goto, open_app  # noqa: E402
 from workbench.store import open_store  # noqa: E402
 
-MAIN = str(Path(__file__).resolve().parents[2] / "app" / "main.py")
 SPARSE = "p07"
 
 
@@ -30,22 +27,8 @@ def lake(tmp_path_factory):
 
 @pytest.fixture
 def app(lake, monkeypatch):
-    import streamlit as st
-
-    monkeypatch.setenv("WORKBENCH_STORE", str(lake[0]))
-    st.cache_data.clear()
-    at = AppTest.from_file(MAIN, default_timeout=60)
-    at.query_params["run"] = lake[2]
-    at.run()
-    assert not at.exception, at.exception
-    return at
-
-
-def page(at, name):
-    at.switch_page(f"app_pages/{name}.py").run()
-    assert not at.exception, [e.value for e in at.exception]
-    assert not at.error, [e.value for e in at.error]
-    return at
+    """The dashboard opened on the imported run (`?run=`)."""
+    return open_app(lake[0], monkeypatch, query={"run": lake[2]})
 
 
 def metrics(at):
@@ -64,7 +47,7 @@ def test_runs_page_shows_each_runs_source_and_no_controls_for_the_imported_one(a
 
 def test_live_page_shows_the_curves_and_offers_no_controls(app, lake):
     path, _, imported = lake
-    page(app, "live")
+    goto(app, "live", no_error=True)
     m = metrics(app)
     with open_store(path) as store:
         last = store.run_steps(imported).sort("step").tail(1).to_dicts()[0]
@@ -76,7 +59,7 @@ def test_live_page_shows_the_curves_and_offers_no_controls(app, lake):
 
 def test_rollouts_page_browses_the_imported_rollouts(app, lake):
     path, _, imported = lake
-    page(app, "rollouts")
+    goto(app, "rollouts", no_error=True)
     with open_store(path) as store:
         n = store.count_rollouts(imported, step_min=11, step_max=11)
     assert app.text[0].value.startswith(f"{n} rollouts match")
@@ -86,7 +69,7 @@ def test_rollouts_page_browses_the_imported_rollouts(app, lake):
 def test_prompt_page_tells_the_visits_from_the_rollouts(app, lake):
     path, _, imported = lake
     app.query_params["prompt"] = SPARSE
-    page(app, "prompt")
+    goto(app, "prompt", no_error=True)
     assert app.selectbox(key="prompt_prompt").value == SPARSE
     assert any("logged no allocation decisions" in c.value for c in app.caption)
     visits = app.dataframe[0].value
@@ -104,7 +87,7 @@ def test_prompt_page_tells_the_visits_from_the_rollouts(app, lake):
 
 def test_allocation_page_says_nothing_was_logged_and_shows_what_the_rollouts_tell(app, lake):
     path, _, imported = lake
-    page(app, "allocation")
+    goto(app, "allocation", no_error=True)
     assert any("logged no allocation decisions" in i.value for i in app.info)
     with open_store(path) as store:
         last = store.rollouts(imported, step_min=11, step_max=11, limit=1000)
@@ -122,7 +105,7 @@ def test_allocation_page_says_nothing_was_logged_and_shows_what_the_rollouts_tel
 def test_compare_page_puts_the_imported_run_beside_ours(app, lake):
     _, ours, imported = lake
     app.query_params.clear()
-    page(app, "compare")
+    goto(app, "compare", no_error=True)
     chosen = app.multiselect(key="compare_runs").value
     assert imported in chosen and set(ours) <= set(chosen)
     summary = app.dataframe[0].value

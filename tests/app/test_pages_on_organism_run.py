@@ -3,15 +3,11 @@ multi-stage): no exceptions, and what each page shows is what the store holds.""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import polars as pl
 import pytest
-from streamlit.testing.v1 import AppTest
 
+from apptest import goto, open_app
 from workbench.store import open_store
-
-MAIN = str(Path(__file__).resolve().parents[2] / "app" / "main.py")
 
 
 @pytest.fixture(scope="module")
@@ -33,21 +29,7 @@ def organism_runs(new_store, tiny_config, tmp_path_factory):
 
 @pytest.fixture
 def at(organism_runs, monkeypatch):
-    import streamlit as st
-
-    monkeypatch.setenv("WORKBENCH_STORE", str(organism_runs[0]))
-    st.cache_data.clear()
-    app = AppTest.from_file(MAIN, default_timeout=120)
-    app.run()
-    assert not app.exception, [e.value for e in app.exception]
-    return app
-
-
-def go(at, name):
-    at.switch_page(f"app_pages/{name}.py").run()
-    assert not at.exception, [e.value for e in at.exception]
-    assert not at.error, [e.value for e in at.error]
-    return at
+    return open_app(organism_runs[0], monkeypatch, timeout=120)
 
 
 def test_every_page_on_an_organism_run(at, organism_runs):
@@ -65,7 +47,7 @@ def test_every_page_on_an_organism_run(at, organism_runs):
     assert set(table["status"]) == {"finished"}
     assert int(table[table["run_id"] == newest]["steps"].iloc[0]) == steps.height
 
-    go(at, "live")
+    goto(at, "live", no_error=True)
     m = {x.label: x.value for x in at.metric}
     assert m["step"] == str(last["step"]) and m["allocator"] == "multistage"
     assert m["reward"] == f"{last['reward_mean']:.3f}"
@@ -73,24 +55,24 @@ def test_every_page_on_an_organism_run(at, organism_runs):
     # the engine logs token-entropy quantiles per step: the page draws them, reads no rollouts, and says so
     assert any("token entropy quantiles logged by the engine" in c.value for c in at.caption)
 
-    go(at, "rollouts")
+    goto(at, "rollouts", no_error=True)
     assert at.text[0].value.startswith(f"{n_last} rollouts match")
     body = "".join(h.proto.body for h in at.get("html"))
     assert f"<b>step {last['step']}</b>" in body
     # the organism's character tokenizer decodes every token: one coloured span per token
     assert body.count('<span title="H=') >= n_last
 
-    go(at, "prompt")
+    goto(at, "prompt", no_error=True)
     prompt_id = at.selectbox(key="prompt_prompt").value
     top = allocs.group_by("prompt_id").agg(pl.col("granted").sum()).sort(["granted", "prompt_id"],
                                                                           descending=[True, False])
     assert prompt_id == top["prompt_id"][0]
 
-    go(at, "allocation")
+    goto(at, "allocation", no_error=True)
     m = {x.label: x.value for x in at.metric}
     assert m["rollouts granted"] == str(int(allocs["granted"].sum()))
     assert m["stages"] == str(allocs["stage"].n_unique())
 
-    go(at, "compare")
+    goto(at, "compare", no_error=True)
     summary = at.dataframe[0].value
     assert summary["run"].nunique() == 2

@@ -5,18 +5,13 @@ the session's role when it acts: refused, shown, recorded as an event, nothing r
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("streamlit")
-from streamlit.testing.v1 import AppTest  # noqa: E402
-
 import synth  # noqa: E402
+from apptest import open_app  # noqa: E402
 from workbench.access import ENV, Gate  # noqa: E402
 from workbench.store import open_store  # noqa: E402
-
-MAIN = str(Path(__file__).resolve().parents[2] / "app" / "main.py")
 
 
 @pytest.fixture(scope="module")
@@ -29,17 +24,10 @@ def lake(tmp_path_factory):
 def read_only(lake, monkeypatch):
     """The app as a session that came with the read token: a gate that asks for tokens and no role
     header from it (AppTest sends none), so the app takes the safe side."""
-    import streamlit as st
-
     gate = Gate(open_without_token=False)
     gate.add_token("r" * 32, "read")
     monkeypatch.setenv(ENV, gate.to_env())
-    monkeypatch.setenv("WORKBENCH_STORE", str(lake[0]))
-    st.cache_data.clear()
-    at = AppTest.from_file(MAIN, default_timeout=60)
-    at.run()
-    assert not at.exception, at.exception
-    return at
+    return open_app(lake[0], monkeypatch)
 
 
 def _refusals(path):
@@ -62,10 +50,10 @@ def test_read_only_session_sees_controls_disabled(read_only, lake):
 def test_a_control_drawn_enabled_is_still_refused_for_a_read_session(read_only, lake, monkeypatch):
     """Defence in depth: the buttons drawn as for a control session (as if the page forgot to disable
     them); the role is asked again when the action runs."""
-    from app import access
+    from app import permissions
 
     path, ids = lake
-    monkeypatch.setattr(access, "can_control", lambda: True)
+    monkeypatch.setattr(permissions, "can_control", lambda: True)
     at = read_only
     at.run()
     next(b for b in at.button if b.label == "Validate and launch").click().run()
@@ -86,12 +74,7 @@ def test_a_control_drawn_enabled_is_still_refused_for_a_read_session(read_only, 
 
 def test_without_a_gate_the_session_has_control(lake, monkeypatch):
     """The localhost default (no token asked): the controls are enabled, as before."""
-    import streamlit as st
-
     monkeypatch.delenv(ENV, raising=False)
-    monkeypatch.setenv("WORKBENCH_STORE", str(lake[0]))
-    st.cache_data.clear()
-    at = AppTest.from_file(MAIN, default_timeout=60)
-    at.run()
+    at = open_app(lake[0], monkeypatch)
     assert not next(b for b in at.button if b.label == "Validate and launch").disabled
     assert not any("Read-only access" in c.value for c in at.caption)

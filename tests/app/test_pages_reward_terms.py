@@ -14,7 +14,6 @@ import pytest
 pytest.importorskip("streamlit")
 
 from conftest import new_store, tiny_config  # noqa: E402
-from test_pages import app  # noqa: E402,F401 (the AppTest of the store `lake` below, a fixture)
 from workbench.store import open_store  # noqa: E402
 
 TRL = Path(__file__).resolve().parents[1] / "fixtures" / "trl"

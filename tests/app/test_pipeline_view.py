@@ -5,18 +5,15 @@ the panels for the first, one line for the second, nothing for the third."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import polars as pl
 import pytest
-from streamlit.testing.v1 import AppTest
 
 import synth
+from apptest import goto
 from app import derive, pipeline_charts
 from workbench.analysis.pipeline import pipeline_by_step, staleness_histogram
 from workbench.store import StepRecord, open_store
 
-MAIN = str(Path(__file__).resolve().parents[2] / "app" / "main.py")
 STALENESS = [0, 0, 1, 1, 1, 2]  # of the six rollouts of every step
 
 
@@ -113,20 +110,12 @@ def test_version_span_and_the_gap_colouring():
 
 
 @pytest.fixture
-def at(lake, monkeypatch):
-    import streamlit as st
-
-    monkeypatch.setenv("WORKBENCH_STORE", str(lake[0]))
-    st.cache_data.clear()
-    app = AppTest.from_file(MAIN, default_timeout=60)
-    app.run()
-    assert not app.exception, app.exception
-    return app
+def at(app):
+    return app  # the dashboard on `lake` (tests/app/conftest.py)
 
 
 def _live(at, run_id):
-    at.switch_page("app_pages/live.py").run()
-    at.selectbox(key="live_run").set_value(run_id).run()
+    goto(at, "live").selectbox(key="live_run").set_value(run_id).run()
     assert not at.exception, [e.value for e in at.exception]
     return at
 

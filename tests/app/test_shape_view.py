@@ -5,6 +5,7 @@ rollout's reused prefix shaded apart from fresh tokens."""
 import re
 
 import numpy as np
+import polars as pl
 
 from app import derive, shape_view
 from workbench.engine.steplog import _parent_as_idx
@@ -73,10 +74,11 @@ def test_tree_html_escapes_what_it_shows():
 
 def test_a_reused_prefix_is_shaded_and_the_rejection_marked():
     spec = {"shape": "speculative", "reused_tokens": 2, "draft_rejected_at": 2, "draft_tokens": 3}
-    assert shape_view.reused_split(spec) == (2, 2, 3)
-    assert shape_view.reused_split({"shape": "tree", "reused_tokens": 2}) == (0, None, None)
+    assert shape_view.reused_split(spec) == (2, 2, 3, False)
+    assert shape_view.reused_split(dict(spec, draft_mode="exact")) == (2, 2, 3, False)
+    assert shape_view.reused_split({"shape": "tree", "reused_tokens": 2}) == (0, None, None, False)
     assert shape_view.reused_split({"shape": "speculative", "reused_tokens": None, "draft_rejected_at": None,
-                                    "draft_tokens": None}) == (0, None, None)  # a row with no draft
+                                    "draft_tokens": None}) == (0, None, None, False)  # a row with no draft
     out = derive.token_html(list("abcd"), [0.1] * 4, reused=(2, 2, 3))
     assert "draft: 2 of 3 tokens reused, rejected at t2" in out
     band = re.search(r'<span data-reused="2"[^>]*>(.*?)</span></span>(.*)</div>', out)
@@ -94,6 +96,26 @@ def test_group_html_shades_a_speculative_rows_prefix_only_when_tokens_line_up():
            "shape": "speculative", "reused_tokens": 1, "draft_rejected_at": 1, "draft_tokens": 2}
     assert 'data-reused="1"' in derive.group_html([row])
     assert "data-reused" not in derive.group_html([dict(row, length=5)])  # one piece for the whole text
+
+
+def test_lenient_rows_are_drawn_as_not_the_current_policys_samples():
+    """A row whose draft was verified leniently gets the lenient band and says it is not a sample of the
+    current policy, in its note and in the page's legend; an exact row says neither."""
+    from app.components import shapes_legend
+
+    row = {"idx": 0, "response": "abc", "token_ids": [5, 6, 7], "token_entropy": [0.1] * 3, "length": 3,
+           "shape": "speculative", "reused_tokens": 2, "draft_rejected_at": 2, "draft_tokens": 3,
+           "draft_mode": "lenient"}
+    lenient, exact = derive.group_html([row]), derive.group_html([dict(row, draft_mode="exact")])
+    assert shape_view.LENIENT_STYLE in lenient and shape_view.REUSED_STYLE not in lenient
+    assert 'data-draft-mode="lenient"' in lenient and "not a sample of the current policy" in lenient
+    assert shape_view.REUSED_STYLE in exact and "lenient" not in exact and 'data-draft-mode="exact"' in exact
+    first = derive.group_html([dict(row, reused_tokens=0, draft_rejected_at=0)])  # rejected at once: still said
+    assert 'data-draft-mode="lenient"' in first and "not a sample of the current policy" in first
+    frame = pl.DataFrame([row, dict(row, idx=1, draft_mode=None)])
+    assert "not samples of the current policy" in shapes_legend(frame)
+    assert "lenient" not in shapes_legend(frame.with_columns(pl.lit("exact").alias("draft_mode")))
+    assert "lenient" not in shapes_legend(frame.drop("draft_mode"))  # a store from before the column
 
 
 def test_a_branchs_parent_is_stored_as_the_parents_idx_across_stages():

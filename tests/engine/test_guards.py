@@ -159,6 +159,27 @@ def test_lr_command_applied_at_the_step_boundary_and_recorded(store_dir, tiny_co
         assert st.run_steps(run_id)["lr"].to_list() == pytest.approx([1e-3, 2e-4, 2e-4])
 
 
+def test_lr_and_optimizer_steps_are_recorded_on_steps_that_skip_the_update(store_dir, tiny_config):
+    """One rollout a prompt: no group carries signal, so no step updates, whatever the sampler draws;
+    the learning rate in force (a command's included) is still on every step."""
+    cfg = tiny_config(steps=3, eval__every=0, eval__at_start=False, checkpoint__every=0,
+                      allocator__budget=8, allocator__params={"n": 1})
+    seen = {}
+    with open_store(store_dir) as st:
+        def on_step(step, metrics):
+            seen[step] = metrics
+            if step == 1:
+                st.add_control(st.list_runs()["run_id"][0], "set_lr", {"lr": 2e-4}, who="test")
+
+        run_id = run(cfg, store=st, on_step=on_step, store_dir=store_dir)
+        steps = st.run_steps(run_id)
+    assert steps["zero_signal_frac"].to_list() == [1.0, 1.0, 1.0]
+    assert steps["lr"].to_list() == pytest.approx([1e-3, 2e-4, 2e-4])
+    assert steps["loss"].null_count() == 3  # nothing was optimised
+    assert [seen[k]["train/optimizer_steps"] for k in (1, 2, 3)] == [0.0, 0.0, 0.0]
+    assert not any("train/loss" in seen[k] for k in (1, 2, 3))
+
+
 def test_nan_guard_rolls_back_a_real_nonfinite_loss_with_a_lower_lr(store_dir, tiny_config):
     cfg = tiny_config(steps=5, eval__every=3, eval__at_start=False, **KL_TWO_EPOCHS,
                       guards=[{"preset": "nan", "settings": {"lr": 5e-4}}])  # checkpoints at 2, 4, 5

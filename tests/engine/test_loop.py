@@ -80,19 +80,21 @@ def test_three_step_run_fills_every_table_and_moves_parameters(store_dir, tiny_c
     assert steps["tokens_generated"].sum() == r["length"].sum()
     assert set(steps["allocator"].to_list()) == {"uniform"}
     m = seen[-1][1]
-    for key in ("rollout/zero_signal_frac", "rollout/tokens_generated", "alloc/budget", "train/loss",
-                "timing_s/generate", "perf/rollouts_per_s"):
+    for key in ("rollout/zero_signal_frac", "rollout/tokens_generated", "alloc/budget", "train/lr",
+                "train/optimizer_steps", "timing_s/generate", "perf/rollouts_per_s"):
         assert key in m, key
+    # a loss exactly on the steps that updated (a step with no signal skips it: the sampler decides which)
+    assert all(("train/loss" in mk) == (mk["train/optimizer_steps"] > 0) for k, mk in seen if k > 0)
     # token-entropy quantiles of the step, around its mean, computed over the step's tokens
     last = r.filter(r["step"] == seen[-1][0])
     tokens = np.concatenate(last["token_entropy"].to_list())
     assert m["rollout/entropy_p10"] <= m["rollout/entropy_p50"] <= m["rollout/entropy_p90"]
     assert m["rollout/entropy_p50"] == pytest.approx(float(np.quantile(tokens, 0.5)), rel=1e-4, abs=1e-6)
     # parameters changed: final checkpoint vs the organism's weights
-    from workbench.engine.setup import model_path
+    from workbench.models.sources import run_model_dir
     from workbench.models import load_model
 
-    start, _ = load_model(str(model_path(cfg, store_dir)))
+    start, _ = load_model(str(run_model_dir(cfg, store_dir)))
     final = load_checkpoint(latest_checkpoint(checkpoint_dir(store_dir, rid)))["model"]
     changed = [k for k, v in start.state_dict().items() if not torch.equal(v, final[k])]
     assert changed, "no parameter moved in 3 steps"

@@ -90,21 +90,14 @@ def test_alerts_list_and_ack(live_run):
 
 def test_alerts_page_through_apptest(live_run, monkeypatch):
     """The Alerts page on a store with an alert: no exception, the alert's line shown."""
-    from pathlib import Path
-
-    import streamlit as st
-    from streamlit.testing.v1 import AppTest
+    pytest.importorskip("streamlit")
+    from apptest import goto, open_app
 
     path, run_id = live_run
     with open_store(path) as s:
         s.add_alert(run_id, dict(guard="zero_signal", rule="rollout/zero_signal_frac > 0.9", window_steps=5,
                                  action="alert", first_step=3, step=7, evidence={}, message="guard 'zero_signal' fired",
                                  hint="a multi-stage allocator"))
-    monkeypatch.setenv("WORKBENCH_STORE", path)
-    st.cache_data.clear()
-    at = AppTest.from_file(str(Path(__file__).resolve().parents[2] / "app" / "main.py"), default_timeout=60)
-    at.run()
-    at.switch_page("app_pages/alerts.py").run()
-    assert not at.exception, at.exception
+    at = goto(open_app(path, monkeypatch), "alerts")
     assert any("guard 'zero_signal' fired" in t.value for t in at.text)
     assert any("a multi-stage allocator" in c.value for c in at.caption)

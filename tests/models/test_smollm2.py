@@ -145,15 +145,10 @@ def test_two_engine_steps_reach_the_store(two_steps):
 
 def test_rollouts_page_shows_or_hides_the_chat_template(two_steps, monkeypatch):
     pytest.importorskip("streamlit")
-    import streamlit as st
-    from streamlit.testing.v1 import AppTest
+    from apptest import goto, open_app
 
     store, rid = two_steps
-    monkeypatch.setenv("WORKBENCH_STORE", str(store))
-    st.cache_data.clear()
-    at = AppTest.from_file(str(Path(__file__).resolve().parents[2] / "app" / "main.py"), default_timeout=120)
-    at.run()
-    at.switch_page("app_pages/rollouts.py").run()
+    at = goto(open_app(store, monkeypatch, timeout=120), "rollouts")
     at.selectbox(key="rollouts_run").set_value(rid).run()
     assert not at.exception, [e.value for e in at.exception]
     plain = "".join(h.proto.body for h in at.get("html"))

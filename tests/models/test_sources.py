@@ -25,12 +25,12 @@ def test_a_directory_is_used_as_given(tmp_path):
 
 
 def test_engine_asks_the_sources(organism_store, tiny_config):
-    from workbench.engine.setup import model_path
+    from workbench.models.sources import run_model_dir
 
     cfg = tiny_config()
-    assert model_path(cfg, organism_store) == organism_dir(organism_store, small_recipe())
+    assert run_model_dir(cfg, organism_store) == organism_dir(organism_store, small_recipe())
     mine = cfg.replace(model=type(cfg.model)(path="/data/my-model"))
-    assert str(model_path(mine, organism_store)) == "/data/my-model"
+    assert str(run_model_dir(mine, organism_store)) == "/data/my-model"
 
 
 def test_smollm2_key_names_the_package_and_file(tmp_path):

@@ -211,6 +211,41 @@ def test_exact_mode_keeps_one_float_a_token_and_the_drafting_weights_within_thei
         assert torch.equal(roomy.weights[1][k], v) and roomy.weights[1][k].data_ptr() == where[k], k
 
 
+@pytest.mark.parametrize("damage", ["unknown", "missing", "of another shape"])
+def test_drafting_weights_that_do_not_fit_the_model_are_an_error(policies, damage):
+    """Exact mode's drafting weights are used strictly: an unknown key, a missing one (which would run the
+    current weights' tensor in its place) or a tensor of another shape is an error naming it, before any
+    row is verified."""
+    from workbench.errors import DataError
+
+    new, old, tok = policies
+    p = prompt(tok)
+    shape = SpeculativeShape(SpeculativeConfig())
+    shape.generate(old, HFBackend(old, tok), [p] * 4, [0] * 4, SAMPLING, [1] * 4, 0, tok.pad_token_id)
+    w = shape.weights[0]
+    if damage == "unknown":
+        w["model.extra_head.weight"] = torch.zeros(2)
+    elif damage == "missing":
+        del w["model.norm.weight"]
+    else:
+        w["model.norm.weight"] = torch.zeros(3)
+    with pytest.raises(DataError, match=f"policy version 0 .*{damage}: model.(extra_head|norm).weight"):
+        shape.generate(new, HFBackend(new, tok), [p] * 4, [0] * 4, SAMPLING, [2] * 4, 1, tok.pad_token_id)
+
+
+def test_lenient_rows_are_marked_as_such_and_exact_rows_too(policies):
+    """Each drafted row stores the mode it was verified under (lenient: not the current policy's sample);
+    a row without a draft stores none."""
+    new, old, tok = policies
+    p = prompt(tok)
+    for mode in ("exact", "lenient"):
+        shape = SpeculativeShape(SpeculativeConfig(mode=mode))
+        first = shape.generate(old, HFBackend(old, tok), [p] * 4, [0] * 4, SAMPLING, [1] * 4, 0, tok.pad_token_id)
+        assert first.columns["draft_mode"].tolist() == [None] * 4  # nothing to draft from yet
+        out = shape.generate(new, HFBackend(new, tok), [p] * 6, [0] * 6, SAMPLING, [2] * 6, 1, tok.pad_token_id)
+        assert out.columns["draft_mode"].tolist() == [mode] * 4 + [None] * 2  # 4 drafts for 6 rows
+
+
 def test_policy_rows_in_chunks_equal_one_pass(policies):
     new, old, tok = policies
     p = prompt(tok)

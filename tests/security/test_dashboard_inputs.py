@@ -5,20 +5,15 @@ or run, and no page raises."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("streamlit")
-from streamlit.testing.v1 import AppTest  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[2]
 import synth  # noqa: E402
+from apptest import goto, new_app, open_app  # noqa: E402
 from workbench.control.launch import check_config_path, check_overrides  # noqa: E402
 from workbench.errors import ControlError  # noqa: E402
 from workbench.store import open_store  # noqa: E402
 
-MAIN = str(ROOT / "app" / "main.py")
 PAGES = ["runs", "live", "rollouts", "prompt", "allocation", "compare"]
 HOSTILE = ["'; DROP TABLE runs; --", "<script>alert(1)</script>", "../../etc/passwd", "%s%s%n", "🙂" * 50]
 # a NUL byte in a bound value broke DuckLake's own file-pruning query; the reader now matches nothing
@@ -44,14 +39,7 @@ def lake(tmp_path_factory):
 
 @pytest.fixture
 def app(lake, monkeypatch):
-    import streamlit as st
-
-    monkeypatch.setenv("WORKBENCH_STORE", str(lake[0]))
-    st.cache_data.clear()
-    at = AppTest.from_file(MAIN, default_timeout=60)
-    at.run()
-    assert not at.exception, at.exception
-    return at
+    return open_app(lake[0], monkeypatch)
 
 
 def _counts(path):
@@ -146,20 +134,12 @@ def test_rollouts_number_filters_take_extreme_values(app, lake, value):
 @pytest.mark.parametrize("page", PAGES)
 def test_hostile_query_parameters_on_every_page(lake, monkeypatch, page):
     """The URL is input too: `?run=...&prompt=...&refresh=...` with hostile values."""
-    import streamlit as st
-
     path, _ = lake
-    monkeypatch.setenv("WORKBENCH_STORE", str(path))
-    st.cache_data.clear()
     before = _counts(path)
-    probe = AppTest.from_file(MAIN, default_timeout=60)  # the query parameters do reach the pages
-    probe.query_params.update({"run": lake[1][1]})
-    probe.run()
-    probe.switch_page("app_pages/rollouts.py").run()
+    probe = goto(open_app(path, monkeypatch, query={"run": lake[1][1]}), "rollouts")  # the parameters reach pages
     assert probe.selectbox(key="rollouts_run").value == lake[1][1]
     for value in [HOSTILE[0], HOSTILE[1], "1e999"]:
-        at = AppTest.from_file(MAIN, default_timeout=60)
-        at.query_params.update({"run": value, "prompt": value, "refresh": value})
+        at = new_app(query={"run": value, "prompt": value, "refresh": value})
         at.run()
         at.switch_page(f"app_pages/{page}.py").run()
         assert not at.exception, (page, value, [e.value for e in at.exception])

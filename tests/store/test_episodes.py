@@ -123,22 +123,22 @@ def test_rollback_and_earlier_attempts_take_the_episode_rows(tmp_path):
         assert st.episode_tool_calls(rid)["step"].unique().to_list() == [1]
 
 
-def test_a_schema_10_store_gains_the_episode_tables(tmp_path):
+def test_a_schema_11_store_gains_the_episode_tables(tmp_path):
     with open_store(tmp_path) as st:
         rid = st.create_run("old", {}, seed=0)
         st.write_step(StepRecord(rid, 1, {"rollout/count": 1}, [
             {"stage": 0, "prompt_id": "p", "idx": 0, "response": "12", "reward": 1.0, "length": 2}]))
 
-        def as_schema_10(cur):
+        def as_schema_11(cur):
             cur.execute("DROP TABLE turns")
             cur.execute("DROP TABLE tool_calls")
             for name in ("turns", "tool_calls", "tool_errors", "tool_tokens"):
                 cur.execute(f"ALTER TABLE rollouts DROP COLUMN {name}")
-            cur.execute("UPDATE meta SET value = '10' WHERE key = 'schema_version'")
+            cur.execute("UPDATE meta SET value = '11' WHERE key = 'schema_version'")
 
-        st._lake.write(as_schema_10, "a store as schema 10 left it")
+        st._lake.write(as_schema_11, "a store as schema 11 left it")
     with open_store(tmp_path) as st:
-        assert st.schema_version == schema.SCHEMA_VERSION >= 11
+        assert st.schema_version == schema.SCHEMA_VERSION >= 12
         _write(st, rid, 2, [("p", 0, _episode(2), 1.0)])
         assert st.episode(rid, 2, 0, "p", 0) == _episode(2)
         assert st.rollouts(rid).sort("step")["turns"].to_list() == [None, 5]

@@ -45,6 +45,7 @@ class DynamicSamplingConfig:
 @register_allocator("dynamic_sampling")
 class DynamicSampling(Allocator):
     Config = DynamicSamplingConfig
+    reads_history = False  # this step's results only
 
     def __init__(self, config=None, *, seed: int = 0) -> None:
         super().__init__(config, seed=seed)

@@ -76,6 +76,7 @@ def scale_to_budget(wants: dict[str, int], left: int, hardness: dict[str, float]
 @register_allocator("multistage")
 class Multistage(Allocator):
     Config = MultistageConfig
+    reads_history = False  # this step's results only
 
     def __init__(self, config=None, *, seed: int = 0) -> None:
         super().__init__(config, seed=seed)

@@ -75,6 +75,7 @@ def priority(n: int, correct: int, total: int, cfg: UncertaintyConfig) -> float:
 @register_allocator("uncertainty")
 class Uncertainty(Allocator):
     Config = UncertaintyConfig
+    reads_history = False  # this step's results only
 
     def __init__(self, config=None, *, seed: int = 0) -> None:
         super().__init__(config, seed=seed)

@@ -31,6 +31,7 @@ class UniformConfig:
 @register_allocator("uniform")
 class Uniform(Allocator):
     Config = UniformConfig
+    reads_history = False  # this step's results only
 
     def begin_step(self, ctx: StepContext) -> list[Grant]:
         return whole_groups(ctx, self.config.n, "uniform")

@@ -240,9 +240,18 @@ def learn(s: Setup, batch: Batch, timer: PhaseTimer) -> Update:
         is_weight = res.row_weight if pipelined else None
         r.trainer_logprobs = res.trainer_logprobs  # the rollouts' record (`logging.token_logprobs`)
         finite = weights_finite(s.model)
+    metrics.update(in_force(s, updated))  # every step, updated or not: no gap in the curves
     return Update(adv=adv, used=used, group_used=group_used, group_signal=group_signal, gidx=gidx,
                   metrics=metrics, staleness=staleness, is_weight=is_weight, updated=updated,
                   finite=finite)
+
+
+def in_force(s: Setup, updated: bool) -> dict[str, float]:
+    """The trainer's settings after the step, recorded on every step (a step whose groups carry no
+    signal skips the update but keeps its learning rate): `train/lr` (the rate the next optimiser step
+    uses, `set_lr` included) and `train/optimizer_steps` (0 on a skipped step)."""
+    return {"train/lr": float(s.optimizer.param_groups[0]["lr"]),
+            "train/optimizer_steps": float(s.cfg.algorithm.updates_per_step if updated else 0)}
 
 
 # -- the record ----------------------------------------------------------------------------------------

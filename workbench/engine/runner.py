@@ -14,11 +14,12 @@ import json
 import os
 import socket
 import traceback
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from workbench.config import RunConfig
+from workbench.config import RunConfig, config_warnings
 from workbench.engine.control import Heartbeat
 
 
@@ -120,6 +121,9 @@ def _drive(cfg: RunConfig, st: Any, store_dir: str, run_id: str, *, resume: bool
     from workbench.engine.loop import train
 
     st.set_run_status(run_id, "running", pid=os.getpid())
+    for said in [] if resume else config_warnings(cfg):  # once, when the run starts
+        warnings.warn(said, UserWarning, stacklevel=2)
+        st.add_event(run_id, "warning", "config", said)
     try:
         with Heartbeat(st, run_id, cfg.logging.heartbeat_s):
             status = train(cfg, store=st, store_dir=store_dir, run_id=run_id, resume=resume, on_step=on_step,

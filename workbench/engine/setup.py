@@ -103,26 +103,6 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def organism_recipe(cfg: RunConfig) -> Any:
-    """The OrganismRecipe a config asks for (`model.organism`, else the default). Under a workload
-    profile (`task.profile` other than "default") the recipe's task, unless it names one, is the run's."""
-    from workbench.models.organism import OrganismRecipe
-
-    data = dict(cfg.model.organism)
-    if cfg.task.get("kind", "arithmetic") == "arithmetic" and cfg.task.get("profile", "default") != "default":
-        data.setdefault("task", dict(cfg.task))
-    return OrganismRecipe.from_dict(data) if data else OrganismRecipe()
-
-
-def model_path(cfg: RunConfig, store_dir: str | Path) -> Path:
-    """The model directory in force, from `workbench.models.sources`: the organism (built under the
-    store when missing), SmolLM2 (converted once under the store) or a user's directory."""
-    from workbench.models.sources import model_dir
-
-    recipe = organism_recipe(cfg) if cfg.model.path == "organism" else None
-    return model_dir(cfg.model.path, store_dir, recipe)
-
-
 def encode_prompts(tokenizer: Any, prompts: list[Prompt], chat_template: bool) -> list[list[int]]:
     """Token ids of each prompt (BOS first when the tokenizer has one)."""
     if chat_template:
@@ -163,6 +143,7 @@ def _spread(prompts: list[Prompt], k: int) -> list[Prompt]:
 def build_setup(cfg: RunConfig, *, store_dir: str | Path, run_id: str, store: Any = None,
                 writer: StepWriter | None = None) -> Setup:
     from workbench.models import load_model
+    from workbench.models.sources import run_model_dir
     from workbench.rollout import backend_for_run, require
     from workbench.rollout.shapes import make_shape
 
@@ -174,7 +155,7 @@ def build_setup(cfg: RunConfig, *, store_dir: str | Path, run_id: str, store: An
     if cfg.model.deterministic and device.type == "cuda":  # cuBLAS is deterministic only with a fixed workspace
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(cfg.model.deterministic, warn_only=device.type != "cpu")
-    path = model_path(cfg, store_dir)
+    path = run_model_dir(cfg, store_dir)  # the one answer (workbench.models.sources), built when missing
     model, tokenizer = load_model(str(path), device=str(device))
     if cfg.model.dtype == "bfloat16":
         model = model.to(torch.bfloat16)

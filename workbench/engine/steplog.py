@@ -237,6 +237,7 @@ def rollouts_table(
             cols[name] = pa.array(np.asarray(values), typ, from_pandas=True)  # NaN -> null
     if r.shape is not None:  # rollout shapes (issue #32): -1 -> null
         cols["shape"] = pa.array(list(r.shape["shape"]), pa.string())
+        cols["draft_mode"] = pa.array(list(r.shape["draft_mode"]), pa.string())  # None -> null
         for name in ("reused_tokens", "draft_tokens", "draft_rejected_at", "parent_idx", "branch_at"):
             v = np.asarray(r.shape[name], dtype=np.int64)
             v = _parent_as_idx(v, idx, r.prompt, r.stage) if name == "parent_idx" else v

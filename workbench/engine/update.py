@@ -81,9 +81,7 @@ def policy_update(s: Setup, r: Rollouts, adv: np.ndarray, used: np.ndarray, sign
     m = {k: v / sums.weights for k, v in totals.items() if not k.endswith("_sum")} if sums.weights else {}
     m["train/loss"] = totals.get("train/loss_sum", 0.0) / a.updates_per_step
     m["train/grad_norm"] = totals.get("train/grad_norm_sum", 0.0) / a.updates_per_step
-    m["train/lr"] = s.scheduler.get_last_lr()[0]
     m["train/sequences"] = float(len(train_rows))
-    m["train/optimizer_steps"] = float(a.updates_per_step)
     if stale is not None:
         m["train/is_weight_max"] = sums.is_max
     out.metrics = m

@@ -74,9 +74,10 @@ OPTIONS: dict[str, ImportOption] = {
 
 
 @dataclass(frozen=True)
-class Format:
-    """An import format: the module of workbench.integrations that reads it (imported when asked for),
-    what its PATH is, the options it reads and those it needs."""
+class FormatEntry:
+    """An import format's entry in `FORMATS`: the module of workbench.integrations that reads it
+    (imported when asked for; it provides `common.Format`), what its PATH is, the options it reads and
+    those it needs."""
 
     module: str
     path: str
@@ -84,17 +85,17 @@ class Format:
     required: tuple[str, ...] = ()
 
 
-FORMATS: Registry[Format] = Registry("import format", error=DataError, label="formats", sort=False)
-"""Format name -> `Format`; `workbench import` reads its choices, path help and options from here."""
-FORMATS.add("verl", Format("verl", "the trainer.rollout_data_dir folder",
+FORMATS: Registry[FormatEntry] = Registry("import format", error=DataError, label="formats", sort=False)
+"""Format name -> its `FormatEntry`; `workbench import` reads its choices, path help and options from here."""
+FORMATS.add("verl", FormatEntry("verl", "the trainer.rollout_data_dir folder",
                            ("val_dir", "tokenizer", "correct_if")))
-FORMATS.add("trl", Format("trl_files", "the output_dir or its completions/ folder",
+FORMATS.add("trl", FormatEntry("trl_files", "the output_dir or its completions/ folder",
                           ("reward_weights", "tokenizer", "correct_if")))
-FORMATS.add("nemo-rl", Format("nemo_rl", "the logger's folder"))
-FORMATS.add("jsonl", Format("jsonl", "a file or folder", ("map", "tokenizer", "correct_if"), required=("map",)))
+FORMATS.add("nemo-rl", FormatEntry("nemo_rl", "the logger's folder"))
+FORMATS.add("jsonl", FormatEntry("jsonl", "a file or folder", ("map", "tokenizer", "correct_if"), required=("map",)))
 
 
-def _entry(name: str) -> Format:
+def _entry(name: str) -> FormatEntry:
     return FORMATS.get(name.replace("_", "-").lower())
 
 
@@ -137,4 +138,4 @@ def import_path(store: Any, fmt: str, path: str | Path, *, name: str | None = No
     return imp.run_once().as_dict(imp.problems)
 
 
-__all__ = ["FORMATS", "OPTIONS", "Format", "ImportOption", "get_format", "import_options", "import_path", "importer"]
+__all__ = ["FORMATS", "OPTIONS", "FormatEntry", "ImportOption", "get_format", "import_options", "import_path", "importer"]

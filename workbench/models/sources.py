@@ -4,6 +4,7 @@ directory, so the engine never cares which source it got.
     path = model_dir("smollm2", "store")                 # converted once, then cached under the store
     path = model_dir("organism", "store", recipe)        # built once from its recipe
     path = model_dir("/data/my-model", "store")          # a user's directory, used as it is
+    path = run_model_dir(cfg, "store")                   # the one a run's config uses (engine, dashboard, benches)
 
 Sources (`model.path` in a run config):
 
@@ -170,6 +171,32 @@ def cached_dir(source: str, store_dir: str | os.PathLike, recipe: Any = None) ->
     if source == SMOLLM2:
         return smollm2_dir(store_dir)
     return Path(source)
+
+
+def organism_recipe(model: dict[str, Any], task: dict[str, Any]) -> Any:
+    """The `OrganismRecipe` a run's `model` and `task` tables ask for (`model.organism`, else the default).
+    Under a workload profile (`task.profile` other than "default") the recipe's task, unless it names one,
+    is the run's: a `skewed` run trains the organism warm-started on the skewed levels."""
+    from workbench.models.organism import OrganismRecipe
+
+    data = dict(model.get("organism") or {})
+    if task.get("kind", "arithmetic") == "arithmetic" and task.get("profile", "default") != "default":
+        data.setdefault("task", dict(task))
+    return OrganismRecipe.from_dict(data) if data else OrganismRecipe()
+
+
+def run_model_dir(config: Any, store_dir: str | os.PathLike, *, build: bool = True) -> Path:
+    """Which model directory a run uses: the one answer for the engine, the dashboard and the benchmarks.
+
+    `config` is the run's config, a `RunConfig` or the plain dict the store keeps (`runs.config`);
+    `model.path` names the source ("organism" by default, with the recipe of `organism_recipe`). `build`:
+    build the organism or convert SmolLM2 under `store_dir` when missing (`model_dir`); False for readers,
+    which only ask where it is or would be (`cached_dir`: nothing built)."""
+    plain = config.to_dict() if hasattr(config, "to_dict") else dict(config or {})
+    model, task = dict(plain.get("model") or {}), dict(plain.get("task") or {})
+    source = str(model.get("path") or "organism")
+    recipe = organism_recipe(model, task) if source == "organism" else None
+    return model_dir(source, store_dir, recipe) if build else cached_dir(source, store_dir, recipe)
 
 
 def source_info(source: str, store_dir: str | os.PathLike) -> dict[str, Any]:

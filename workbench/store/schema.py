@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 """Bumped whenever a table or column changes; older stores are migrated on open (see MIGRATIONS)."""
 
 EPISODE_KEY = [("run_id", "VARCHAR"), ("step", "INTEGER"), ("stage", "INTEGER"), ("prompt_id", "VARCHAR"),
@@ -59,6 +59,7 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("staleness", "INTEGER"), ("is_weight_mean", "FLOAT"), ("token_trainer_logprobs", "FLOAT[]"),
         ("shape", "VARCHAR"), ("reused_tokens", "INTEGER"), ("draft_tokens", "INTEGER"),
         ("draft_rejected_at", "INTEGER"), ("parent_idx", "INTEGER"), ("branch_at", "INTEGER"),
+        ("draft_mode", "VARCHAR"),
         ("turns", "INTEGER"), ("tool_calls", "INTEGER"), ("tool_errors", "INTEGER"), ("tool_tokens", "INTEGER"),
     ],
     # Episodes (workbench/episodes.py): the turns and tool calls of a multi-turn rollout, keyed by the
@@ -224,7 +225,11 @@ MIGRATIONS: dict[int, tuple[str, list[str] | Callable[[], list[str]]]] = {
         [f"ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS {name} {typ}" for name, typ in (
             ("shape", "VARCHAR"), ("reused_tokens", "INTEGER"), ("draft_tokens", "INTEGER"),
             ("draft_rejected_at", "INTEGER"), ("parent_idx", "INTEGER"), ("branch_at", "INTEGER"))]),
-    10: ("episodes (issue #40): tables turns (one row per message of a multi-turn rollout: role, text, token ids, "
+    10: ("rollouts.draft_mode: the speculative mode a drafted rollout was verified under (\"exact\": a sample of "
+         "the current policy; \"lenient\": not one); null in rows written before, in rows without a draft and "
+         "in other shapes",
+         ["ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS draft_mode VARCHAR"]),
+    11: ("episodes (issue #40): tables turns (one row per message of a multi-turn rollout: role, text, token ids, "
          "loss mask, per-token entropy and log-probs, parent turn, timings) and tool_calls (name, arguments, result, "
          "error, seconds); rollouts.turns, tool_calls, tool_errors and tool_tokens; null in rows written before and "
          "in single-turn rows",

@@ -86,10 +86,12 @@ class Shaped:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-SHAPE_COLUMNS = ("shape", "reused_tokens", "draft_tokens", "draft_rejected_at", "parent_idx", "branch_at")
-"""The rollouts' shape columns (see `workbench.store.schema`): the shape's name; speculative: tokens
-reused from the draft, the draft's length and the position of its first rejected token (null: none
-rejected); tree: the row it branched from (here a slot of the stage's group; the store keeps that row's
+SHAPE_COLUMNS = ("shape", "draft_mode", "reused_tokens", "draft_tokens", "draft_rejected_at", "parent_idx",
+                 "branch_at")
+"""The rollouts' shape columns (see `workbench.store.schema`): the shape's name; speculative: the mode
+its draft was verified under (`SHAPE_TEXT`: "exact", or "lenient": not a sample of the current policy;
+None: no draft), tokens reused from the draft, the draft's length and the position of its first rejected
+token (null: none rejected); tree: the row it branched from (here a slot of the stage's group; the store keeps that row's
 `idx`) and the response position of the branch (null: a root or a plainly sampled row)."""
 
 
@@ -111,10 +113,16 @@ class ShapeMetrics:
         return m
 
 
+SHAPE_TEXT = ("shape", "draft_mode")
+"""The shape columns that hold a name (None: null); the others are integers (-1: null)."""
+
+
 def empty_columns(n: int, shape: str) -> dict[str, np.ndarray]:
-    cols: dict[str, np.ndarray] = {"shape": np.asarray([shape] * n, dtype=object)}
-    for name in SHAPE_COLUMNS[1:]:
-        cols[name] = np.full(n, -1, dtype=np.int64)  # -1: null in the store
+    cols: dict[str, np.ndarray] = {"shape": np.asarray([shape] * n, dtype=object),
+                                   "draft_mode": np.full(n, None, dtype=object)}
+    for name in SHAPE_COLUMNS:
+        if name not in SHAPE_TEXT:
+            cols[name] = np.full(n, -1, dtype=np.int64)  # -1: null in the store
     return cols
 
 

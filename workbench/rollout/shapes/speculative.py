@@ -44,6 +44,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from workbench.errors import DataError
 from workbench.rollout.base import GenerationBatch, SamplingParams, group_seed
 from workbench.rollout.hf import DecodeState, GroupStreams, HFBackend, sampling_logprobs
 from workbench.rollout.shapes.common import (Shaped, ShapeMetrics, empty_columns, entropy_of, eos_ids, pad_batch,
@@ -96,6 +97,20 @@ def weights_of(model: torch.nn.Module, into: dict[str, torch.Tensor] | None = No
         fits = old is not None and old.shape == v.shape and old.dtype == v.dtype and old.device == v.device
         out[k] = old.copy_(v.detach()) if fits else v.detach().clone()
     return out
+
+
+def check_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], version: int) -> None:
+    """The drafting weights of `version` name exactly the module's parameters and buffers (`weights_of`),
+    each of its shape: a missing key would silently run the current weights' tensor instead (the residual
+    no longer p_old's), an unknown one belongs to another model. DataError names the keys."""
+    want = {k: tuple(v.shape) for k, v in weights_of(model).items()}
+    missing, unknown = sorted(set(want) - set(weights)), sorted(set(weights) - set(want))
+    shapes = sorted(k for k in set(want) & set(weights) if tuple(weights[k].shape) != want[k])
+    if missing or unknown or shapes:
+        said = [f"{what}: {', '.join(keys[:5])}{' ...' if len(keys) > 5 else ''}" for what, keys in (
+            ("missing", missing), ("unknown", unknown), ("of another shape", shapes)) if keys]
+        raise DataError(f"rollout.speculative: the drafting weights of policy version {version} do not fit the "
+                        f"model ({'; '.join(said)}); a checkpoint of another model or a damaged one")
 
 
 def nbytes(weights: dict[str, torch.Tensor]) -> int:
@@ -153,6 +168,8 @@ class SpeculativeShape(ShapeMetrics):
         start = time.perf_counter()
         exact = self.cfg.mode == "exact"
         drafts, unusable = self._take(keys, version, sampling.max_new_tokens)
+        for v in sorted({d.version for d in drafts if d is not None}) if exact else ():
+            check_weights(model, self.weights[v], v)  # strictly: before any row is verified
         n = len(prompts)
         u, u_res = row_uniforms(seeds, sampling.max_new_tokens)
         cached = isinstance(backend, HFBackend) and backend.model is model
@@ -188,6 +205,7 @@ class SpeculativeShape(ShapeMetrics):
         out.gen_time_s = time.perf_counter() - start
         cols = empty_columns(n, self.name)
         has = np.asarray([d is not None for d in drafts], dtype=bool)
+        cols["draft_mode"][has] = self.cfg.mode  # "lenient": not the current policy's sample (stored so)
         cols["reused_tokens"][has] = chk.accepted[has]
         cols["draft_tokens"][has] = [len(d.tokens) for d in drafts if d is not None]
         cols["draft_rejected_at"][has & chk.rejected] = chk.accepted[has & chk.rejected]
@@ -220,8 +238,8 @@ class SpeculativeShape(ShapeMetrics):
             if any(t.device != device for t in self.weights[version].values()):  # a checkpoint loads on the CPU
                 self.weights[version] = {k: t.to(device) for k, t in self.weights[version].items()}
 
-            def forward(**kw: Any) -> Any:
-                return torch.func.functional_call(model, self.weights[version], (), kw, tie_weights=True, strict=False)
+            def forward(**kw: Any) -> Any:  # strict: every tensor is the drafting version's, none the current's
+                return torch.func.functional_call(model, self.weights[version], (), kw, tie_weights=True, strict=True)
 
             logits = prefix_logits(forward, getattr(model, "config", None), [prompts[i] for i in rows],
                                    [drafts[i].tokens[:int(chk.accepted[i])] for i in rows], pad_token_id,
@@ -306,5 +324,5 @@ class SpeculativeShape(ShapeMetrics):
         return pad_batch(final, pad_token_id, 0.0)
 
 
-__all__ = ["MODES", "Draft", "SpeculativeShape", "Verdict", "acceptance", "nbytes", "residual_sample",
+__all__ = ["MODES", "Draft", "SpeculativeShape", "Verdict", "acceptance", "check_weights", "nbytes", "residual_sample",
            "row_uniforms", "verify", "weights_of"]

@@ -1,6 +1,6 @@
-"""Reward terms on the pages (pure: no Streamlit, no store): the colour and text of a rollout's terms on
-the Rollouts page; the frames (terms per step, term names) come from `workbench.analysis.terms`. See
-workbench/tasks/rewards.py for what a term is."""
+"""Reward terms drawn on the pages (pure: no Streamlit, no store): the colour and text of a rollout's
+terms on the Rollouts page. The frames (terms per step, term names) come from `workbench.analysis.terms`;
+this module only draws them. See workbench/tasks/rewards.py for what a term is."""
 
 from __future__ import annotations
 
