@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from workbench.commands.common import JsonOpt, StoreOpt, int_list, print_json, store_home, store_path, store_spec
+from workbench.commands.common import JsonOpt, StoreOpt, int_list, print_json, store_handle, store_path, store_spec
+
+if TYPE_CHECKING:
+    from workbench.store.handle import StoreHandle
 
 ConfigArg = Annotated[
     Optional[Path],
@@ -53,15 +56,15 @@ def _progress(total: int, title: str):
     return progress, on_step
 
 
-def _run_foreground(cfg, store: Path, run_id: Optional[str], quiet: bool = False) -> str:
+def _run_foreground(cfg, store: StoreHandle, run_id: Optional[str], quiet: bool = False) -> str:
     from workbench.engine import run
 
     if quiet:
-        return run(cfg, store=store_spec(store), run_id=run_id, store_dir=store_home(store))
-    _announce_organism_build(cfg, store_home(store))
+        return run(cfg, store=store, run_id=run_id)
+    _announce_organism_build(cfg, store.folder())
     progress, on_step = _progress(cfg.steps, cfg.name)
     with progress:
-        return run(cfg, store=store_spec(store), run_id=run_id, on_step=on_step, store_dir=store_home(store))
+        return run(cfg, store=store, run_id=run_id, on_step=on_step)
 
 
 def _announce_organism_build(cfg, store: Path) -> None:
@@ -132,7 +135,7 @@ def run_cmd(
         rid = launch(str(config) if config else None, store=store_spec(root), overrides=overrides, name=name)
         typer.echo(rid)
         return
-    rid = _run_foreground(cfg, root, run_id, quiet=quiet)
+    rid = _run_foreground(cfg, store_handle(root), run_id, quiet=quiet)
     _summary(root, rid)
 
 def resume_cmd(
@@ -148,12 +151,13 @@ def resume_cmd(
     apply_run_priority()  # started by the dashboard's Resume: below the dashboard
     root = store_path(store)
     planned = _planned_steps(root, run)  # an unknown run or store is refused before any bar is drawn
+    handle = store_handle(root)
     if quiet:
-        resume(store_spec(root), run, steps=steps, store_dir=store_home(root))
+        resume(handle, run, steps=steps)
     else:
         progress, on_step = _progress(steps or planned, f"resume {run}")
         with progress:
-            resume(store_spec(root), run, steps=steps, store_dir=store_home(root), on_step=on_step)
+            resume(handle, run, steps=steps, on_step=on_step)
     _summary(root, run)
 
 

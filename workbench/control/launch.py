@@ -31,32 +31,27 @@ _CHILDREN: dict[int, subprocess.Popen] = {}
 
 
 def store_root(store: Any) -> Path:
-    """The local directory of a store (a path, or a Store opened on a directory); for a store on
-    object storage, its local folder (`workbench.store.objectstore.local_dir`)."""
-    from workbench.store.objectstore import is_object_url, local_dir
+    """The local directory of a store (a path, an open Store or its handle); for a store on object
+    storage, its local folder (`workbench.store.objectstore.local_dir`)."""
+    from workbench.store.handle import StoreHandle
 
-    if isinstance(store, (str, os.PathLike)):
-        return local_dir(store) if is_object_url(store) else Path(store).expanduser().absolute()
-    location = getattr(store, "location", None)
-    if location is not None and getattr(location, "root", None) is None and is_object_url(location.data_path):
-        return local_dir(location.data_path, location.catalog)  # this machine's folder for the store
-    root = getattr(location, "root", None) or getattr(store, "path", None)
-    if root is None:
+    home = StoreHandle.at(store).home
+    if home is None:
         raise ControlError("launch: runs can only be launched on a local store directory or an s3:// store")
-    return Path(root)
+    return home
 
 
 def _store_spec(store: Any) -> tuple[str, dict[str, str]]:
     """What a child process is given for `--store` (the directory, or the s3:// URL) and the
-    environment it needs on top of this one (the catalog of a store on object storage)."""
-    from workbench.store.objectstore import CATALOG_ENV, is_object_url, object_url
+    environment it needs on top of this one (the catalog of an open store on object storage; a spec
+    given as text leaves the catalog to this process's environment, which the child inherits)."""
+    from workbench.store.objectstore import is_object_url, object_url
 
     if isinstance(store, (str, os.PathLike)):
         return (object_url(store), {}) if is_object_url(store) else (str(store_root(store)), {})
-    location = getattr(store, "location", None)
-    if location is not None and getattr(location, "root", None) is None and is_object_url(location.data_path):
-        return location.data_path, {CATALOG_ENV: location.catalog}
-    return str(store_root(store)), {}
+    root = store_root(store)
+    handle = store.handle
+    return (handle.spec, handle.child_env()) if handle.on_object_storage else (str(root), {})
 
 
 def run_dir(store: Any, run_id: str) -> Path:
