@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from workbench.errors import WorkbenchError
+from workbench.store.protocols import RunStore
 from workbench.tasks.rewards import term_means, terms_array
 
 HEARTBEAT_S = 5.0
@@ -58,7 +59,7 @@ class TrainStep:
 class StepWriter:
     """The background thread: builds each step's rows and commits queued steps together."""
 
-    def __init__(self, store: Any, run_id: str, static: dict[str, Any], heartbeat_s: float = HEARTBEAT_S) -> None:
+    def __init__(self, store: RunStore, run_id: str, static: dict[str, Any], heartbeat_s: float = HEARTBEAT_S) -> None:
         self.store, self.run_id, self.static, self.heartbeat_s = store, run_id, static, heartbeat_s
         self.error: BaseException | None = None
         self.steps_written = 0
