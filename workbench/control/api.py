@@ -9,12 +9,14 @@ temperature at its next stage boundary) and records the outcome; `outcome()` / `
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.control.commands import validate
 from workbench.errors import ControlError, StoreError
-from workbench.store.protocols import ControlStore, RunStore
 from workbench.vllm_limits import temperature_problem, uses_vllm
+
+if TYPE_CHECKING:
+    from workbench.store.protocols import ControlStore, RunStore
 
 ENDED = ("finished", "failed")
 """Runs that will never run again: no command can reach them."""

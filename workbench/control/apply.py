@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from workbench.control.commands import LIMITS, Limits, applies_at, validate
 from workbench.control.protocol import Controllable
 from workbench.errors import ControlError, StoreError, WorkbenchError
-from workbench.store.protocols import RunStore
+
+if TYPE_CHECKING:
+    from workbench.store.protocols import RunStore
 
 log = logging.getLogger(__name__)
 

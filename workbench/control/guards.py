@@ -8,7 +8,7 @@ engine applies it at its next step boundary).
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.config import RunConfig
 from workbench.control.api import issue
@@ -16,7 +16,9 @@ from workbench.errors import ConfigError, ControlError
 from workbench.guards.changes import apply_guard_change, validate_guard_command
 from workbench.guards.config import Guard, guard_set
 from workbench.guards.watch import metrics_map
-from workbench.store.protocols import ControlStore
+
+if TYPE_CHECKING:
+    from workbench.store.protocols import ControlStore
 
 
 def guards_in_force(store: ControlStore, run_id: str) -> dict[str, Guard]:

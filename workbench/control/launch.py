@@ -22,15 +22,18 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.errors import ControlError
+
+if TYPE_CHECKING:
+    from workbench.store.handle import StoreLike
 
 _CHILDREN: dict[int, subprocess.Popen] = {}
 """Processes started here, kept so they can be reaped (no zombies left behind)."""
 
 
-def store_root(store: Any) -> Path:
+def store_root(store: StoreLike) -> Path:
     """The local directory of a store (a path, an open Store or its handle); for a store on object
     storage, its local folder (`workbench.store.objectstore.local_dir`)."""
     from workbench.store.handle import StoreHandle
@@ -41,7 +44,7 @@ def store_root(store: Any) -> Path:
     return home
 
 
-def _store_spec(store: Any) -> tuple[str, dict[str, str]]:
+def _store_spec(store: StoreLike) -> tuple[str, dict[str, str]]:
     """What a child process is given for `--store` (the directory, or the s3:// URL) and the
     environment it needs on top of this one (the catalog of an open store on object storage; a spec
     given as text leaves the catalog to this process's environment, which the child inherits)."""
@@ -54,7 +57,7 @@ def _store_spec(store: Any) -> tuple[str, dict[str, str]]:
     return (handle.spec, handle.child_env()) if handle.on_object_storage else (str(root), {})
 
 
-def run_dir(store: Any, run_id: str) -> Path:
+def run_dir(store: StoreLike, run_id: str) -> Path:
     """`<store>/runs/<run id>/`: the run's log, launched config and checkpoints live here."""
     return store_root(store) / "runs" / run_id
 
@@ -247,7 +250,7 @@ def _reap() -> None:
 def launch(
     config: str | os.PathLike | dict[str, Any] | None = None,
     *,
-    store: Any,
+    store: StoreLike,
     overrides: list[str] | dict[str, Any] | None = None,
     name: str | None = None,
 ) -> str:
@@ -278,7 +281,7 @@ def launch(
     return run_id
 
 
-def restart(store: Any, run_id: str) -> int:
+def restart(store: StoreLike, run_id: str) -> int:
     """Start `workbench resume RUN` detached for a stopped or crashed run; returns its pid."""
     root = store_root(store)
     spec, env_extra = _store_spec(store)

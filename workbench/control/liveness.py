@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import datetime as dt
 import socket
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from workbench.store.protocols import RunStore
+if TYPE_CHECKING:
+    from workbench.store.protocols import RunStore
 
 LIVE_STATUSES = ("created", "running", "paused", "stopping")
 """Statuses of a run whose process should exist."""

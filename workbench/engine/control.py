@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from workbench.allocators import make_allocator
 from workbench.allocators.base import Allocator
@@ -20,7 +20,9 @@ from workbench.errors import ConfigError, StoreError
 from workbench.faults import fault_point
 from workbench.guards.changes import apply_guard_change
 from workbench.guards.config import Guard, guard_set
-from workbench.store.protocols import RunWriter
+
+if TYPE_CHECKING:
+    from workbench.store.protocols import RunWriter
 
 log = logging.getLogger(__name__)
 

@@ -16,12 +16,14 @@ import socket
 import traceback
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from workbench.config import RunConfig
 from workbench.engine.control import Heartbeat
-from workbench.store.handle import StoreHandle
-from workbench.store.protocols import RunStore
+
+if TYPE_CHECKING:
+    from workbench.store.handle import StoreHandle
+    from workbench.store.protocols import RunStore
 
 
 def _code_version() -> str:
@@ -40,6 +42,8 @@ def _code_version() -> str:
 @contextmanager
 def _opened(store: StoreHandle | RunStore | str | Path) -> Iterator[RunStore]:
     """`store` itself when it is open; else the store it names, opened for the run and closed after."""
+    from workbench.store.handle import StoreHandle
+
     if not isinstance(store, (str, os.PathLike, StoreHandle)):
         yield store
         return

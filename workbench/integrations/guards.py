@@ -6,11 +6,13 @@ run trains elsewhere."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.guards.config import guard_set
 from workbench.guards.watch import Watch, alert_row, metrics_map, rollout_rows
-from workbench.store.protocols import RunStore
+
+if TYPE_CHECKING:
+    from workbench.store.protocols import RunStore
 
 OUTCOME = "alert only: the run is imported from another engine, which we cannot steer"
 

@@ -9,14 +9,16 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
 from workbench.errors import WorkbenchError
-from workbench.store.protocols import RunStore
 from workbench.tasks.rewards import term_means, terms_array
+
+if TYPE_CHECKING:
+    from workbench.store.protocols import RunStore
 
 HEARTBEAT_S = 5.0
 """Seconds between the writer's heartbeats of a TRL run."""

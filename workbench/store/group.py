@@ -24,11 +24,14 @@ import collections
 import os
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from workbench.store.records import StepRecord
+
+if TYPE_CHECKING:
+    from workbench.store.protocols import RunWriter
 
 
 def lower_thread_priority(nice: int) -> bool:
@@ -50,7 +53,7 @@ def record_rows(record: StepRecord) -> int:
 class GroupWriter:
     """Commits submitted steps on a background thread, in groups (see the module docstring)."""
 
-    def __init__(self, store: Any, *, commit_max_rows: int = 16384, commit_interval_s: float = 1.0,
+    def __init__(self, store: RunWriter, *, commit_max_rows: int = 16384, commit_interval_s: float = 1.0,
                  commit_spacing_s: float = 0.0, name: str = "store-writer", nice: int = 0) -> None:
         self.store = store
         self.commit_max_rows = max(1, int(commit_max_rows))

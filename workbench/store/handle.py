@@ -19,13 +19,17 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Union
 
 from workbench.errors import StoreError
 from workbench.store.objectstore import CATALOG_ENV, catalog_url, is_object_url, local_dir, object_url
 
 if TYPE_CHECKING:
     from workbench.store.store import Store
+
+
+StoreLike = Union[str, "os.PathLike[str]", "StoreHandle", "Store"]
+"""What a function that may open a store accepts: a directory or `s3://` URL, a handle, or an open Store."""
 
 
 @dataclass(frozen=True)
@@ -37,7 +41,7 @@ class StoreHandle:
     home: Path | None = None
 
     @classmethod
-    def at(cls, where: str | os.PathLike[str] | StoreHandle | Store, *, catalog: str | None = None) -> StoreHandle:
+    def at(cls, where: StoreLike, *, catalog: str | None = None) -> StoreHandle:
         """The handle of a store directory, an `s3://` URL (its catalog from `catalog` or
         $WORKBENCH_CATALOG), an open Store, or a handle (itself)."""
         if isinstance(where, StoreHandle):
