@@ -4,9 +4,9 @@ state, the control signal last seen, the non-finite flag) and where it is record
 run's id). The loop's functions take this one value (`RunContext`); the functions under them take the
 part they read (`ctx.parts` for the model, the backend, the prompts; `ctx.state` for what they change).
 
-    ctx = RunContext(parts=build_setup(cfg, store_dir=..., run_id=...), state=RunState.start(cfg, parts),
-                     store=store, run_id=run_id)
-    status = run_loop(ctx)          # workbench/engine/loop.py
+    parts = build_setup(cfg, store_dir=store.handle.folder(), run_id=run_id, writer=...)
+    ctx = RunContext(parts=parts, state=RunState.start(cfg, parts), store=store, run_id=run_id)
+    status = _loop(ctx, resume)     # workbench/engine/loop.py (`train` builds the context)
 """
 
 from __future__ import annotations

@@ -7,8 +7,9 @@ Run it:
     workbench resume RUN_ID                        # from the last checkpoint, store rolled back to it
 
 or from Python: `workbench.engine.run(load_config(path), store="store")` (see `runner.py`, which owns
-the run's row, status and heartbeat). This module is the loop, in phases as nanochat's RL script:
-each step applies live controls, takes the step's generated, scored and allocated batch from the
+the run's row, status and heartbeat). This module is the loop, in phases as nanochat's RL script;
+its functions pass one value, the run's `RunContext` (`context.py`: what the run is built from, what
+changes as it runs, its store and id). Each step applies live controls, takes the step's generated, scored and allocated batch from the
 producer (`batch.py:collect`, called on demand, or ahead of the trainer by the asynchronous pipeline,
 `pipeline.py`), learns from it (`learn`: advantages, the policy update), hands the new weights to the
 producer (`push`: the one weight sync, to the rollout backend or the pipeline's generator), evaluates,
