@@ -322,6 +322,7 @@ def test_commands_and_launch_hand_the_url_and_catalog_on(tmp_path, monkeypatch):
     from workbench.commands.common import store_handle, store_spec
     from workbench.control.launch import _store_spec, run_dir
     from workbench.store.connection import Location
+    from workbench.store.handle import StoreHandle
     from workbench.store.objectstore import local_dir
 
     catalog = tmp_path / "node" / "catalog.sqlite"
@@ -338,6 +339,7 @@ def test_commands_and_launch_hand_the_url_and_catalog_on(tmp_path, monkeypatch):
 
     class Opened:  # what the dashboard hands launch(): an open Store on a PostgreSQL catalog
         location = Location("postgres:dbname=wb host=db password=pw", "s3://bucket-a/runs/")
+        handle = StoreHandle.of_location(location)  # as Store sets it
 
     assert run_dir(Opened(), "r2") == tmp_path / "work" / "runs" / "r2"
     assert _store_spec(Opened()) == ("s3://bucket-a/runs/", {"WORKBENCH_CATALOG": Opened.location.catalog})
