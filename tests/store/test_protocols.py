@@ -10,9 +10,9 @@ import pytest
 
 from workbench.readers import RolloutReader, RunReader
 from workbench.store import Store, open_store
-from workbench.store.protocols import ControlStore, RunStore, RunWriter
+from workbench.store.protocols import ControlStore, ImportStore, RunStore, RunWriter
 
-PROTOCOLS = [RunReader, RolloutReader, RunWriter, ControlStore, RunStore]
+PROTOCOLS = [RunReader, RolloutReader, RunWriter, ControlStore, RunStore, ImportStore]
 
 
 def _methods(proto: type) -> list[str]:

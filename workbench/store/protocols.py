@@ -10,6 +10,8 @@ one says which calls it makes (and a test double, where a test needs one, names 
   with the reads that check a command against its run.
 - `RunStore`: everything the engine calls on the store while it runs a run (the three above, rollback,
   alerts and attempts, and the store's handle: the run's local folder).
+- `ImportStore`: a `RunStore` that importers of other engines' runs use (finding an earlier import's run,
+  its prompts, registering prompts).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from workbench.readers import RolloutReader, RunReader
 from workbench.store.handle import StoreHandle
 from workbench.store.records import StepRecord
 
-__all__ = ["ControlStore", "RolloutReader", "RunReader", "RunStore", "RunWriter"]
+__all__ = ["ControlStore", "ImportStore", "RolloutReader", "RunReader", "RunStore", "RunWriter"]
 
 
 @runtime_checkable
@@ -80,3 +82,15 @@ class RunStore(RunWriter, ControlStore, Protocol):
     def attempts(self, run_id: str) -> pl.DataFrame: ...
 
     def archive_attempt(self, run_id: str, step: int, reason: str) -> str: ...
+
+
+@runtime_checkable
+class ImportStore(RunStore, Protocol):
+    """What the importers (`workbench.integrations`) call: a run's calls, and finding the run an earlier
+    import of the same source made, its prompts, and registering prompts."""
+
+    def runs_from(self, source: str, name: str) -> pl.DataFrame: ...
+
+    def prompts(self, run_id: str) -> pl.DataFrame: ...
+
+    def add_prompts(self, run_id: str, rows: list[dict[str, Any]]) -> None: ...
