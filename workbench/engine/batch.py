@@ -20,8 +20,8 @@ import numpy as np
 import torch
 
 from workbench.allocators.base import Budget, Candidate, GroupResult, PromptStats, StepContext, fit_to_budget
-from workbench.engine.evaluate import decode
 from workbench.engine.context import RunContext
+from workbench.engine.evaluate import decode
 from workbench.engine.setup import Setup, StepState
 from workbench.engine.steplog import Rollouts
 from workbench.engine.timing import PhaseTimer
