@@ -77,7 +77,7 @@ def _run(cfg: Any, cache: Path) -> list[dict[str, Any]]:
     try:
         (root / "models").symlink_to((cache / "models").resolve())
         last[0] = time.perf_counter()
-        run(cfg, store=str(root), on_step=on_step, store_dir=root)
+        run(cfg, store=str(root), on_step=on_step)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return marks

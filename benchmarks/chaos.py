@@ -199,7 +199,7 @@ def _segment_main(store: str, run_id: str, until: int, config: str | None) -> No
 
     stop_after = until or None
     if config:
-        run(load_config(config), store=store, run_id=run_id, stop_after=stop_after, store_dir=store)
+        run(load_config(config), store=store, run_id=run_id, stop_after=stop_after)
         return
     from workbench.engine.checkpoint import checkpoint_dir, latest_checkpoint
 
@@ -211,7 +211,7 @@ def _segment_main(store: str, run_id: str, until: int, config: str | None) -> No
         with open_store(store) as st:
             st.set_run_status(run_id, "stopped")
         return
-    resume(store, run_id, stop_after=stop_after, store_dir=store)
+    resume(store, run_id, stop_after=stop_after)
 
 
 # -- driving a run through its segments --------------------------------------------------------------

@@ -185,7 +185,7 @@ def _one_run(cfg: Any, root: Path, say: Callable[[str], None] = lambda _m: None)
         say(f"  reusing finished run {run_id} (same config)")
     else:
         t0 = time.perf_counter()
-        run_id = run(cfg, store=str(root), store_dir=root)
+        run_id = run(cfg, store=str(root))
         minutes = (time.perf_counter() - t0) / 60
     with open_store(str(root)) as st:
         steps = st.run_steps(run_id)

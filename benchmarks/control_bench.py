@@ -18,9 +18,13 @@ import statistics
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.errors import ControlError
+
+if TYPE_CHECKING:
+    from workbench.store.protocols import ControlStore
+
 
 def bench_overrides() -> dict[str, Any]:
     """Small, fast settings: the small organism recipe and its task, 8 prompts x 4 rollouts per step,
@@ -93,7 +97,7 @@ def _utc(t: datetime) -> datetime:
     return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
 
 
-def _last_step(store: Any, run_id: str) -> int:
+def _last_step(store: ControlStore, run_id: str) -> int:
     steps = store.run_steps(run_id)
     return int(steps["step"].max()) if len(steps) else 0
 
@@ -106,7 +110,7 @@ def _wait_for(pred, what: str, timeout_s: float, poll_s: float = 0.2) -> None:
         time.sleep(poll_s)
 
 
-def _issue(store: Any, run_id: str, command: str, args: dict[str, Any], how: str) -> int | None:
+def _issue(store: ControlStore, run_id: str, command: str, args: dict[str, Any], how: str) -> int | None:
     """Insert one command; None when the API refused it (as it must for how == "refused")."""
     from workbench.control import api
 
@@ -123,7 +127,7 @@ def _issue(store: Any, run_id: str, command: str, args: dict[str, Any], how: str
     return cid
 
 
-def _drive(store: Any, run_id: str, timeout_s: float) -> list[dict[str, Any]]:
+def _drive(store: ControlStore, run_id: str, timeout_s: float) -> list[dict[str, Any]]:
     """Issue the script against the live run, waiting for each outcome; one record per command."""
     from workbench.control import api
 
@@ -144,7 +148,7 @@ def _drive(store: Any, run_id: str, timeout_s: float) -> list[dict[str, Any]]:
     return records
 
 
-def _measure(store: Any, run_id: str, records: list[dict[str, Any]]) -> None:
+def _measure(store: ControlStore, run_id: str, records: list[dict[str, Any]]) -> None:
     """Add apply latency and distance in steps to each record, from the store's timestamps.
 
     `issue_step`: the step in progress when the command was issued, i.e. when its insert committed
@@ -235,7 +239,7 @@ def _bench_in(root: Path, timeout_s: float) -> dict[str, Any]:
     return out
 
 
-def _kill_if_live(store: Any, run_id: str) -> None:
+def _kill_if_live(store: ControlStore, run_id: str) -> None:
     """Leave no process behind when the benchmark fails half-way."""
     import os
     import signal

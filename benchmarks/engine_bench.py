@@ -74,7 +74,7 @@ def timed_run(cfg, store: Path) -> list[dict[str, Any]]:
             marks.append({"step": step, "wall_s": now - last[0], "cpu_s": cpu - last[1], **m})
         last[0], last[1] = now, cpu
 
-    run(cfg, store=str(store), on_step=on_step, store_dir=store)
+    run(cfg, store=str(store), on_step=on_step)
     return marks[WARMUP_STEPS:-1] if len(marks) > WARMUP_STEPS + 1 else marks
 
 
@@ -159,7 +159,7 @@ def rollout_vs_bare(cfg, store: Path, repeats: int = 7) -> dict[str, float]:
                           seeds=stage_seeds(k, 0, 0, rows))
         t1 = time.perf_counter()
         torch.manual_seed(k)
-        b = bare_generate(s.model, s.tokenizer, [s.train_tok[i] for i in rows], sampling, device=s.device)
+        b = bare_generate(s.model, s.tokenizer, [s.prompts.train_tok[i] for i in rows], sampling, device=s.device)
         t2 = time.perf_counter()
         if k:  # the first pair warms up
             ours.append(t1 - t0)
@@ -358,7 +358,7 @@ def bench_learn(*, seeds: int = 3, store: str | os.PathLike | None = None, overr
                 evals[step] = m["eval/pass1"]
 
         t0 = time.perf_counter()
-        run_ids.append(run(cfg, store=str(root), on_step=on_step, store_dir=root))
+        run_ids.append(run(cfg, store=str(root), on_step=on_step))
         minutes.append((time.perf_counter() - t0) / 60)
         warm.append(evals[0])
         final.append(evals[cfg.steps])

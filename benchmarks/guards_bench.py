@@ -108,7 +108,7 @@ def _config(steps: int, seed: int, organism: str, **over: Any) -> RunConfig:
     return RunConfig.from_dict(dict(data, guards=guards(lr)))
 
 
-def _one(store: Any, store_dir: str, cfg: RunConfig, commands: dict[int, list[tuple[str, dict]]] | None = None
+def _one(store: Any, cfg: RunConfig, commands: dict[int, list[tuple[str, dict]]] | None = None
          ) -> dict[str, Any]:
     """One run; `commands[k]` are a person's commands issued once after step k (applied at step k + 1)."""
     from workbench.engine import run
@@ -130,7 +130,7 @@ def _one(store: Any, store_dir: str, cfg: RunConfig, commands: dict[int, list[tu
     store.create_run = create_run
     t0 = time.perf_counter()
     try:
-        run_id = run(cfg, store=store, on_step=on_step, store_dir=store_dir)
+        run_id = run(cfg, store=store, on_step=on_step)
     except Exception as exc:  # noqa: BLE001 - a run the guards did not save is a result, not a bench error
         if "run_id" not in holder:
             raise
@@ -194,7 +194,7 @@ def _fault_runs(store: Any, store_path: str, steps: int, organism: str,
                                "eval": {"every": min(HACK_EVAL_EVERY, max(2, steps // 8))}}, {}),
         "non_finite_loss": (f, {"algorithm": KL_TWO_EPOCHS}, {f - 1: [("set_lr", {"lr": NONFINITE_LR})]}),
     }
-    return {name: (fs, _one(store, store_path, _config(steps, 0, organism, label=name, **over), cmds))
+    return {name: (fs, _one(store, _config(steps, 0, organism, label=name, **over), cmds))
             for name, (fs, over, cmds) in plans.items() if name in faults}
 
 
@@ -218,7 +218,7 @@ def run_bench(store_path: str | Path | None = None, *, steps: int | None = None,
         from workbench.store import open_store
 
         with open_store(str(store_path)) as store:
-            clean = {p: [_one(store, str(store_path), _config(steps, seed, organism, label=f"clean-{p}",
+            clean = {p: [_one(store, _config(steps, seed, organism, label=f"clean-{p}",
                                                               task=_task(organism, profile=p), **PROFILE_OVER[p]))
                          for seed in range(seeds)] for p in profiles}
             runs = _fault_runs(store, str(store_path), steps, organism, faults)

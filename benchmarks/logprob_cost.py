@@ -32,7 +32,7 @@ def _one_run(on: bool, steps: int, models: Path) -> tuple[list[dict[str, Any]], 
         cfg = tiny_run({"name": f"logprobs-{'on' if on else 'off'}", "steps": steps, "eval.every": 0,
                         "eval.at_start": False, "checkpoint.every": 0, "logging.token_logprobs": on})
         marks: list[dict[str, Any]] = []
-        rid = run(cfg, store=str(root), store_dir=root, on_step=lambda s, m: marks.append(m) if s else None)
+        rid = run(cfg, store=str(root), on_step=lambda s, m: marks.append(m) if s else None)
         size = sum(f.stat().st_size for f in (root / "data" / "main" / "rollouts").glob("*.parquet"))
         with open_store(root) as st:
             n = st.count_rollouts(rid)

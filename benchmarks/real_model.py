@@ -198,7 +198,7 @@ def speed(cache: str | Path, *, steps: int = 3, repeats: int = 2, overrides: Seq
 
     try:
         bare = rollout_vs_bare(cfg, root, repeats=repeats)
-        run(cfg, store=str(root), on_step=on_step, store_dir=root)
+        run(cfg, store=str(root), on_step=on_step)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     phases = {k: statistics.median(m.get(f"timing_s/{k}", 0.0) for m in marks)

@@ -36,7 +36,7 @@ def _engine_steps(cfg: Any, root: Path) -> list[dict[str, Any]]:
             marks.append({"wall_s": now - last[0] - extra, **m})
         last[0] = now
 
-    run(cfg, store=str(root / "store"), on_step=on_step, store_dir=root / "store")
+    run(cfg, store=str(root / "store"), on_step=on_step)
     return marks[WARMUP:]
 
 

@@ -104,7 +104,8 @@ def _engine_main(spec: dict[str, str], store_dir: str, run_id: str, config: str)
 
     apply_run_priority()  # as a run the dashboard launches (WORKBENCH_RUN_NICE, set by _spawn)
     with open_spec(spec, threads=1) as store:
-        run(load_config(config), store=store, run_id=run_id, store_dir=store_dir)
+        store.handle = store.handle.at_home(store_dir)  # a shared catalog has no folder of its own
+        run(load_config(config), store=store, run_id=run_id)
 
 
 def _p95(values: list[float]) -> float | None:

@@ -33,7 +33,7 @@ def run_store(new_store, tiny_config, tmp_path_factory):
 
     root = new_store(tmp_path_factory.mktemp("lab") / "store")
     cfg = tiny_config(name="lab-pass-at-k", steps=4, eval__every=2, checkpoint__every=50)
-    run(cfg, store=str(root), store_dir=root)
+    run(cfg, store=str(root))
     return root
 
 

@@ -23,7 +23,7 @@ def organism_runs(new_store, tiny_config, tmp_path_factory):
                     allocator={"name": "multistage", "budget": 64, "prompts_per_step": 8,
                                "params": {"n": 4, "n_max": 12}}),
     ):
-        ids.append(run(cfg, store=str(root), store_dir=root))
+        ids.append(run(cfg, store=str(root)))
     return root, ids
 
 

@@ -83,7 +83,7 @@ def test_rollouts_block_logs_rollouts_in_alternate_blocks(store_dir, tiny_config
     from workbench.store import open_store
 
     cfg = tiny_config(steps=6, eval__every=0, logging__rollouts_block=2)
-    run_id = run(cfg, store=str(store_dir), store_dir=store_dir)
+    run_id = run(cfg, store=str(store_dir))
     with open_store(store_dir, read_only=True) as store:
         steps = store.run_steps(run_id)["step"].to_list()
         logged = set(store.sql("SELECT DISTINCT step FROM rollouts WHERE run_id = ?", [run_id])["step"].to_list())

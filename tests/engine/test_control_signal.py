@@ -9,7 +9,7 @@ import pytest
 
 from workbench.allocators import make_allocator
 from workbench.engine.control import LiveSettings
-from workbench.engine.setup import apply_controls
+from workbench.engine.context import RunContext, RunState, apply_controls
 from workbench.store import open_store
 
 
@@ -33,7 +33,9 @@ def engine(tmp_path):
         run_id = store.create_run("signal", {}, seed=0, status="running")
         live = LiveSettings(budget_kind="rollouts", budget=32, allocator=make_allocator("uniform", {"n": 4}),
                             temperature=1.0, eval_every=2, seed=0)
-        yield Counting(store), run_id, SimpleNamespace(live=live, control_token=None)
+        counting = Counting(store)  # the loop's parts are not needed here: no writer to flush
+        yield counting, run_id, RunContext(parts=SimpleNamespace(writer=None), state=RunState(live=live),
+                                           store=counting, run_id=run_id)
 
 
 def test_signal_changes_with_each_queued_command(tmp_path):
@@ -48,22 +50,22 @@ def test_signal_changes_with_each_queued_command(tmp_path):
 
 def test_unchanged_signal_skips_the_query_and_no_command_is_missed(engine):
     store, run_id, s = engine
-    apply_controls(s, store, run_id, step=1, boundary="step")
+    apply_controls(s, step=1, boundary="step")
     assert store.queries == 1  # the first boundary always looks
     for step in range(2, 6):
-        apply_controls(s, store, run_id, step=step, boundary="step")
-        apply_controls(s, store, run_id, step=step, boundary="stage")
+        apply_controls(s, step=step, boundary="step")
+        apply_controls(s, step=step, boundary="stage")
     assert store.queries == 1, "polled although nothing was queued"
 
     store.add_control(run_id, "set_budget", {"kind": "rollouts", "amount": 48})
     store.add_control(run_id, "set_temperature", {"temperature": 0.5})
     # a stage boundary applies the temperature and leaves the budget (a step-boundary command) pending
-    apply_controls(s, store, run_id, step=6, boundary="stage")
-    assert s.live.temperature == 0.5 and s.live.budget == 32
-    apply_controls(s, store, run_id, step=7, boundary="step")
-    assert s.live.budget == 48, "the stage boundary must not mark the budget command as seen"
+    apply_controls(s, step=6, boundary="stage")
+    assert s.state.live.temperature == 0.5 and s.state.live.budget == 32
+    apply_controls(s, step=7, boundary="step")
+    assert s.state.live.budget == 48, "the stage boundary must not mark the budget command as seen"
     queries = store.queries
-    apply_controls(s, store, run_id, step=8, boundary="step")
+    apply_controls(s, step=8, boundary="step")
     assert store.queries == queries
     assert store.pending_controls(run_id) == []
 
@@ -72,7 +74,7 @@ def test_store_without_a_local_directory_polls_every_boundary(engine):
     store, run_id, s = engine
     store.control_signal = lambda _run_id: None  # a PostgreSQL catalog with remote data: no signal file
     for step in range(1, 4):
-        apply_controls(s, store, run_id, step=step, boundary="step")
+        apply_controls(s, step=step, boundary="step")
     assert store.queries == 3
 
 

@@ -31,7 +31,7 @@ def test_temperature_fault_detected_rolled_back_and_the_attempt_kept(store_dir, 
                 rid = st.list_runs()["run_id"][0]
                 st.add_control(rid, "set_temperature", {"temperature": 5.0}, who="test")
 
-        run_id = run(cfg, store=st, on_step=on_step, store_dir=store_dir)
+        run_id = run(cfg, store=st, on_step=on_step)
         every_step = {m.name for m in CATALOGUE if m.present in ("step", "update") and "<" not in m.name}
         assert every_step <= set(seen[1]), sorted(every_step - set(seen[1]))
 
@@ -67,7 +67,7 @@ def test_two_rollbacks_firing_at_one_step_roll_back_once(store_dir, tiny_config)
             if step == 3 and not st.controls(st.list_runs()["run_id"][0]).height:
                 st.add_control(st.list_runs()["run_id"][0], "set_temperature", {"temperature": 5.0}, who="test")
 
-        run_id = run(cfg, store=st, on_step=on_step, store_dir=store_dir)
+        run_id = run(cfg, store=st, on_step=on_step)
         alerts = {a["guard"]: a for a in st.alerts(run_id).to_dicts()}
         assert set(alerts) == {"hot", "hot_too"} and st.attempts(run_id).height == 1
         assert alerts["hot"]["outcome"].startswith("rolled back to step 2")
@@ -81,7 +81,7 @@ def test_stop_action_goes_through_live_control(store_dir, tiny_config):
     cfg = tiny_config(steps=6, eval__every=0, eval__at_start=False,
                       guards=[{"name": "always", "rule": "rollout/count > 0", "window": 2, "action": "stop"}])
     with open_store(store_dir) as st:
-        run_id = run(cfg, store=st, store_dir=store_dir)
+        run_id = run(cfg, store=st)
         (alert,) = st.alerts(run_id).to_dicts()
         assert (alert["first_step"], alert["step"], alert["status"]) == (1, 2, "acted")
         assert st.controls(run_id)[["who", "command", "status", "applied_step"]].rows() == [
@@ -98,7 +98,7 @@ def test_a_guard_that_fires_again_goes_one_checkpoint_further_back_also_after_re
              "action": "rollback"}
     cfg = tiny_config(steps=8, eval__every=0, eval__at_start=False, guards=[again])  # checkpoints every 2
     with open_store(store_dir) as st:
-        run_id = run(cfg, store=st, store_dir=store_dir)
+        run_id = run(cfg, store=st)
         alerts = [a for rid in (run_id, f"{run_id}.attempt1", f"{run_id}.attempt2") for a in st.alerts(rid).to_dicts()]
         outcomes = sorted(a["outcome"] for a in alerts)
         assert len(outcomes) == 3 and outcomes[0].startswith("no checkpoint before step 2: stopped instead")
@@ -111,7 +111,7 @@ def test_a_guard_that_fires_again_goes_one_checkpoint_further_back_also_after_re
         assert st.run(run_id)["status"] == "stopped" and st.run_steps(run_id)["step"].to_list() == [1, 2, 3, 4, 5, 6]
 
         # a new process knows the guard's rollbacks from the store: it does not start over at step 6's checkpoint
-        resume(st, run_id, store_dir=store_dir)
+        resume(st, run_id)
         last = st.alerts(run_id).sort("step").to_dicts()[-1]
         assert last["step"] == 7 and last["outcome"].startswith("no checkpoint before step 2: stopped instead")
         assert st.attempts(run_id).height == 2 and st.run(run_id)["status"] == "stopped"
@@ -123,7 +123,7 @@ def test_the_evaluation_before_step_1_is_the_guards_step_0(store_dir, tiny_confi
     seen = {"name": "seen", "rule": "last(eval/pass1) >= 0 and baseline(eval/pass1, 1) == last(eval/pass1)"}
     cfg = tiny_config(steps=2, eval__every=0, checkpoint__every=0, guards=[seen])
     with open_store(store_dir) as st:
-        run_id = run(cfg, store=st, store_dir=store_dir)
+        run_id = run(cfg, store=st)
         (alert,) = st.alerts(run_id).to_dicts()
         ev = st.evals(run_id).filter(pl.col("step") == 0)
         at0 = float((ev["correct"] / ev["samples"]).mean())
@@ -153,7 +153,7 @@ def test_lr_command_applied_at_the_step_boundary_and_recorded(store_dir, tiny_co
                 assert len(st.controls(rid)) == 0  # refused: nothing stored
                 control.set_lr(st, rid, 2e-4, who="test")
 
-        run_id = run(cfg, store=st, on_step=on_step, store_dir=store_dir)
+        run_id = run(cfg, store=st, on_step=on_step)
         assert st.controls(run_id)[["who", "command", "status", "applied_step"]].rows() == [
             ("test", "set_lr", "applied", 2)]
         assert st.run_steps(run_id)["lr"].to_list() == pytest.approx([1e-3, 2e-4, 2e-4])
@@ -171,7 +171,7 @@ def test_lr_and_optimizer_steps_are_recorded_on_steps_that_skip_the_update(store
             if step == 1:
                 st.add_control(st.list_runs()["run_id"][0], "set_lr", {"lr": 2e-4}, who="test")
 
-        run_id = run(cfg, store=st, on_step=on_step, store_dir=store_dir)
+        run_id = run(cfg, store=st, on_step=on_step)
         steps = st.run_steps(run_id)
     assert steps["zero_signal_frac"].to_list() == [1.0, 1.0, 1.0]
     assert steps["lr"].to_list() == pytest.approx([1e-3, 2e-4, 2e-4])
@@ -188,7 +188,7 @@ def test_nan_guard_rolls_back_a_real_nonfinite_loss_with_a_lower_lr(store_dir, t
             if step == 2:  # once: a person's command, applied at step 3 (not replayed after the rollback)
                 st.add_control(st.list_runs()["run_id"][0], "set_lr", {"lr": 10.0}, who="test")
 
-        run_id = run(cfg, store=st, on_step=on_step, store_dir=store_dir)
+        run_id = run(cfg, store=st, on_step=on_step)
         (alert,) = st.alerts(run_id).to_dicts()
         assert (alert["guard"], alert["first_step"], alert["step"], alert["status"]) == ("nan", 3, 3, "acted")
         assert "rolled back to step 2, then lr = 0.0005" in alert["outcome"]
@@ -212,7 +212,7 @@ def test_nan_guard_stop_writes_no_checkpoint_of_nonfinite_weights(store_dir, tin
             if step == 1:
                 st.add_control(st.list_runs()["run_id"][0], "set_lr", {"lr": 10.0}, who="test")
 
-        run_id = run(cfg, store=st, on_step=on_step, store_dir=store_dir)
+        run_id = run(cfg, store=st, on_step=on_step)
         (alert,) = st.alerts(run_id).to_dicts()
         assert (alert["first_step"], alert["status"]) == (2, "acted") and "stop queued" in alert["outcome"]
         assert st.run(run_id)["status"] == "stopped" and st.run_steps(run_id)["step"].to_list() == [1, 2]

@@ -3,6 +3,7 @@ grants, resume equals an uninterrupted run, zero-signal skipping is exact, live 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -173,8 +174,8 @@ def test_zero_signal_skip_is_exact(store_dir, tiny_config):
     for skip in (True, False):
         s = build_setup(cfg, store_dir=store_dir, run_id="x")
         # plain SGD with lr 1: the parameter change is exactly minus the gradient (Adam would hide its scale)
-        s.optimizer = torch.optim.SGD(s.model.parameters(), lr=1.0)
-        s.scheduler = torch.optim.lr_scheduler.LambdaLR(s.optimizer, lambda k: 1.0)
+        sgd = torch.optim.SGD(s.model.parameters(), lr=1.0)
+        s = dataclasses.replace(s, optimizer=sgd, scheduler=torch.optim.lr_scheduler.LambdaLR(sgd, lambda k: 1.0))
         before = {k: v.clone() for k, v in s.model.state_dict().items()}
         rows = [i for i in range(8) for _ in range(4)]
         g = torch.Generator().manual_seed(0)

@@ -71,21 +71,23 @@ def test_checkpoints_keep_the_newest(tmp_path):
     assert st["step"] == 8 and int(st["x"]) == 8
 
 
-def test_store_dir_of_a_store_is_its_directory(tmp_path):
+def test_a_store_handle_names_the_local_folder(tmp_path):
     """A run given an open Store keeps its checkpoints in that store's directory (not a folder named
-    after the Store's repr); a Store over a catalog URL has no directory and says what to pass."""
+    after the Store's repr); a Store over a shared catalog has no folder until one is given, and says so."""
     import pytest
 
-    from workbench.engine.runner import store_dir_of
     from workbench.errors import StoreError
-    from workbench.store import open_store
+    from workbench.store import StoreHandle, open_store
 
     with open_store(tmp_path / "s") as st:
-        assert store_dir_of(st) == str((tmp_path / "s").absolute())
-    assert store_dir_of(tmp_path / "s") == str(tmp_path / "s")
+        assert st.handle == StoreHandle.at(tmp_path / "s")
+        assert st.handle.folder() == (tmp_path / "s").absolute() and st.handle.child_env() == {}
     with open_store(catalog=f"sqlite:{tmp_path / 'c.sqlite'}", data_path=str(tmp_path / "d")) as st:
-        with pytest.raises(StoreError, match="pass store_dir="):
-            store_dir_of(st)
+        with pytest.raises(StoreError, match="no local folder"):
+            st.handle.folder()
+        given = st.handle.at_home(tmp_path / "node")
+    with given.open() as st:  # the same catalog and data path, with a folder
+        assert st.handle.folder() == tmp_path / "node" and st.location.data_path.startswith(str(tmp_path / "d"))
 
 
 def test_set_lr_changes_the_optimiser_and_the_schedule_from_its_step():

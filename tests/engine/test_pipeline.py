@@ -189,14 +189,14 @@ def test_partial_rollout_continues_with_its_tokens_and_a_reduced_budget(store_di
     import numpy as np
     import torch
 
-    from workbench.engine.batch import generate_partial, stage_seeds
+    from workbench.engine.batch import stage_seeds
     from workbench.engine.setup import build_setup
     from workbench.rollout.base import SamplingParams
 
     cfg = tiny_config(model__threads=1, sampling__max_new_tokens=12, sampling__temperature=2.0)
     s = build_setup(cfg, store_dir=store_dir, run_id="x")
     rows = [i for i in range(4) for _ in range(4)]
-    prompts = [s.train_tok[i] for i in rows]
+    prompts = [s.prompts.train_tok[i] for i in rows]
     seeds = stage_seeds(0, 1, 0, rows)
     sampling = SamplingParams(temperature=2.0, max_new_tokens=12)
     whole = s.backend.generate(prompts, sampling, seeds=seeds)
@@ -208,7 +208,8 @@ def test_partial_rollout_continues_with_its_tokens_and_a_reduced_budget(store_di
         return generate(prompts, sampling, **kw)
 
     s.backend.generate = spy
-    got, version_end, segments = generate_partial(s, prompts, sampling, seeds, 0, _Feed(after=3))
+    shaped = s.shape.generate(s.model, s.backend, prompts, rows, sampling, seeds, 0, s.pad_id, feed=_Feed(after=3))
+    got, version_end, segments = shaped.batch, shaped.version_end, shaped.segments
     assert asked == [12, 12 - 3]
     cut = segments == 2
     assert cut.any() and (version_end[cut] == 1).all() and (version_end[~cut] == 0).all()

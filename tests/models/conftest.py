@@ -23,7 +23,7 @@ def smollm2_run(smollm2_dir, new_store, tmp_path_factory) -> tuple[Path, str]:
     from workbench.models.sources import smollm2_config
 
     store = new_store(tmp_path_factory.mktemp("smollm2") / "store")
-    rid = run(smollm2_config(SMOLLM2_RUN), store=str(store), store_dir=store)
+    rid = run(smollm2_config(SMOLLM2_RUN), store=str(store))
     ckpt = checkpoint_dir(store, rid)
     assert any(ckpt.iterdir())  # the final checkpoint was written ...
     shutil.rmtree(ckpt)  # ... and is ~1.6 GB (weights and AdamW state): not kept in the temporary folder

@@ -19,7 +19,7 @@ import time
 import pytest
 
 from workbench.engine import run
-from workbench.experiments.chaos_compare import KEYS, compare_table
+from benchmarks.chaos_compare import KEYS, compare_table
 from workbench.store import open_store
 from workbench.store.outage import read_statuses
 from workbench.store.s3local import environ, local_s3
@@ -60,7 +60,8 @@ def _ride_out(open_it, folder, cfg, stop, start) -> dict:
     OUTAGE_AFTER; what was seen meanwhile."""
     seen: dict = {"statuses": [], "steps_during": [], "outage": None}
     with open_it() as st:
-        ref = run(cfg, store=st, store_dir=folder)
+        st.handle = st.handle.at_home(folder)  # the runs' local folder (a shared catalog has none of its own)
+        ref = run(cfg, store=st)
     back = threading.Event()
 
     def restore() -> None:
@@ -86,7 +87,8 @@ def _ride_out(open_it, folder, cfg, stop, start) -> dict:
 
     t = time.monotonic()
     with open_it() as st:
-        rid = run(cfg, store=st, store_dir=folder, on_step=on_step)
+        st.handle = st.handle.at_home(folder)
+        rid = run(cfg, store=st, on_step=on_step)
     seen["wall_s"] = time.monotonic() - t
     back.wait(OUTAGE_S + 60)
     return {"ref": ref, "run": rid, **seen}

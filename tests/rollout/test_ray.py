@@ -119,7 +119,7 @@ def test_engine_run_with_two_workers_equals_in_process(ray_runtime, store_dir, t
 
     base = dict(steps=3, eval__every=0, checkpoint__every=0)
     with open_store(store_dir) as st:
-        a = run(tiny_config(**base), store=st, store_dir=store_dir)
+        a = run(tiny_config(**base), store=st)
         b = run(tiny_config(**base, rollout__backend="ray", rollout__workers=2, rollout__start_timeout_s=300),
                 store=st, store_dir=store_dir, on_step=kill_a_worker)
         ra, rb = _rollouts(st, a), _rollouts(st, b)
@@ -169,7 +169,7 @@ def test_two_workers_generate_ahead_of_the_trainer(ray_runtime, store_dir, tiny_
                        rollout__start_timeout_s=300, pipeline__max_staleness=1)
     seen = []
     with open_store(store_dir) as st:
-        rid = run(cfg, store=st, store_dir=store_dir, on_step=lambda s, m: seen.append(m))
+        rid = run(cfg, store=st, on_step=lambda s, m: seen.append(m))
         r = st.sql("SELECT step, staleness, worker FROM rollouts WHERE run_id = ?", [rid])
         assert st.run(rid)["status"] == "finished"
     assert r.height == 4 * 32 and set(r["worker"]) == {"ray-0", "ray-1"}
@@ -195,7 +195,7 @@ def test_a_guard_rollback_keeps_the_pipeline_on_the_ray_workers(ray_runtime, sto
             if step == 2 and not st.controls(st.list_runs()["run_id"][0]).height:  # once: applied at step 3
                 st.add_control(st.list_runs()["run_id"][0], "set_lr", {"lr": 10.0}, who="test")
 
-        rid = run(cfg, store=st, store_dir=store_dir, on_step=on_step)
+        rid = run(cfg, store=st, on_step=on_step)
         (alert,) = st.alerts(rid).to_dicts()
         assert (alert["guard"], alert["step"], alert["status"]) == ("nan", 3, "acted")
         assert "rolled back to step 2" in alert["outcome"]

@@ -62,7 +62,8 @@ def _train_on_this_node(catalog: str, data_path: str, store_dir: str, config: di
     from workbench.store import open_store
 
     with open_store(catalog=catalog, data_path=data_path) as store:
-        run_id = run(RunConfig.from_dict(config), store=store, store_dir=store_dir)
+        store.handle = store.handle.at_home(store_dir)  # a shared catalog: this node's folder for the run
+        run_id = run(RunConfig.from_dict(config), store=store)
     return run_id, ray.get_runtime_context().get_node_id()
 
 

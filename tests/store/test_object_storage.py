@@ -223,19 +223,20 @@ def test_engine_run_rollback_resume_and_guard_on_s3(s3, new_store, tmp_path, tin
     url = f"s3://{BUCKET}/engine"
     cfg = tiny_config(steps=4, eval__every=0)
     with open_store(url, catalog=str(catalog)) as st:
-        rid = run(cfg, store=st, store_dir=local, stop_after=3)
+        assert st.handle.home == local  # the SQLite catalog's folder: checkpoints and the organism live there
+        rid = run(cfg, store=st, stop_after=3)
         assert st.run(rid)["status"] == "stopped"
     ckpts = checkpoint_dir(local, rid)
     (ckpts / "step-000003.pt").unlink()
     assert latest_checkpoint(ckpts).name == "step-000002.pt"
     with open_store(url, catalog=str(catalog)) as st:
-        resume(st, rid, store_dir=local)
+        resume(st, rid)
         assert st.run(rid)["status"] == "finished"
         assert st.run_steps(rid)["step"].to_list() == [1, 2, 3, 4]
         assert st.count_rollouts(rid) == 4 * 32
         stop = tiny_config(steps=3, eval__every=0, checkpoint__every=0,
                            guards=[{"name": "always", "rule": "rollout/count > 0", "window": 2, "action": "stop"}])
-        gid = run(stop, store=st, store_dir=local)
+        gid = run(stop, store=st)
         assert st.run(gid)["status"] == "stopped" and st.alerts(gid)["guard"].to_list() == ["always"]
     assert any(k.startswith("engine/main/rollouts/") for k in _keys(s3, "engine/"))
     assert _holds_secret(local.resolve()) == []
@@ -318,16 +319,18 @@ def test_trl_live_logger_on_s3(s3, organism_models, tmp_path, monkeypatch):
 def test_commands_and_launch_hand_the_url_and_catalog_on(tmp_path, monkeypatch):
     """What the CLI and the launcher give a child process for an s3:// store: the URL (not the folded
     `s3:/...` a Path makes of it), the catalog, and a local folder for logs and checkpoints."""
-    from workbench.commands.common import store_home, store_spec
+    from workbench.commands.common import store_handle, store_spec
     from workbench.control.launch import _store_spec, run_dir
     from workbench.store.connection import Location
+    from workbench.store.handle import StoreHandle
     from workbench.store.objectstore import local_dir
 
     catalog = tmp_path / "node" / "catalog.sqlite"
     monkeypatch.setenv("WORKBENCH_CATALOG", str(catalog))
     folded = Path("s3://bucket-a/runs")  # what Typer's Path option makes of the URL
     assert str(folded) == "s3:/bucket-a/runs"
-    assert store_spec(folded) == "s3://bucket-a/runs/" and store_home(folded) == catalog.parent
+    assert store_spec(folded) == "s3://bucket-a/runs/" and store_handle(folded).home == catalog.parent
+    assert store_handle(folded).spec == "s3://bucket-a/runs/" and store_handle(folded).catalog == f"sqlite:{catalog}"
     assert _store_spec("s3://bucket-a/runs") == ("s3://bucket-a/runs/", {})
     assert run_dir("s3://bucket-a/runs", "r1") == catalog.parent / "runs" / "r1"
     monkeypatch.setenv("WORKBENCH_CATALOG", "postgresql://wb:pw@db/workbench")
@@ -336,6 +339,7 @@ def test_commands_and_launch_hand_the_url_and_catalog_on(tmp_path, monkeypatch):
 
     class Opened:  # what the dashboard hands launch(): an open Store on a PostgreSQL catalog
         location = Location("postgres:dbname=wb host=db password=pw", "s3://bucket-a/runs/")
+        handle = StoreHandle.of_location(location)  # as Store sets it
 
     assert run_dir(Opened(), "r2") == tmp_path / "work" / "runs" / "r2"
     assert _store_spec(Opened()) == ("s3://bucket-a/runs/", {"WORKBENCH_CATALOG": Opened.location.catalog})

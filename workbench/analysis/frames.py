@@ -12,9 +12,10 @@ from typing import Any
 import polars as pl
 
 from workbench.errors import DataError
+from workbench.readers import RolloutReader
 
 
-def pick_runs(store: Any, run_ids: list[str] | str | None = None, latest: int = 4) -> pl.DataFrame:
+def pick_runs(store: RolloutReader, run_ids: list[str] | str | None = None, latest: int = 4) -> pl.DataFrame:
     """The runs to analyse, one row each (run_id, name, status, allocator, label, steps, seed): the given
     ids in the given order, or the `latest` newest runs that logged at least one step. `label` is
     "<name> · <allocator> · <time-hex of the id>" for legends (unique per run)."""
@@ -50,7 +51,7 @@ def _short_id(run_id: str) -> str:
     return f"{parts[2]}-{parts[3]}" if len(parts) == 4 else run_id
 
 
-def run_rollouts(store: Any, run_id: str, columns: list[str] | None = None, **filters: Any) -> pl.DataFrame:
+def run_rollouts(store: RolloutReader, run_id: str, columns: list[str] | None = None, **filters: Any) -> pl.DataFrame:
     """Every rollout of a run matching the filters (the `rollouts` reader's), all pages at once, in the
     stable order (step, stage, prompt_id, idx)."""
     n = store.count_rollouts(run_id, **filters)
@@ -62,7 +63,7 @@ def with_labels(frame: pl.DataFrame, runs: pl.DataFrame) -> pl.DataFrame:
     return frame.join(runs.select("run_id", "label", "allocator"), on="run_id", how="left")
 
 
-def stack(store: Any, runs: pl.DataFrame, read: Any) -> pl.DataFrame:
+def stack(store: RolloutReader, runs: pl.DataFrame, read: Any) -> pl.DataFrame:
     """`read(store, run_id)` for every run, stacked with run_id, label and allocator columns."""
     parts = []
     for run_id in runs["run_id"].to_list():

@@ -29,11 +29,11 @@ that run A also has.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import polars as pl
 
 from workbench.errors import DataError
+from workbench.readers import RolloutReader
 
 BASES = ("step", "tokens", "end")
 LEARNED, BETTER, LOST, SAME, ONE_SIDE = ("learned by {b}, never by {a}", "better in {b}", "lost by {b}",
@@ -86,7 +86,7 @@ def diff_interval(ca: pl.Expr, na: pl.Expr, cb: pl.Expr, nb: pl.Expr,
     return d, d - ((pb - lb) ** 2 + (ua - pa) ** 2).sqrt(), d + ((ub - pb) ** 2 + (pa - la) ** 2).sqrt()
 
 
-def compare_runs(store: Any, run_ids: list[str], *, basis: str = "end", at: int | None = None,
+def compare_runs(store: RolloutReader, run_ids: list[str], *, basis: str = "end", at: int | None = None,
                  window: int | None = None, labels: list[str] | None = None) -> PromptComparison:
     """Two or more runs compared prompt by prompt at a common point (see the module docstring)."""
     run_ids = list(run_ids)
@@ -119,7 +119,7 @@ def compare_runs(store: Any, run_ids: list[str], *, basis: str = "end", at: int 
     return _compare(store, sides, basis, texts)
 
 
-def compare_steps(store: Any, run_id: str, before: int, after: int, *, window: int | None = None) -> PromptComparison:
+def compare_steps(store: RolloutReader, run_id: str, before: int, after: int, *, window: int | None = None) -> PromptComparison:
     """One run compared with itself: the window around step `before` (A) against the window around
     step `after` (B)."""
     s = _steps(store, [run_id])[run_id]
@@ -133,7 +133,7 @@ def compare_steps(store: Any, run_id: str, before: int, after: int, *, window: i
     return _compare(store, sides, "step", texts)
 
 
-def auto_window(store: Any, run_id: str, steps: pl.DataFrame | None = None, texts: pl.DataFrame | None = None) -> int:
+def auto_window(store: RolloutReader, run_id: str, steps: pl.DataFrame | None = None, texts: pl.DataFrame | None = None) -> int:
     """The default window in steps: enough that the run's train prompts come round about twice at its
     mean prompts per step (at least 3 steps, at most the run's length)."""
     s = _steps(store, [run_id])[run_id] if steps is None else steps
@@ -145,7 +145,7 @@ def auto_window(store: Any, run_id: str, steps: pl.DataFrame | None = None, text
     return int(max(3, min(s.height, round(2 * pool / per_step))))
 
 
-def _steps(store: Any, run_ids: list[str]) -> dict[str, pl.DataFrame]:
+def _steps(store: RolloutReader, run_ids: list[str]) -> dict[str, pl.DataFrame]:
     """Each run's steps (one read for all) with `tokens`, the generated tokens up to each step."""
     ids = list(dict.fromkeys(run_ids))
     s = store.run_steps(ids).select("run_id", "step", "prompts", "tokens_generated")
@@ -180,7 +180,7 @@ def _tokens_at(s: pl.DataFrame, point: int) -> int | None:
     return int(row["tokens"][0]) if row.height else None
 
 
-def _outcomes(store: Any, side: _Side, to_date: bool) -> pl.DataFrame:
+def _outcomes(store: RolloutReader, side: _Side, to_date: bool) -> pl.DataFrame:
     """Per prompt id of one side: training and held-out counts in its window, and (`to_date`: run A,
     whose "never solved" the labels ask; the whole run up to the window is read only for it) up to its
     end. Held-out "ever" costs nothing extra and is there for every side."""
@@ -219,7 +219,7 @@ def _keyed(outcomes: pl.DataFrame, texts: pl.DataFrame) -> pl.DataFrame:
                                  pl.col("ever").any(ignore_nulls=False), pl.col("eval_ever").any(), pl.col("last_step").max()))
 
 
-def _compare(store: Any, sides: list[_Side], basis: str, run_texts: dict[str, pl.DataFrame]) -> PromptComparison:
+def _compare(store: RolloutReader, sides: list[_Side], basis: str, run_texts: dict[str, pl.DataFrame]) -> PromptComparison:
     letters = LETTERS[:len(sides)]
     texts = [run_texts[s.run_id] for s in sides]
     outcomes = [_outcomes(store, s, to_date=i == 0) for i, s in enumerate(sides)]

@@ -54,6 +54,7 @@ from workbench.allocators.base import (
 from workbench.analysis.replay_logged import SOURCES, LoggedStep, Outcomes, logged_stats, logged_steps
 from workbench.correctness import run_rule, with_correct
 from workbench.errors import DataError
+from workbench.readers import RolloutReader
 
 ROLLOUT_COLUMNS = ["step", "stage", "prompt_id", "idx", "reward", "correct", "length", "off_policy"]
 """The `rollouts` columns the replay reads."""
@@ -359,7 +360,7 @@ class RunFrames:
     tokens_per_rollout: float | None = None
 
 
-def load_run(store: Any, run_id: str) -> RunFrames:
+def load_run(store: RolloutReader, run_id: str) -> RunFrames:
     """Read what a replay of `run_id` needs through the store's readers."""
     run = store.run(run_id)
     cfg = run.get("config") or {}
@@ -378,7 +379,7 @@ def load_run(store: Any, run_id: str) -> RunFrames:
         tokens_per_rollout=(cfg.get("sampling") or {}).get("max_new_tokens"))
 
 
-def replay_run(store: Any, run_id: str, allocator: str | None = None, params: dict[str, Any] | None = None,
+def replay_run(store: RolloutReader, run_id: str, allocator: str | None = None, params: dict[str, Any] | None = None,
                seed: int | None = None, *, frames: RunFrames | None = None, **kwargs: Any) -> ReplayResult:
     """Replay `allocator` (default: the run's own, with its logged parameters) over run `run_id`.
 
@@ -395,7 +396,7 @@ def replay_run(store: Any, run_id: str, allocator: str | None = None, params: di
                   seed=f.seed if seed is None else seed, **kwargs)
 
 
-def compare_allocators(store: Any, run_id: str, allocators: dict[str, tuple[str, dict[str, Any]]],
+def compare_allocators(store: RolloutReader, run_id: str, allocators: dict[str, tuple[str, dict[str, Any]]],
                        seeds: int = 3, **kwargs: Any) -> pl.DataFrame:
     """One row per (label, seed): the run as logged (label "logged") and each replayed allocator
     (`{label: (name, params)}`), with `summarize_steps`'s totals."""

@@ -9,6 +9,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from workbench.readers import RolloutReader
+
 VISIBLE = str.maketrans({" ": "\u2423", "\n": "\u21b5", "\t": "\u2192"})
 """Whitespace as a person reads it in a chart's axis: a space token is `␣`, a newline `↵`."""
 
@@ -20,7 +22,7 @@ def _tokenizer(path: str) -> Any:
     return Tokenizer.from_file(path)
 
 
-def model_dir(store: Any, run_id: str) -> Path | None:
+def model_dir(store: RolloutReader, run_id: str) -> Path | None:
     """The local directory of the model `run_id` was trained from, or None when it is not found here
     (no `model.path` in the run's config, an imported run, a store with no local folder)."""
     from workbench.models.sources import cached_dir
@@ -40,7 +42,7 @@ def model_dir(store: Any, run_id: str) -> Path | None:
         return None
 
 
-def token_text(store: Any, run_id: str) -> Callable[[int], str]:
+def token_text(store: RolloutReader, run_id: str) -> Callable[[int], str]:
     """A function from a token id to its text as a reader sees it (a subword token of SmolLM2's
     byte-level BPE `Ġthe` is ` the`, shown `␣the`; a byte token that is part of a character `\\ufffd`
     stays as the tokenizer decodes it), falling back to `#<id>` when the run's tokenizer is not here."""

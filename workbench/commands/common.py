@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from workbench.store.handle import StoreHandle
 
 StoreOpt = Annotated[
     Path | None,
@@ -23,11 +26,19 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object (fo
 
 def store_path(store: Path | None) -> Path:
     """The store directory in force: --store, else $WORKBENCH_STORE, else ./store. An s3:// URL comes
-    back as a Path (`s3:/bucket/prefix`): `open_store` reads it as the URL, `store_home` gives its
+    back as a Path (`s3:/bucket/prefix`): `open_store` reads it as the URL, `store_handle` gives its
     local folder."""
     from workbench.store.store import default_store_path  # here: the store loads duckdb, `--help` should not
 
     return store if store is not None else default_store_path()
+
+
+def store_handle(store: Path | None) -> StoreHandle:
+    """The store in force (`store_path`) as one value, built once per command: its spec for another
+    process, its catalog (object storage) and its local folder (run logs, checkpoints, models)."""
+    from workbench.store.handle import StoreHandle
+
+    return StoreHandle.at(store_path(store))
 
 
 def store_spec(store: Path) -> str:
@@ -36,14 +47,6 @@ def store_spec(store: Path) -> str:
     from workbench.store.objectstore import is_object_url, object_url
 
     return object_url(store) if is_object_url(store) else str(store)
-
-
-def store_home(store: Path) -> Path:
-    """The local folder of the store (itself for a directory; see `objectstore.local_dir`): where run
-    logs, checkpoints and the organism cache live."""
-    from workbench.store.objectstore import local_dir
-
-    return local_dir(store)
 
 
 def print_json(obj: Any) -> None:

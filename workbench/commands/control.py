@@ -197,11 +197,11 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def runs(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
         """List runs with their status (crashed runs detected: stale heartbeat and process gone)."""
-        from workbench.commands.common import store_home
+        from workbench.commands.common import store_handle
         from workbench.control import runs_with_status
         from workbench.errors import StoreUnreachable
 
-        home = store_home(store_path(store))
+        home = store_handle(store).home
         try:
             with _open(store) as st:
                 frame = runs_with_status(st, status_dir=home)

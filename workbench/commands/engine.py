@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from workbench.commands.common import JsonOpt, StoreOpt, print_json, store_home, store_path, store_spec
+from workbench.commands.common import JsonOpt, StoreOpt, print_json, store_handle, store_path, store_spec
+
+if TYPE_CHECKING:
+    from workbench.store.handle import StoreHandle
 
 ConfigArg = Annotated[
     Optional[Path],
@@ -52,15 +55,15 @@ def _progress(total: int, title: str):
     return progress, on_step
 
 
-def _run_foreground(cfg, store: Path, run_id: Optional[str], quiet: bool = False) -> str:
+def _run_foreground(cfg, store: StoreHandle, run_id: Optional[str], quiet: bool = False) -> str:
     from workbench.engine import run
 
     if quiet:
-        return run(cfg, store=store_spec(store), run_id=run_id, store_dir=store_home(store))
-    _announce_organism_build(cfg, store_home(store))
+        return run(cfg, store=store, run_id=run_id)
+    _announce_organism_build(cfg, store.folder())
     progress, on_step = _progress(cfg.steps, cfg.name)
     with progress:
-        return run(cfg, store=store_spec(store), run_id=run_id, on_step=on_step, store_dir=store_home(store))
+        return run(cfg, store=store, run_id=run_id, on_step=on_step)
 
 
 def _announce_organism_build(cfg, store: Path) -> None:
@@ -74,10 +77,10 @@ def _announce_organism_build(cfg, store: Path) -> None:
         return
     if cfg.model.path != "organism":
         return
-    from workbench.engine.setup import organism_recipe
-    from workbench.models.organism import META_FILE, organism_dir
+    from workbench.models.organism import META_FILE
+    from workbench.models.sources import run_model_dir
 
-    target = organism_dir(store, organism_recipe(cfg))
+    target = run_model_dir(cfg, store, build=False)
     if not (target / META_FILE).is_file():
         typer.echo(f"Building the model organism into {target} first (about 3 minutes on 2 CPU cores; "
                    f"cached for later runs).", err=True)
@@ -131,7 +134,7 @@ def run_cmd(
         rid = launch(str(config) if config else None, store=store_spec(root), overrides=overrides, name=name)
         typer.echo(rid)
         return
-    rid = _run_foreground(cfg, root, run_id, quiet=quiet)
+    rid = _run_foreground(cfg, store_handle(root), run_id, quiet=quiet)
     _summary(root, rid)
 
 def resume_cmd(
@@ -147,12 +150,13 @@ def resume_cmd(
     apply_run_priority()  # started by the dashboard's Resume: below the dashboard
     root = store_path(store)
     planned = _planned_steps(root, run)  # an unknown run or store is refused before any bar is drawn
+    handle = store_handle(root)
     if quiet:
-        resume(store_spec(root), run, steps=steps, store_dir=store_home(root))
+        resume(handle, run, steps=steps)
     else:
         progress, on_step = _progress(steps or planned, f"resume {run}")
         with progress:
-            resume(store_spec(root), run, steps=steps, store_dir=store_home(root), on_step=on_step)
+            resume(handle, run, steps=steps, on_step=on_step)
     _summary(root, run)
 
 

@@ -4,18 +4,22 @@ Each parses, calls one library function, prints."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
 from workbench.commands.common import JsonOpt, StoreOpt, print_json, store_path
+
+if TYPE_CHECKING:
+    from workbench.store import Store
 
 guard_app = typer.Typer(help="Add, change, remove or list the run's guards (recorded as control commands).",
                         no_args_is_help=True)
 alerts_app = typer.Typer(help="Alerts raised by guards: list them, acknowledge one.", no_args_is_help=True)
 
 
-def _open(store: Any):
+def _open(store: Path | None) -> Store:
     from workbench.store import open_store
 
     return open_store(store_path(store), create=False)
@@ -27,7 +31,7 @@ def _settings(items: list[str] | None) -> dict[str, Any]:
     return parse_params(items or [])
 
 
-def _issue(ctx: typer.Context, store: Any, as_json: bool, args: dict[str, Any]) -> None:
+def _issue(ctx: typer.Context, store: Path | None, as_json: bool, args: dict[str, Any]) -> None:
     from workbench.control import api
     from workbench.control.guards import issue_guard
 

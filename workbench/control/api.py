@@ -9,11 +9,14 @@ temperature at its next stage boundary) and records the outcome; `outcome()` / `
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.control.commands import validate
 from workbench.errors import ControlError, StoreError
 from workbench.vllm_limits import temperature_problem, uses_vllm
+
+if TYPE_CHECKING:
+    from workbench.store.protocols import ControlStore, RunStore
 
 ENDED = ("finished", "failed")
 """Runs that will never run again: no command can reach them."""
@@ -22,7 +25,7 @@ RESTARTABLE = ("stopped", "crashed")
 LIFECYCLE = ("pause", "resume", "stop", "checkpoint")
 
 
-def _run(store: Any, run_id: str) -> dict[str, Any]:
+def _run(store: ControlStore, run_id: str) -> dict[str, Any]:
     """The run's row, or ControlError naming the run."""
     try:
         row = store.run(run_id)
@@ -57,7 +60,7 @@ def _as_dict(value: Any) -> dict[str, Any]:
     return dict(value) if isinstance(value, dict) else {}
 
 
-def allocator_in_force(store: Any, run_id: str) -> tuple[str | None, dict[str, Any]]:
+def allocator_in_force(store: ControlStore, run_id: str) -> tuple[str | None, dict[str, Any]]:
     """The allocator (name, params) the run will use once its pending commands are applied.
 
     Starts from the latest step row (or the run's config) and replays the allocator commands that
@@ -85,7 +88,7 @@ def allocator_in_force(store: Any, run_id: str) -> tuple[str | None, dict[str, A
     return name, params
 
 
-def issue(store: Any, run_id: str, command: str, args: dict[str, Any] | None = None, *, who: str = "api") -> int:
+def issue(store: ControlStore, run_id: str, command: str, args: dict[str, Any] | None = None, *, who: str = "api") -> int:
     """Validate one command for `run_id` and insert it; returns the control id."""
     run = _run(store, run_id)
     _check_status(run, command)
@@ -103,64 +106,64 @@ def issue(store: Any, run_id: str, command: str, args: dict[str, Any] | None = N
     return int(store.add_control(run_id, command, clean, who=who))
 
 
-def pause(store: Any, run_id: str, *, who: str = "api") -> int:
+def pause(store: ControlStore, run_id: str, *, who: str = "api") -> int:
     """Pause at the next step boundary (the process and its state wait)."""
     return issue(store, run_id, "pause", who=who)
 
 
-def resume(store: Any, run_id: str, *, who: str = "api") -> int:
+def resume(store: ControlStore, run_id: str, *, who: str = "api") -> int:
     """Resume a paused run (a stopped or crashed one restarts with `restart`)."""
     return issue(store, run_id, "resume", who=who)
 
 
-def stop(store: Any, run_id: str, *, who: str = "api") -> int:
+def stop(store: ControlStore, run_id: str, *, who: str = "api") -> int:
     """Checkpoint, then exit (status `stopped`; `workbench resume RUN` continues it)."""
     return issue(store, run_id, "stop", who=who)
 
 
-def checkpoint(store: Any, run_id: str, *, who: str = "api") -> int:
+def checkpoint(store: ControlStore, run_id: str, *, who: str = "api") -> int:
     """Write a checkpoint at the end of the current step."""
     return issue(store, run_id, "checkpoint", who=who)
 
 
-def set_budget(store: Any, run_id: str, amount: int, kind: str = "rollouts", *, who: str = "api") -> int:
+def set_budget(store: ControlStore, run_id: str, amount: int, kind: str = "rollouts", *, who: str = "api") -> int:
     """Budget per step (rollouts or generated tokens) from the next step on."""
     return issue(store, run_id, "set_budget", {"kind": kind, "amount": amount}, who=who)
 
 
 def set_allocator(
-    store: Any, run_id: str, name: str, params: dict[str, Any] | None = None, *, who: str = "api"
+    store: ControlStore, run_id: str, name: str, params: dict[str, Any] | None = None, *, who: str = "api"
 ) -> int:
     """Switch the allocator (params validated by its Config) from the next step on."""
     return issue(store, run_id, "set_allocator", {"name": name, "params": dict(params or {})}, who=who)
 
 
-def set_allocator_params(store: Any, run_id: str, params: dict[str, Any], *, who: str = "api") -> int:
+def set_allocator_params(store: ControlStore, run_id: str, params: dict[str, Any], *, who: str = "api") -> int:
     """Change some parameters of the allocator in force from the next step on."""
     return issue(store, run_id, "set_allocator_params", {"params": dict(params)}, who=who)
 
 
-def set_temperature(store: Any, run_id: str, temperature: float, *, who: str = "api") -> int:
+def set_temperature(store: ControlStore, run_id: str, temperature: float, *, who: str = "api") -> int:
     """Sampling temperature from the next stage on."""
     return issue(store, run_id, "set_temperature", {"temperature": temperature}, who=who)
 
 
-def set_lr(store: Any, run_id: str, lr: float, *, who: str = "api") -> int:
+def set_lr(store: ControlStore, run_id: str, lr: float, *, who: str = "api") -> int:
     """The learning rate (`optim.lr`, scaled by the run's schedule) from the next step on."""
     return issue(store, run_id, "set_lr", {"lr": lr}, who=who)
 
 
-def set_eval_interval(store: Any, run_id: str, every: int, *, who: str = "api") -> int:
+def set_eval_interval(store: ControlStore, run_id: str, every: int, *, who: str = "api") -> int:
     """Evaluate every `every` steps (0 turns evaluation off)."""
     return issue(store, run_id, "set_eval_interval", {"every": every}, who=who)
 
 
-def set_staleness(store: Any, run_id: str, eta: int, *, who: str = "api") -> int:
+def set_staleness(store: ControlStore, run_id: str, eta: int, *, who: str = "api") -> int:
     """The asynchronous pipeline's staleness bound from the next step on (0 .. the run's bound)."""
     return issue(store, run_id, "set_staleness", {"eta": eta}, who=who)
 
 
-def outcome(store: Any, run_id: str, control_id: int) -> dict[str, Any]:
+def outcome(store: ControlStore, run_id: str, control_id: int) -> dict[str, Any]:
     """The control's row (status pending / applied with applied_step / rejected with reason)."""
     frame = store.controls(run_id)
     rows = [r for r in (frame.to_dicts() if len(frame) else []) if int(r["control_id"]) == int(control_id)]
@@ -169,7 +172,7 @@ def outcome(store: Any, run_id: str, control_id: int) -> dict[str, Any]:
     return rows[0]
 
 
-def wait(store: Any, run_id: str, control_id: int, *, timeout_s: float = 60.0, poll_s: float = 0.2) -> dict[str, Any]:
+def wait(store: ControlStore, run_id: str, control_id: int, *, timeout_s: float = 60.0, poll_s: float = 0.2) -> dict[str, Any]:
     """Block until the control is resolved (or `timeout_s` passes); return its row."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -179,7 +182,7 @@ def wait(store: Any, run_id: str, control_id: int, *, timeout_s: float = 60.0, p
         time.sleep(poll_s)
 
 
-def restart_run(store: Any, run_id: str) -> int:
+def restart_run(store: RunStore, run_id: str) -> int:
     """Restart a stopped or crashed run (`workbench resume RUN`, detached); returns its pid.
 
     Crashed runs are detected first (stale heartbeat and process gone)."""

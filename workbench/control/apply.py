@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from workbench.control.commands import LIMITS, Limits, applies_at, validate
 from workbench.control.protocol import Controllable
 from workbench.errors import ControlError, StoreError, WorkbenchError
+
+if TYPE_CHECKING:
+    from workbench.store.protocols import RunStore
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +96,7 @@ def _args_of(row: dict[str, Any]) -> Any:
     return args
 
 
-def _record(store: Any, run_id: str, row: dict[str, Any], outcome: dict[str, Any]) -> None:
+def _record(store: RunStore, run_id: str, row: dict[str, Any], outcome: dict[str, Any]) -> None:
     """Resolve the control row and log its outcome as an event."""
     store.resolve_control(
         row["control_id"], outcome["status"], step=outcome["step"], reason=outcome["reason"]
@@ -110,7 +113,7 @@ def _record(store: Any, run_id: str, row: dict[str, Any], outcome: dict[str, Any
         log.warning("could not log event for control %s", outcome["control_id"])
 
 
-def _pending(store: Any, run_id: str, *, tolerate: bool) -> list[dict[str, Any]]:
+def _pending(store: RunStore, run_id: str, *, tolerate: bool) -> list[dict[str, Any]]:
     try:
         rows = list(store.pending_controls(run_id))
     except StoreError:
@@ -122,7 +125,7 @@ def _pending(store: Any, run_id: str, *, tolerate: bool) -> list[dict[str, Any]]
 
 
 def apply_pending(
-    store: Any,
+    store: RunStore,
     run_id: str,
     engine: Controllable,
     *,

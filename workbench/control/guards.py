@@ -8,7 +8,7 @@ engine applies it at its next step boundary).
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.config import RunConfig
 from workbench.control.api import issue
@@ -17,8 +17,11 @@ from workbench.guards.changes import apply_guard_change, validate_guard_command
 from workbench.guards.config import Guard, guard_set
 from workbench.guards.watch import metrics_map
 
+if TYPE_CHECKING:
+    from workbench.store.protocols import ControlStore
 
-def guards_in_force(store: Any, run_id: str) -> dict[str, Guard]:
+
+def guards_in_force(store: ControlStore, run_id: str) -> dict[str, Guard]:
     """A run's guards: those of its config (with the defaults), then every applied `guard` command."""
     run = store.run(run_id)
     cfg = run.get("config") or {}
@@ -39,7 +42,7 @@ def guards_in_force(store: Any, run_id: str) -> dict[str, Guard]:
     return guards
 
 
-def recorded_metrics(store: Any, run_id: str) -> set[str]:
+def recorded_metrics(store: ControlStore, run_id: str) -> set[str]:
     """Metric names a run has recorded in its latest steps."""
     steps = store.run_steps(run_id)
     names: set[str] = set()
@@ -48,7 +51,7 @@ def recorded_metrics(store: Any, run_id: str) -> set[str]:
     return names
 
 
-def issue_guard(store: Any, run_id: str, args: dict[str, Any], *, who: str = "api") -> int:
+def issue_guard(store: ControlStore, run_id: str, args: dict[str, Any], *, who: str = "api") -> int:
     """Validate a `guard` command for a run (its rule's metrics against the engine's and the run's
     own) and queue it; returns the control id. ControlError naming the field, nothing stored."""
     clean = validate_guard_command(dict(args), recorded_metrics(store, run_id))

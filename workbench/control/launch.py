@@ -22,44 +22,42 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.errors import ControlError
+
+if TYPE_CHECKING:
+    from workbench.store.handle import StoreLike
 
 _CHILDREN: dict[int, subprocess.Popen] = {}
 """Processes started here, kept so they can be reaped (no zombies left behind)."""
 
 
-def store_root(store: Any) -> Path:
-    """The local directory of a store (a path, or a Store opened on a directory); for a store on
-    object storage, its local folder (`workbench.store.objectstore.local_dir`)."""
-    from workbench.store.objectstore import is_object_url, local_dir
+def store_root(store: StoreLike) -> Path:
+    """The local directory of a store (a path, an open Store or its handle); for a store on object
+    storage, its local folder (`workbench.store.objectstore.local_dir`)."""
+    from workbench.store.handle import StoreHandle
 
-    if isinstance(store, (str, os.PathLike)):
-        return local_dir(store) if is_object_url(store) else Path(store).expanduser().absolute()
-    location = getattr(store, "location", None)
-    if location is not None and getattr(location, "root", None) is None and is_object_url(location.data_path):
-        return local_dir(location.data_path, location.catalog)  # this machine's folder for the store
-    root = getattr(location, "root", None) or getattr(store, "path", None)
-    if root is None:
+    home = StoreHandle.at(store).home
+    if home is None:
         raise ControlError("launch: runs can only be launched on a local store directory or an s3:// store")
-    return Path(root)
+    return home
 
 
-def _store_spec(store: Any) -> tuple[str, dict[str, str]]:
+def _store_spec(store: StoreLike) -> tuple[str, dict[str, str]]:
     """What a child process is given for `--store` (the directory, or the s3:// URL) and the
-    environment it needs on top of this one (the catalog of a store on object storage)."""
-    from workbench.store.objectstore import CATALOG_ENV, is_object_url, object_url
+    environment it needs on top of this one (the catalog of an open store on object storage; a spec
+    given as text leaves the catalog to this process's environment, which the child inherits)."""
+    from workbench.store.objectstore import is_object_url, object_url
 
     if isinstance(store, (str, os.PathLike)):
         return (object_url(store), {}) if is_object_url(store) else (str(store_root(store)), {})
-    location = getattr(store, "location", None)
-    if location is not None and getattr(location, "root", None) is None and is_object_url(location.data_path):
-        return location.data_path, {CATALOG_ENV: location.catalog}
-    return str(store_root(store)), {}
+    root = store_root(store)
+    handle = store.handle
+    return (handle.spec, handle.child_env()) if handle.on_object_storage else (str(root), {})
 
 
-def run_dir(store: Any, run_id: str) -> Path:
+def run_dir(store: StoreLike, run_id: str) -> Path:
     """`<store>/runs/<run id>/`: the run's log, launched config and checkpoints live here."""
     return store_root(store) / "runs" / run_id
 
@@ -252,7 +250,7 @@ def _reap() -> None:
 def launch(
     config: str | os.PathLike | dict[str, Any] | None = None,
     *,
-    store: Any,
+    store: StoreLike,
     overrides: list[str] | dict[str, Any] | None = None,
     name: str | None = None,
 ) -> str:
@@ -283,7 +281,7 @@ def launch(
     return run_id
 
 
-def restart(store: Any, run_id: str) -> int:
+def restart(store: StoreLike, run_id: str) -> int:
     """Start `workbench resume RUN` detached for a stopped or crashed run; returns its pid."""
     root = store_root(store)
     spec, env_extra = _store_spec(store)

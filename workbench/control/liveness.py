@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import datetime as dt
 import socket
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from workbench.store.protocols import RunStore
 
 LIVE_STATUSES = ("created", "running", "paused", "stopping")
 """Statuses of a run whose process should exist."""
@@ -78,7 +81,7 @@ def is_crashed(run: dict[str, Any], *, stale_s: float = STALE_S, now: float | No
     return not pid_alive(run.get("pid"), since=last)
 
 
-def refresh_statuses(store: Any, *, stale_s: float = STALE_S, now: float | None = None) -> list[str]:
+def refresh_statuses(store: RunStore, *, stale_s: float = STALE_S, now: float | None = None) -> list[str]:
     """Mark every crashed run `crashed` in the store; return their ids."""
     runs = store.list_runs()
     rows = runs.to_dicts() if hasattr(runs, "to_dicts") else list(runs)
@@ -95,7 +98,7 @@ def refresh_statuses(store: Any, *, stale_s: float = STALE_S, now: float | None 
     return crashed
 
 
-def runs_with_status(store: Any, *, stale_s: float = STALE_S, status_dir: Any = None) -> Any:
+def runs_with_status(store: RunStore, *, stale_s: float = STALE_S, status_dir: Any = None) -> Any:
     """Every run (Polars frame, newest first) after marking crashed ones, with `heartbeat_age_s` and
     `store_status`: the run's own word on an outage of its store ("store unreachable, retrying since
     ...", read from `status_dir`, the store's local folder; see `workbench.store.outage`), else null."""

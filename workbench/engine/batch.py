@@ -14,18 +14,20 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
 from workbench.allocators.base import Budget, Candidate, GroupResult, PromptStats, StepContext, fit_to_budget
+from workbench.engine.context import RunContext
 from workbench.engine.evaluate import decode
 from workbench.engine.setup import Setup, StepState
 from workbench.engine.steplog import Rollouts
 from workbench.engine.timing import PhaseTimer
 from workbench.faults import fault_point
-from workbench.rollout.base import GenerationBatch, SamplingParams, group_seed
+from workbench.rollout.base import SamplingParams, group_seed
+from workbench.rollout.shapes import IndependentShape, WeightFeed
 from workbench.tasks.rewards import score
 
 
@@ -72,42 +74,6 @@ def stage_seeds(seed: int, step: int, stage: int, rows: list[int]) -> list[int]:
     return [per_prompt[i] for i in rows]
 
 
-class WeightFeed(Protocol):
-    """New weights reaching a generator mid-batch (the pipeline's partial rollouts)."""
-
-    def pending(self) -> bool:
-        """Whether newer weights wait to be installed."""
-        ...
-
-    def refresh(self) -> int:
-        """Install them; return the version now held."""
-        ...
-
-
-def generate_partial(s: Setup, prompts: list[list[int]], sampling: SamplingParams, seeds: list[int], version: int,
-                     feed: WeightFeed) -> tuple[GenerationBatch, np.ndarray, np.ndarray]:
-    """Generate, and whenever new weights arrive mid-batch, install them and continue the unfinished
-    rows under them: each keeps its tokens and log-probs, asks only for the tokens it has left
-    (`max_new_tokens` less what it generated) and continues its seed's stream. Returns the batch,
-    each row's end version and its number of segments."""
-    n = len(prompts)
-    batch = s.backend.generate(prompts, sampling, seeds=seeds, interrupt=feed.pending)
-    version_end, segments = np.full(n, version, dtype=np.int64), np.ones(n, dtype=np.int32)
-    while batch.cut is not None:
-        version = feed.refresh()
-        rows = torch.nonzero(batch.cut).squeeze(1)
-        done = batch.tokens.shape[1]  # every cut row generated exactly this many tokens
-        idx = rows.tolist()
-        cont = s.backend.generate(
-            [list(prompts[i]) + batch.tokens[i, :done].tolist() for i in idx],
-            dataclasses.replace(sampling, max_new_tokens=sampling.max_new_tokens - done),
-            seeds=[seeds[i] for i in idx], interrupt=feed.pending, offset=done)
-        batch = batch.splice(rows, cont, s.pad_id)
-        version_end[idx] = version
-        segments[idx] += 1
-    return batch, version_end, segments
-
-
 def rollout_stage(s: Setup, rows: list[int], stage: int, temperature: float, gen: torch.Generator | None,
                   timer: PhaseTimer, *, seeds: list[int] | None = None, version: int = 0,
                   feed: WeightFeed | None = None) -> Rollouts:
@@ -120,23 +86,16 @@ def rollout_stage(s: Setup, rows: list[int], stage: int, temperature: float, gen
     sampling = SamplingParams(temperature=temperature, top_p=cfg.top_p, top_k=cfg.top_k,
                               max_new_tokens=cfg.max_new_tokens)
     n = len(rows)
-    version_end, segments = np.full(n, version, dtype=np.int64), np.ones(n, dtype=np.int32)
-    with timer("generate"):
-        prompts = [s.train_tok[i] for i in rows]
-        shaped = None
-        if feed is not None and seeds is not None:
-            batch, version_end, segments = generate_partial(s, prompts, sampling, seeds, version, feed)
-        elif s.shape is not None and seeds is not None:  # rollout shapes (issue #32, workbench/rollout/shapes)
-            shaped = s.shape.generate(s.model, s.backend, prompts, rows, sampling, seeds, s.backend.policy_version,
-                                      s.pad_id)
-            batch = shaped.batch
-        else:
-            batch = (s.backend.generate(prompts, sampling, seeds=seeds) if seeds is not None
-                     else s.backend.generate(prompts, sampling, generator=gen))
+    with timer("generate"):  # the one generate seam: the run's rollout shape (independent, speculative, tree)
+        shape = s.shape if seeds is not None else IndependentShape()  # unseeded (a `gen`): plain sampling
+        options: dict[str, Any] = {"generator": gen} if seeds is None else {"feed": feed} if feed is not None else {}
+        shaped = shape.generate(s.model, s.backend, [s.prompts.train_tok[i] for i in rows], rows, sampling, seeds,
+                                version if feed is not None else s.backend.policy_version, s.pad_id, **options)
+        batch = shaped.batch
         fault_point("generate")
         texts = decode(s.tokenizer, batch)
     with timer("verify"):  # the verifier's verdicts and the reward's terms (`[rewards]`)
-        scored = score(s.cfg.rewards, s.task, [s.train[i] for i in rows], texts, batch.lengths.cpu().numpy(),
+        scored = score(s.cfg.rewards, s.task, [s.prompts.train[i] for i in rows], texts, batch.lengths.cpu().numpy(),
                        batch.finished.cpu().numpy(), max_new_tokens=cfg.max_new_tokens)
     return Rollouts(
         tokens=batch.tokens.cpu(), logprobs=batch.logprobs.float().cpu(), entropy=batch.entropy.float().cpu(),
@@ -146,8 +105,10 @@ def rollout_stage(s: Setup, rows: list[int], stage: int, temperature: float, gen
         temperature=np.full(n, temperature, dtype=np.float64), off_policy=np.zeros(n, dtype=bool),
         responses=texts, rewards=scored.rewards, verdicts=scored.verdicts, reward_terms=scored.terms,
         correct=np.asarray([v.correct for v in scored.results], dtype=bool), workers=batch.workers or ["local"] * n,
-        version_start=np.full(n, version, dtype=np.int64), version_end=version_end, segments=segments,
-        shape=shaped.columns if shaped is not None else None,
+        version_start=np.full(n, version, dtype=np.int64),
+        version_end=shaped.version_end if shaped.version_end is not None else np.full(n, version, dtype=np.int64),
+        segments=shaped.segments if shaped.segments is not None else np.ones(n, dtype=np.int32),
+        shape=shaped.columns,
     )
 
 
@@ -172,23 +133,25 @@ def reused_row(reuse: dict[str, dict[str, Any]], prompt_id: str, prompt: int, st
 
 # -- the producer: one step's batch ------------------------------------------------------------------
 
-def collect(s: Setup, state: StepState, step: int, version: int | None = None, *,
+def collect(run: RunContext, step: int, version: int | None = None, *,
             on_stage: Callable[[int], None] = lambda stage: None, feed: WeightFeed | None = None) -> Batch:
     """Generate, score and allocate step `step`'s batch under policy `version` (default: step - 1,
-    the synchronous loop's); fold its rewards into `state`.
+    the synchronous loop's) with the run's parts and live settings; fold its rewards into the run's
+    step state.
 
     `on_stage(stage)` runs at each stage boundary inside the step (the loop applies stage-boundary
     controls there)."""
     version = step - 1 if version is None else version
-    cfg, live, timer = s.cfg, s.live, PhaseTimer()
+    s, state, live, timer = run.parts, run.state.step, run.state.live, PhaseTimer()
+    cfg, train = s.cfg, s.prompts.train
     alloc = live.allocator
     budget = Budget(live.budget_kind, live.budget, 0, state.tokens_per_rollout)
     rng = np.random.default_rng([cfg.seed, step, 0xA110C])
     stats = state.stats
 
     def draw(k: int) -> list[Candidate]:
-        return [Candidate(s.train[i].id, stats.setdefault(s.train[i].id, PromptStats(s.train[i].id)),
-                          s.train[i].level) for i in s.sampler.draw(k)]
+        return [Candidate(train[i].id, stats.setdefault(train[i].id, PromptStats(train[i].id)),
+                          train[i].level) for i in s.sampler.draw(k)]
 
     with timer("allocate"):
         candidates = draw(alloc.candidates_wanted(cfg.allocator.prompts_per_step))
@@ -204,7 +167,7 @@ def collect(s: Setup, state: StepState, step: int, version: int | None = None, *
     while True:
         asked = [g.n for g in grants]
         grants = fit_to_budget(grants, ctx.budget)
-        rows = [s.index[g.prompt_id] for g in grants for _ in range(g.n)]
+        rows = [s.prompts.index[g.prompt_id] for g in grants for _ in range(g.n)]
         for g, ask in zip(grants, asked):
             st = stats.setdefault(g.prompt_id, PromptStats(g.prompt_id))
             a0, b0 = before.get(g.prompt_id, (st.alpha, st.beta))
@@ -233,7 +196,7 @@ def collect(s: Setup, state: StepState, step: int, version: int | None = None, *
     with timer("allocate"):
         for pid in alloc.reuse_requests(results) if parts else []:
             if pid in state.reuse and pid in results and results[pid].correct == 0:
-                part = reused_row(state.reuse, pid, s.index[pid], stage - 1)
+                part = reused_row(state.reuse, pid, s.prompts.index[pid], stage - 1)
                 parts.append(part)
                 _pool(results, part, s, stage - 1)
     events = [] if parts else [dict(level="warning", kind="empty_step", message=(
@@ -255,7 +218,7 @@ def _fold_in(s: Setup, state: StepState, r: Rollouts, results: dict[str, GroupRe
     """Fold the step's on-policy rewards into the per-prompt statistics, remember correct responses,
     update the running mean length; return the on-policy tokens generated."""
     onp, ok = ~r.off_policy, r.correct_mask()
-    pids = [s.train[int(i)].id for i in r.prompt]
+    pids = [s.prompts.train[int(i)].id for i in r.prompt]
     group_of = {pid: g for g, pid in enumerate(results)}
     gidx = np.asarray([group_of[p] for p in pids], dtype=np.int64)  # one pass, not one per group
     for g, pid in enumerate(results):
@@ -270,7 +233,7 @@ def _fold_in(s: Setup, state: StepState, r: Rollouts, results: dict[str, GroupRe
 
 def _pool(results: dict[str, GroupResult], part: Rollouts, s: Setup, stage: int) -> None:
     for i, (p, rew, ok) in enumerate(zip(part.prompt, part.rewards, part.correct_mask())):
-        pid = s.train[int(p)].id
+        pid = s.prompts.train[int(p)].id
         g = results.setdefault(pid, GroupResult(pid, []))
         g.rewards.append(float(rew))
         g.oks.append(bool(ok))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from workbench.allocators import make_allocator
 from workbench.allocators.base import Allocator
@@ -20,6 +20,9 @@ from workbench.errors import ConfigError, StoreError
 from workbench.faults import fault_point
 from workbench.guards.changes import apply_guard_change
 from workbench.guards.config import Guard, guard_set
+
+if TYPE_CHECKING:
+    from workbench.store.protocols import RunWriter
 
 log = logging.getLogger(__name__)
 
@@ -215,7 +218,7 @@ class LiveSettings:
 class Heartbeat:
     """A daemon thread calling `store.heartbeat(run_id)` every `every_s` seconds until stopped."""
 
-    def __init__(self, store: Any, run_id: str, every_s: float) -> None:
+    def __init__(self, store: RunWriter, run_id: str, every_s: float) -> None:
         self.store, self.run_id, self.every_s = store, run_id, every_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"heartbeat-{run_id}", daemon=True)

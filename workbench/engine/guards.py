@@ -1,7 +1,7 @@
 """The engine's side of the guards (the rules and the watch are `workbench.guards`): one call after each
 step is handed to the store's writer.
 
-    if guard_step(s, store, run_id, step, metrics, table) == "rollback":
+    if guard_step(ctx, step, metrics, table) == "rollback":
         return "rollback"            # the loop goes on from the checkpoint (train() re-enters it)
 
 Each firing guard's alert is recorded with its evidence, then its action runs:
@@ -21,17 +21,16 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 from workbench.control.commands import validate
 from workbench.engine.checkpoint import checkpoint_steps, set_aside
+from workbench.engine.context import RunContext, RunGuards
 from workbench.engine.evaluate import eval_metrics
-from workbench.guards.config import Guard, setting_command
-from workbench.guards.rules import rollout_predicates
-from workbench.guards.watch import Firing, Watch, alert_message, alert_row, metrics_map, rollout_rows
-
-if TYPE_CHECKING:
-    from workbench.engine.setup import Setup
+from workbench.guards.config import setting_command
+from workbench.guards.watch import Firing, alert_message, alert_row, metrics_map, rollout_rows
+from workbench.store.protocols import RunStore
 
 log = logging.getLogger(__name__)
 
@@ -39,35 +38,14 @@ MAX_ROLLBACKS = 3
 """Rollbacks one guard may make in a run; after that its firing stops the run (it keeps coming back)."""
 
 
-class RunGuards:
-    """The guards of one engine process: the watch, and the actions it takes."""
-
-    def __init__(self, guards: dict[str, Guard]) -> None:
-        self.watch = Watch(guards)
-        self.loaded = False
-        self.rollbacks: dict[str, list[int]] = {}
-        """Each guard's rollbacks in this run, oldest first: the checkpoint step each went back to."""
-
-    def sync(self, guards: dict[str, Guard]) -> None:
-        """Follow live changes (a `guard` command applied at this step)."""
-        for name in list(self.watch.guards):
-            if name not in guards:
-                self.watch.remove_guard(name)
-        for name, g in guards.items():
-            if self.watch.guards.get(name) != g:
-                self.watch.set_guard(g)
-
-    def needs_rollouts(self) -> bool:
-        return any(rollout_predicates(g.tree) for g in self.watch.guards.values())  # type: ignore[attr-defined]
-
-
-def guard_step(s: Setup, store: Any, run_id: str, step: int, metrics: dict[str, Any], table: Any) -> str | None:
+def guard_step(ctx: RunContext, step: int, metrics: dict[str, Any], table: Any) -> str | None:
     """Evaluate the run's guards on the step just recorded and act; "rollback" when the loop must go
-    on from a checkpoint (the Setup `s` is already set for it), else None."""
-    in_force = s.live.guards or {}  # the config's guards (set by build_setup) and the live changes
-    if s.guards is None:
-        s.guards = RunGuards(in_force)
-    rg = s.guards
+    on from a checkpoint (the run's state is already set for it), else None."""
+    store, run_id, state = ctx.store, ctx.run_id, ctx.state
+    in_force = state.live.guards or {}  # the config's guards (set by live_settings) and the live changes
+    if state.guards is None:
+        state.guards = RunGuards(in_force)
+    rg = state.guards
     rg.sync(in_force)
     if not rg.loaded:
         rg.loaded = True
@@ -91,25 +69,25 @@ def guard_step(s: Setup, store: Any, run_id: str, step: int, metrics: dict[str, 
             if rolled_by is not None and f.guard.action == "rollback":  # one rollback per step
                 store.set_alert_status(alert_id, "acted", outcome=f"the run was rolled back at this step by "
                                                                    f"guard {rolled_by!r}")
-            elif _act(s, store, run_id, rg, f, alert_id) == "rollback":
+            elif _act(ctx, rg, f, alert_id) == "rollback":
                 rolled_by = f.guard.name
         except Exception:  # noqa: BLE001
             log.exception("guard %s failed to act at step %d", f.guard.name, step)
     return "rollback" if rolled_by is not None else None
 
 
-def _act(s: Setup, store: Any, run_id: str, rg: RunGuards, f: Firing, alert_id: str) -> str | None:
-    action = f.guard.action
+def _act(ctx: RunContext, rg: RunGuards, f: Firing, alert_id: str) -> str | None:
+    store, run_id, action = ctx.store, ctx.run_id, f.guard.action
     who = f"guard:{f.guard.name}"
     if action == "alert":
         return None
     if action == "rollback":
         done = rg.rollbacks.setdefault(f.guard.name, [])
         before = min(f.first_step, done[-1]) if done else f.first_step  # fired again: further back
-        target = _checkpoint_before(s, before)
+        target = _checkpoint_before(ctx.parts.ckpt_dir, before)
         if target is not None and len(done) < MAX_ROLLBACKS:
             done.append(target)
-            return _rollback(s, store, run_id, rg, f, alert_id, target, again=len(done) > 1)
+            return _rollback(ctx, rg, f, alert_id, target, again=len(done) > 1)
         why = (f"no checkpoint before step {before}" if target is None
                else f"{MAX_ROLLBACKS} rollbacks by this guard already")
         cid = store.add_control(run_id, "stop", {}, who=who)
@@ -120,7 +98,7 @@ def _act(s: Setup, store: Any, run_id: str, rg: RunGuards, f: Firing, alert_id: 
     return None
 
 
-def _evaluation_at_start(store: Any, run_id: str) -> list[tuple[int, dict[str, float]]]:
+def _evaluation_at_start(store: RunStore, run_id: str) -> list[tuple[int, dict[str, float]]]:
     """The run's evaluation before its first step (`eval.at_start`) as the history's step 0, so a rule
     over `eval/` metrics reads it from step 1 on (`reward_hacking` compares the first training reward with
     it); none when the run took none."""
@@ -129,7 +107,7 @@ def _evaluation_at_start(store: Any, run_id: str) -> list[tuple[int, dict[str, f
     return [(0, eval_metrics(at0))] if at0 else []
 
 
-def rollbacks_made(store: Any, run_id: str) -> dict[str, list[int]]:
+def rollbacks_made(store: RunStore, run_id: str) -> dict[str, list[int]]:
     """The rollbacks guards made in a run before this process watched it (a resumed run), by guard:
     the checkpoint steps they went back to, oldest first (from the `guard_rollback` events of the
     run and of its earlier attempts, which a later rollback moves there)."""
@@ -147,13 +125,14 @@ def rollbacks_made(store: Any, run_id: str) -> dict[str, list[int]]:
     return out
 
 
-def _checkpoint_before(s: Setup, first_step: int) -> int | None:
-    earlier = [k for k in checkpoint_steps(s.ckpt_dir) if k < first_step]
+def _checkpoint_before(ckpt_dir: Path, first_step: int) -> int | None:
+    earlier = [k for k in checkpoint_steps(ckpt_dir) if k < first_step]
     return max(earlier) if earlier else None
 
 
-def _rollback(s: Setup, store: Any, run_id: str, rg: RunGuards, f: Firing, alert_id: str, target: int, *,
+def _rollback(ctx: RunContext, rg: RunGuards, f: Firing, alert_id: str, target: int, *,
               again: bool = False) -> str:
+    s, store, run_id = ctx.parts, ctx.store, ctx.run_id
     assert s.writer is not None
     s.writer.flush()  # every step handed over is committed before its rows move
     reason = f"rolled back by guard {f.guard.name!r} (fired at step {f.step}) to the checkpoint of step {target}"
@@ -163,9 +142,9 @@ def _rollback(s: Setup, store: Any, run_id: str, rg: RunGuards, f: Firing, alert
     set_aside(s.ckpt_dir, target, attempt.removeprefix(f"{run_id}."))  # checkpoints/attemptN/
     queued = []
     for key, value in f.guard.settings.items():
-        command, args = setting_command(key, value, s.live.budget_kind)
+        command, args = setting_command(key, value, ctx.state.live.budget_kind)
         queued.append(store.add_control(run_id, command, validate(command, args), who=f"guard:{f.guard.name}"))
-    s.control_token = None  # the next step boundary reads the queued settings
+    ctx.state.control_token = None  # the next step boundary reads the queued settings
     rg.watch.rewind(target)
     settings = f", then {', '.join(f'{k} = {v}' for k, v in f.guard.settings.items())} (controls {queued})" if queued else ""
     outcome = f"rolled back to step {target}{settings}; steps {target + 1}-{f.step} kept as {attempt}"

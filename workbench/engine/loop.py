@@ -7,8 +7,9 @@ Run it:
     workbench resume RUN_ID                        # from the last checkpoint, store rolled back to it
 
 or from Python: `workbench.engine.run(load_config(path), store="store")` (see `runner.py`, which owns
-the run's row, status and heartbeat). This module is the loop, in phases as nanochat's RL script:
-each step applies live controls, takes the step's generated, scored and allocated batch from the
+the run's row, status and heartbeat). This module is the loop, in phases as nanochat's RL script;
+its functions pass one value, the run's `RunContext` (`context.py`: what the run is built from, what
+changes as it runs, its store and id). Each step applies live controls, takes the step's generated, scored and allocated batch from the
 producer (`batch.py:collect`, called on demand, or ahead of the trainer by the asynchronous pipeline,
 `pipeline.py`), learns from it (`learn`: advantages, the policy update), hands the new weights to the
 producer (`push`: the one weight sync, to the rollout backend or the pipeline's generator), evaluates,
@@ -64,14 +65,16 @@ from workbench.config import RunConfig
 from workbench.engine.batch import Batch
 from workbench.engine.checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from workbench.engine.evaluate import evaluate
+from workbench.engine.context import RunContext, RunState, apply_controls
 from workbench.engine.guards import guard_step
 from workbench.engine.producer import Producer, make_producer
-from workbench.engine.setup import Setup, StepState, apply_controls, build_setup
+from workbench.engine.setup import Setup, build_setup
 from workbench.engine.steplog import StepWriter, rollouts_table
 from workbench.engine.timing import PhaseTimer
 from workbench.engine.update import policy_update, weights_finite
 from workbench.errors import WorkbenchError
 from workbench.faults import fault_point
+from workbench.store.protocols import RunStore
 from workbench.tasks.rewards import term_means
 
 
@@ -83,46 +86,47 @@ def _generator(device: torch.device, *key: int) -> torch.Generator:
 
 # -- the loop ----------------------------------------------------------------------------------------
 
-def train(cfg: RunConfig, *, store: Any, store_dir: str, run_id: str, resume: bool = False,
+def train(cfg: RunConfig, *, store: RunStore, run_id: str, resume: bool = False,
           on_step: Callable[[int, dict[str, float]], None] | None = None,
           stop_after: int | None = None) -> str:
     """Run (or continue) the training loop of `run_id`; returns the final status (finished | stopped).
 
     `stop_after` stops cleanly (checkpoint, status `stopped`) after that step: tests use it to
     interrupt a run exactly where a control command would."""
-    s = build_setup(cfg, store_dir=store_dir, run_id=run_id,
-                    writer=StepWriter(store, run_id, background=cfg.logging.background_writes,
-                                      commit_max_rows=cfg.store.commit_max_rows,
-                                      commit_interval_s=cfg.store.commit_interval_s,
-                                      commit_spacing_s=cfg.store.commit_spacing_s,
-                                      nice=cfg.store.writer_nice,
-                                      max_queued_steps=cfg.store.max_queued_steps, status_dir=store_dir))
-    state = StepState(tokens_per_rollout=float(cfg.sampling.max_new_tokens))
+    parts = build_setup(cfg, store_dir=store.handle.folder(), run_id=run_id,
+                        writer=StepWriter(store, run_id, background=cfg.logging.background_writes,
+                                          commit_max_rows=cfg.store.commit_max_rows,
+                                          commit_interval_s=cfg.store.commit_interval_s,
+                                          commit_spacing_s=cfg.store.commit_spacing_s,
+                                          nice=cfg.store.writer_nice,
+                                          max_queued_steps=cfg.store.max_queued_steps,
+                                          status_dir=store.handle.folder()))
+    ctx = RunContext(parts=parts, state=RunState.start(cfg, parts), store=store, run_id=run_id, on_step=on_step,
+                     stop_after=stop_after)
     try:
-        status = _loop(s, state, cfg, store, run_id, resume, on_step, stop_after)
+        status = _loop(ctx, resume)
         while status == "rollback":  # on from the checkpoint a guard rolled the run back to
-            status = _loop(s, state, cfg, store, run_id, True, on_step, stop_after)
+            status = _loop(ctx, True)
         return status
     finally:
-        s.writer.close()
-        s.backend.close()  # Ray workers (and a local Ray runtime the run started)
+        parts.writer.close()
+        parts.backend.close()  # Ray workers (and a local Ray runtime the run started)
 
 
-def _loop(s: Setup, state: StepState, cfg: RunConfig, store: Any, run_id: str, resume: bool,
-          on_step: Callable[[int, dict[str, float]], None] | None, stop_after: int | None) -> str:
+def _loop(ctx: RunContext, resume: bool) -> str:
     """Restore, start the producer (synchronous, or a generator ahead of the trainer), run the steps."""
-    start, queued = _restore(s, state, store, run_id) if resume else (0, [])
+    start, queued = _restore(ctx) if resume else (0, [])
     start += 1
-    producer = make_producer(s, state, start, queued, on_stage=lambda step, stage: apply_controls(
-        s, store, run_id, step=step, boundary="stage"))
+    producer = make_producer(ctx, start, queued, on_stage=lambda step, stage: apply_controls(
+        ctx, step=step, boundary="stage"))
     try:
-        return _steps(s, state, producer, cfg, store, run_id, start, on_step, stop_after)
+        return _steps(ctx, producer, start)
     finally:
         producer.close()
 
 
-def _steps(s: Setup, state: StepState, producer: Producer, cfg: RunConfig, store: Any, run_id: str, start: int,
-           on_step: Callable[[int, dict[str, float]], None] | None, stop_after: int | None) -> str:
+def _steps(ctx: RunContext, producer: Producer, start: int) -> str:
+    s, st, cfg, store, run_id, on_step = ctx.parts, ctx.state, ctx.cfg, ctx.store, ctx.run_id, ctx.on_step
     if start == 1 and cfg.eval.at_start:
         rows, metrics = _evaluate(s, 0)
         store.write_evals(run_id, 0, rows)
@@ -130,17 +134,17 @@ def _steps(s: Setup, state: StepState, producer: Producer, cfg: RunConfig, store
             on_step(0, metrics)
     for step in range(start, cfg.steps + 1):
         # 0. live controls at the step boundary ----------------------------------------------------
-        s.live.replay_at(step)  # commands applied at this step before a crash (resume only)
-        apply_controls(s, store, run_id, step=step, boundary="step")
-        producer.set_eta(s.live.staleness)
-        if s.live.stop_requested:
-            _checkpoint(s, state, producer, store, run_id, step - 1)
+        st.live.replay_at(step)  # commands applied at this step before a crash (resume only)
+        apply_controls(ctx, step=step, boundary="step")
+        producer.set_eta(st.live.staleness)
+        if st.live.stop_requested:
+            _checkpoint(ctx, producer, step - 1)
             return "stopped"
-        if s.nonfinite_step is not None:  # no guard rolled back, paused or stopped the run: it cannot go on
+        if st.nonfinite_step is not None:  # no guard rolled back, paused or stopped the run: it cannot go on
             raise WorkbenchError(
-                f"step {step}: the weights are not finite since the update of step {s.nonfinite_step} "
-                f"(train/loss = {s.nonfinite_metrics.get('train/loss')}, train/grad_norm = "
-                f"{s.nonfinite_metrics.get('train/grad_norm')}); nothing can be sampled from them. `workbench "
+                f"step {step}: the weights are not finite since the update of step {st.nonfinite_step} "
+                f"(train/loss = {st.nonfinite_metrics.get('train/loss')}, train/grad_norm = "
+                f"{st.nonfinite_metrics.get('train/grad_norm')}); nothing can be sampled from them. `workbench "
                 "resume RUN` goes on from the last checkpoint; a `nan` guard with action rollback (the "
                 "default) would have done so at once")
         t_step = time.perf_counter()
@@ -150,37 +154,37 @@ def _steps(s: Setup, state: StepState, producer: Producer, cfg: RunConfig, store
         timer = batch.timer
 
         # 2. groups, advantages, the update; the new weights go to the producer's backend ---------------
-        upd = learn(s, batch, timer)
-        if not upd.finite and s.nonfinite_step is None:  # the run's guards act on it after the record
-            s.nonfinite_step, s.nonfinite_metrics = step, dict(upd.metrics)
+        upd = learn(ctx, batch, timer)
+        if not upd.finite and st.nonfinite_step is None:  # the run's guards act on it after the record
+            st.nonfinite_step, st.nonfinite_metrics = step, dict(upd.metrics)
             batch.events.append(dict(level="error", kind="nonfinite_weights", message=(
                 f"step {step}: the update left weights that are not finite (train/loss = "
                 f"{upd.metrics.get('train/loss')}, train/grad_norm = {upd.metrics.get('train/grad_norm')}); "
                 "no evaluation or checkpoint is made from them")))
-        new = s.model if upd.updated and s.nonfinite_step is None else None  # non-finite weights stay here
+        new = s.model if upd.updated and st.nonfinite_step is None else None  # non-finite weights stay here
         with timer("weight_sync") if new is not None else contextlib.nullcontext():  # Ray, vLLM, the pipeline
             producer.push(step, new)
 
         # 3. evaluation (never from weights that are not finite: sampling from them fails) -----------
         eval_rows: list[dict[str, Any]] = []
         eval_metrics: dict[str, float] = {}
-        if ((s.live.eval_every and step % s.live.eval_every == 0) or step == cfg.steps) and s.nonfinite_step is None:
+        if ((st.live.eval_every and step % st.live.eval_every == 0) or step == cfg.steps) and st.nonfinite_step is None:
             with timer("eval"):
                 eval_rows, eval_metrics = _evaluate(s, step)
 
         # 4. one store transaction for the step, then the run's guards over it ----------------------
-        metrics, table = record(s, run_id, batch, upd, eval_rows, eval_metrics, t_step,
-                                prompts=s.prompt_rows if step == start else [],
+        metrics, table = record(ctx, batch, upd, (eval_rows, eval_metrics), t_step,
+                                prompts=s.prompts.rows if step == start else [],
                                 producer_metrics=producer.take_metrics())
-        if guard_step(s, store, run_id, step, metrics, table) == "rollback":
+        if guard_step(ctx, step, metrics, table) == "rollback":
             return "rollback"  # a guard kept the steps since its checkpoint as an earlier attempt
         if on_step:
             on_step(step, metrics)
-        if s.live.checkpoint_requested or (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) \
-                or step == cfg.steps or step == stop_after:
-            s.live.checkpoint_requested = False
-            _checkpoint(s, state, producer, store, run_id, step)
-        if step == stop_after:
+        if st.live.checkpoint_requested or (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) \
+                or step == cfg.steps or step == ctx.stop_after:
+            st.live.checkpoint_requested = False
+            _checkpoint(ctx, producer, step)
+        if step == ctx.stop_after:
             return "stopped"
     return "finished"
 
@@ -208,12 +212,13 @@ class Update:
     """Every weight is finite after the update (a non-finite loss or gradient makes them NaN)."""
 
 
-def learn(s: Setup, batch: Batch, timer: PhaseTimer) -> Update:
+def learn(ctx: RunContext, batch: Batch, timer: PhaseTimer) -> Update:
     """Advantages over the groups the allocator lets in, then the policy update (the loop pushes the
     new weights to its producer)."""
-    cfg, r, results, alloc = s.cfg, batch.rollouts, batch.results, s.live.allocator
+    s = ctx.parts
+    cfg, r, results, alloc = s.cfg, batch.rollouts, batch.results, ctx.state.live.allocator
     group_of = {pid: k for k, pid in enumerate(results)}
-    gidx = np.asarray([group_of[s.train[int(i)].id] for i in r.prompt], dtype=np.int64)
+    gidx = np.asarray([group_of[s.prompts.train[int(i)].id] for i in r.prompt], dtype=np.int64)
     group_used = np.asarray([bool(alloc.use_in_update(g)) for g in results.values()], dtype=bool)
     group_signal = np.asarray([g.has_signal for g in results.values()], dtype=bool)
     used, signal = group_used[gidx], group_signal[gidx]
@@ -256,11 +261,12 @@ def in_force(s: Setup, updated: bool) -> dict[str, float]:
 
 # -- the record ----------------------------------------------------------------------------------------
 
-def record(s: Setup, run_id: str, batch: Batch, upd: Update, eval_rows: list[dict[str, Any]],
-           eval_metrics: dict[str, float], t_step: float, *, prompts: list[dict[str, Any]],
+def record(ctx: RunContext, batch: Batch, upd: Update, evaluated: tuple[list[dict[str, Any]], dict[str, float]],
+           t_step: float, *, prompts: list[dict[str, Any]],
            producer_metrics: dict[str, float] | None = None) -> tuple[dict[str, Any], pa.Table | None]:
-    """Hand the step's rows to the store's writer (one transaction); return the step's metrics and its
-    rollouts table (what the guards read)."""
+    """Hand the step's rows and its evaluation's (`evaluated`: rows, metrics) to the store's writer (one
+    transaction); return the step's metrics and its rollouts table (what the guards read)."""
+    s, run_id, (eval_rows, eval_metrics) = ctx.parts, ctx.run_id, evaluated
     cfg, r, timer = s.cfg, batch.rollouts, batch.timer
     group_of = {pid: k for k, pid in enumerate(batch.results)}
     for row in batch.alloc_rows:
@@ -271,7 +277,7 @@ def record(s: Setup, run_id: str, batch: Batch, upd: Update, eval_rows: list[dic
         metrics.update(eval_metrics)
         table = None
         if cfg.logging.rollouts and r.n and logs_rollouts(cfg.logging.rollouts_block, batch.step):
-            table = rollouts_table(run_id, batch.step, r, prompt_ids=s.train_ids, idx=_idx(upd.gidx),
+            table = rollouts_table(run_id, batch.step, r, prompt_ids=s.prompts.train_ids, idx=_idx(upd.gidx),
                                    advantage=upd.adv, used=upd.used, token_ids=cfg.logging.token_ids,
                                    token_entropy=cfg.logging.token_entropy, staleness=upd.staleness,
                                    token_logprobs=cfg.logging.token_logprobs,
@@ -280,7 +286,7 @@ def record(s: Setup, run_id: str, batch: Batch, upd: Update, eval_rows: list[dic
     metrics.update(timer.metrics())  # timing_s/log: building the rows (the commit overlaps the next step)
     metrics.update(s.backend.take_metrics())  # Ray workers: perf/worker/<name>/rollouts_per_s, ...
     metrics.update(batch.metrics)  # Ray workers behind the pipeline's generator
-    metrics.update(s.shape.take_metrics() if s.shape is not None else {})  # rollout shapes (issue #32)
+    metrics.update(s.shape.take_metrics())  # rollout shapes (issue #32)
     metrics.update(producer_metrics or {})  # the pipeline: generator and trainer busy/idle seconds
     events = batch.events + s.backend.take_events()  # e.g. a worker restarted by Ray, named
     writer_cpu = s.writer.take_cpu_s()
@@ -354,7 +360,7 @@ def _evaluate(s: Setup, step: int) -> tuple[list[dict[str, Any]], dict[str, floa
     # one that never stopped (the mode is not in the checkpoint)
     s.model.eval()
     try:
-        out = evaluate(s.backend, s.tokenizer, s.task, s.eval, s.eval_tok, samples=e.samples,
+        out = evaluate(s.backend, s.tokenizer, s.task, s.prompts.eval, s.prompts.eval_tok, samples=e.samples,
                        temperature=e.temperature, max_new_tokens=s.cfg.sampling.max_new_tokens, greedy=e.greedy,
                        generator=_generator(s.device, s.cfg.seed, step, 0xE7A1))
     finally:
@@ -363,40 +369,43 @@ def _evaluate(s: Setup, step: int) -> tuple[list[dict[str, Any]], dict[str, floa
     return out
 
 
-def _checkpoint(s: Setup, state: StepState, producer: Producer, store: Any, run_id: str, step: int) -> None:
+def _checkpoint(ctx: RunContext, producer: Producer, step: int) -> None:
     """Everything the loop needs to go on from `step`; the pipeline's generator is held between batches
     meanwhile, and the batches it made but the trainer has not taken go in too (none is lost or
     trained twice after a resume)."""
-    s.writer.flush()
-    if s.nonfinite_step is not None:  # a checkpoint of such weights could not be resumed from
-        store.add_event(run_id, "warning", "checkpoint", f"no checkpoint at step {step}: the weights are not finite "
-                        f"since step {s.nonfinite_step}; a resume goes on from the last checkpoint", step=step)
+    ctx.parts.writer.flush()
+    if ctx.state.nonfinite_step is not None:  # a checkpoint of such weights could not be resumed from
+        ctx.store.add_event(ctx.run_id, "warning", "checkpoint", f"no checkpoint at step {step}: the weights are "
+                            f"not finite since step {ctx.state.nonfinite_step}; a resume goes on from the last "
+                            "checkpoint", step=step)
         return
     with producer.paused() as queued:
-        _save(s, state, queued, store, run_id, step)
+        _save(ctx, queued, step)
 
 
-def _save(s: Setup, state: StepState, queued: list, store: Any, run_id: str, step: int) -> None:
+def _save(ctx: RunContext, queued: list, step: int) -> None:
+    s, state, live = ctx.parts, ctx.state.step, ctx.state.live
     saved = dict(
         model=s.model.state_dict(), ref_model=s.ref_model.state_dict() if s.ref_model is not None else None,
         optimizer=s.optimizer.state_dict(), scheduler=s.scheduler.state_dict(), rng=rng_state(),
-        sampler=s.sampler.state_dict(), live=s.live.state_dict(),
+        sampler=s.sampler.state_dict(), live=live.state_dict(),
         stats={pid: dataclasses.asdict(st) for pid, st in state.stats.items()}, reuse=state.reuse,
         tokens_per_rollout=state.tokens_per_rollout, policy_version=s.backend.policy_version, queued=queued,
-        shape=s.shape.state_dict() if s.shape is not None else None,  # speculative: the drafts
+        shape=s.shape.state_dict(),  # speculative: the drafts
     )
     path = save_checkpoint(s.ckpt_dir, step, saved, keep=s.cfg.checkpoint.keep)
-    store.add_event(run_id, "info", "checkpoint", f"checkpoint at step {step}", step=step,
+    ctx.store.add_event(ctx.run_id, "info", "checkpoint", f"checkpoint at step {step}", step=step,
                     data={"path": path.name})
 
 
-def _restore(s: Setup, state: StepState, store: Any, run_id: str) -> tuple[int, list]:
+def _restore(ctx: RunContext) -> tuple[int, list]:
     """Load the last checkpoint (if any), roll the store back to it; return its step and the pipeline's
     batches made but not yet trained on."""
+    s, state, live, store, run_id = ctx.parts, ctx.state.step, ctx.state.live, ctx.store, ctx.run_id
     path = latest_checkpoint(s.ckpt_dir)
     if path is None:
         store.rollback_run(run_id, -1)
-        s.live.plan_replay(store.controls(run_id).to_dicts(), 0)
+        live.plan_replay(store.controls(run_id).to_dicts(), 0)
         return 0, []
     st = load_checkpoint(path)
     s.model.load_state_dict(st["model"])
@@ -406,17 +415,16 @@ def _restore(s: Setup, state: StepState, store: Any, run_id: str) -> tuple[int, 
     s.scheduler.load_state_dict(st["scheduler"])
     set_rng_state(st["rng"])
     s.sampler.load_state_dict(st["sampler"])
-    s.live.load_state_dict(st["live"])
+    live.load_state_dict(st["live"])
     state.stats = {pid: PromptStats(**d) for pid, d in st["stats"].items()}
     state.reuse = st["reuse"]
     state.tokens_per_rollout = st["tokens_per_rollout"]
-    if s.shape is not None:
-        s.shape.load_state_dict(st.get("shape") or {})
+    s.shape.load_state_dict(st.get("shape") or {})
     s.backend.update_weights(s.model)
     s.backend.policy_version = st["policy_version"]
-    s.nonfinite_step, s.nonfinite_metrics = None, {}
+    ctx.state.nonfinite_step, ctx.state.nonfinite_metrics = None, {}
     store.rollback_run(run_id, st["step"])
-    replay = s.live.plan_replay(store.controls(run_id).to_dicts(), int(st["step"]))
+    replay = live.plan_replay(store.controls(run_id).to_dicts(), int(st["step"]))
     store.add_event(run_id, "info", "resume", f"resumed from the checkpoint of step {st['step']}",
                     step=st["step"], data={"replayed_controls": replay} if replay else None)
     return int(st["step"]), list(st.get("queued") or [])

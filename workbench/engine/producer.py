@@ -6,7 +6,7 @@ before the pipeline existed; otherwise the pipeline's generator thread makes the
 (`workbench.engine.pipeline.Pipeline`) with a backend of its own, which the run's backend gives it
 through the backend contract (`RolloutBackend.generator_backend`): a generator process
 (`pipeline.generator = "process"`, the default), an in-process backend over a copy of the weights
-("thread"), or the run's Ray workers. The run's backend (`s.backend`) is never replaced: it keeps
+("thread"), or the run's Ray workers. The run's backend (`ctx.parts.backend`) is never replaced: it keeps
 evaluating from the trainer's weights, and a producer made again (after a guard's rollback) asks it
 for the same kind of generator.
 """
@@ -20,35 +20,36 @@ from typing import Callable, Union
 import torch
 
 from workbench.engine.batch import Batch, collect
+from workbench.engine.context import RunContext
 from workbench.engine.pipeline import Pipeline, Synchronous
-from workbench.engine.setup import Setup, StepState
 
 Producer = Union[Synchronous[Batch], Pipeline[Batch]]
 
 
-def make_producer(s: Setup, state: StepState, start: int, queued: list, *,
+def make_producer(ctx: RunContext, start: int, queued: list, *,
                   on_stage: Callable[[int, int], None] = lambda step, stage: None) -> Producer:
     """The producer of steps `start`.. for this run. `on_stage(step, stage)` runs at the stage
     boundaries of the synchronous loop (stage-boundary controls); the pipeline's generator does not
     poll controls: they reach its batches at the next step boundary the trainer sees."""
+    s = ctx.parts
     pc = s.cfg.pipeline
     if not pc.enabled:
         return Synchronous(lambda step, version: collect(
-            s, state, step, version, on_stage=lambda stage: on_stage(step, stage)), s.backend)
+            ctx, step, version, on_stage=lambda stage: on_stage(step, stage)), s.backend)
     threads = pc.threads_per_side or max(1, (os.cpu_count() or 2) // 2)
     # the trainer's share (torch's OpenMP thread count is kept per calling thread: the generator
     # thread sets its own, this call sets the trainer's)
     torch.set_num_threads(threads)
     backend = s.backend.generator_backend(pc.generator, threads=threads)
-    gen = dataclasses.replace(s, backend=backend)
+    gen = dataclasses.replace(ctx, parts=dataclasses.replace(s, backend=backend))  # the same state, its own backend
 
     def produce(step: int, version: int) -> Batch:
-        batch = collect(gen, state, step, version, feed=pipeline if pc.partial_rollouts else None)
+        batch = collect(gen, step, version, feed=pipeline if pc.partial_rollouts else None)
         batch.metrics.update(backend.take_metrics())  # Ray: per-worker figures travel with the batch
         batch.events += backend.take_events()
         return batch
 
-    pipeline = Pipeline(produce, first=start, last=s.cfg.steps, eta=s.live.staleness, version=start - 1,
+    pipeline = Pipeline(produce, first=start, last=s.cfg.steps, eta=ctx.state.live.staleness, version=start - 1,
                         trainer=s.backend, generator=backend, threads=threads, queued=queued, start=False)
     pipeline.start()
     return pipeline

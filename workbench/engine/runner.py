@@ -1,6 +1,6 @@
 """A run as the store sees it: its row, status transitions, heartbeat, and errors.
 
-    run_id = run(cfg, store="store")              # a new run, in the foreground
+    run_id = run(cfg, store="store")              # a new run, in the foreground (or store=StoreHandle / Store)
     run(cfg, store="store", run_id=ID)            # adopt a row created by `workbench.control.launch`
     resume("store", run_id)                       # from the last checkpoint (store rolled back to it)
 
@@ -17,10 +17,14 @@ import traceback
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from workbench.config import RunConfig, config_warnings
 from workbench.engine.control import Heartbeat
+
+if TYPE_CHECKING:
+    from workbench.store.handle import StoreHandle
+    from workbench.store.protocols import RunStore
 
 
 def _code_version() -> str:
@@ -37,60 +41,47 @@ def _code_version() -> str:
 
 
 @contextmanager
-def _opened(store: Any) -> Iterator[Any]:
-    """`store` itself when it is open; else the store at that path, opened for the run and closed after."""
-    if not isinstance(store, (str, Path)):
+def _opened(store: StoreHandle | RunStore | str | Path) -> Iterator[RunStore]:
+    """`store` itself when it is open; else the store it names, opened for the run and closed after."""
+    from workbench.store.handle import StoreHandle
+
+    if not isinstance(store, (str, os.PathLike, StoreHandle)):
         yield store
         return
-    from workbench.store import open_store
-
-    st = open_store(str(store), threads=1)  # see open_store: DuckDB's threads vs torch's
+    st = StoreHandle.at(store).open(threads=1)  # see open_store: DuckDB's threads vs torch's
     try:
         yield st
     finally:
         st.close()
 
 
-def store_dir_of(store: Any) -> str:
-    """The local directory of `store` (a path, or a Store opened on a store directory): where runs keep
-    their checkpoints and the organism its cache. A Store over a catalog URL has none: pass `store_dir=`."""
-    if isinstance(store, (str, Path)):
-        from workbench.store.objectstore import is_object_url, local_dir
-
-        return str(local_dir(store)) if is_object_url(store) else str(store)  # s3://: its local folder
-    location = getattr(store, "location", None)
-    root = getattr(location, "root", None) or getattr(location, "lock_dir", None)  # s3 + SQLite: its folder
-    if root is None:
-        from workbench.errors import StoreError
-
-        raise StoreError(f"{store!r} has no local directory for the run's checkpoints: pass store_dir=")
-    return str(root)
-
-
-def run(cfg: RunConfig, *, store: Any, run_id: str | None = None, name: str | None = None,
-        on_step: Callable[[int, dict[str, float]], None] | None = None, stop_after: int | None = None,
-        store_dir: str | Path | None = None) -> str:
-    """Run `cfg` to the end (or until stopped) in this process; returns the run id."""
-    folder = str(store_dir or store_dir_of(store))
+def run(cfg: RunConfig, *, store: StoreHandle | RunStore | str | Path, run_id: str | None = None,
+        name: str | None = None, on_step: Callable[[int, dict[str, float]], None] | None = None,
+        stop_after: int | None = None) -> str:
+    """Run `cfg` to the end (or until stopped) in this process; returns the run id. `store`: a store
+    directory or `s3://` URL, a `StoreHandle`, or an open Store (its handle names the local folder
+    where the run keeps its checkpoints)."""
     if run_id is None:  # a launched run (row given) was checked by its launcher
         from workbench.control.launch import preflight
 
         preflight(cfg)  # model directory and data set, before the run's row is written
     with _opened(store) as st:
+        st.handle.folder()  # one clear line before the row is written when there is no local folder
         if run_id is None:
             run_id = st.create_run(name or cfg.name, cfg.to_dict(), cfg.seed, pid=os.getpid(),
                                    host=socket.gethostname(), code_version=_code_version(), status="created")
-        _drive(cfg, st, folder, run_id, resume=False, on_step=on_step, stop_after=stop_after)
+        _drive(cfg, st, run_id, resume=False, on_step=on_step, stop_after=stop_after)
         return run_id
 
 
-def resume(store: Any, run_id: str, *, on_step: Callable[[int, dict[str, float]], None] | None = None,
-           stop_after: int | None = None, steps: int | None = None, store_dir: str | Path | None = None) -> str:
+def resume(store: StoreHandle | RunStore | str | Path, run_id: str, *,
+           on_step: Callable[[int, dict[str, float]], None] | None = None, stop_after: int | None = None,
+           steps: int | None = None) -> str:
     """Continue `run_id` from its last checkpoint (the store is rolled back to it)."""
     from workbench.errors import ConfigError
 
-    folder = str(store_dir or store_dir_of(store))
     with _opened(store) as st:
+        st.handle.folder()
         row = st.run(run_id)
         if not row:
             raise ConfigError(f"run {run_id!r}: not in the store")
@@ -100,7 +91,7 @@ def resume(store: Any, run_id: str, *, on_step: Callable[[int, dict[str, float]]
         cfg = RunConfig.from_dict(config)
         if steps is not None:
             cfg = cfg.replace(steps=steps)
-        _drive(cfg, st, folder, run_id, resume=True, on_step=on_step, stop_after=stop_after)
+        _drive(cfg, st, run_id, resume=True, on_step=on_step, stop_after=stop_after)
         return run_id
 
 
@@ -116,7 +107,7 @@ def _alive(row: dict[str, Any]) -> bool:
         return False
 
 
-def _drive(cfg: RunConfig, st: Any, store_dir: str, run_id: str, *, resume: bool,
+def _drive(cfg: RunConfig, st: RunStore, run_id: str, *, resume: bool,
            on_step: Callable[[int, dict[str, float]], None] | None, stop_after: int | None) -> None:
     from workbench.engine.loop import train
 
@@ -126,8 +117,7 @@ def _drive(cfg: RunConfig, st: Any, store_dir: str, run_id: str, *, resume: bool
         st.add_event(run_id, "warning", "config", said)
     try:
         with Heartbeat(st, run_id, cfg.logging.heartbeat_s):
-            status = train(cfg, store=st, store_dir=store_dir, run_id=run_id, resume=resume, on_step=on_step,
-                           stop_after=stop_after)
+            status = train(cfg, store=st, run_id=run_id, resume=resume, on_step=on_step, stop_after=stop_after)
     except KeyboardInterrupt:
         st.set_run_status(run_id, "stopped", error="interrupted (resume continues from the last checkpoint)")
         st.add_event(run_id, "warning", "interrupted", "interrupted by the user")

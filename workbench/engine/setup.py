@@ -1,7 +1,8 @@
-"""Everything the loop builds before its first step (`Setup`: model, tokenizer, rollout backend, task
-and its tokenised prompts, optimiser and schedule, sampler, live settings, the store writer) and what
-it carries from one step to the next (`StepState`: per-prompt statistics, the reuse cache, the running
-mean response length). Both go into a checkpoint; only `StepState` is plain data."""
+"""What a run is built from, once, before its first step (`Setup`: model, tokenizer, rollout backend and
+shape, task and its tokenised prompts, optimiser and schedule, sampler, the store writer) and what it
+carries from one step to the next (`StepState`: per-prompt statistics, the reuse cache, the running
+mean response length). What changes as the run goes is `workbench.engine.context.RunState`; both go
+into a checkpoint; only `StepState` is plain data."""
 
 from __future__ import annotations
 
@@ -22,7 +23,6 @@ from workbench.engine.checkpoint import checkpoint_dir
 from workbench.control.commands import control_limits
 from workbench.engine.control import LiveSettings
 from workbench.engine.sampler import PromptSampler
-from workbench.errors import StoreUnreachable
 from workbench.guards.config import guard_set
 from workbench.tasks import get_task
 from workbench.rollout.base import RolloutBackend
@@ -33,13 +33,41 @@ log = logging.getLogger(__name__)
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-    from workbench.engine.guards import RunGuards
     from workbench.engine.steplog import StepWriter
+    from workbench.rollout.shapes import Shape
 
 
-@dataclass
+@dataclass(frozen=True)
+class Prompts:
+    """The task's prompts as the loop uses them: the training prompts with their token ids, the
+    evaluation prompts, and the `prompts` rows the store gets with the first step."""
+
+    train: list[Prompt]
+    train_tok: list[list[int]]
+    """Token ids of each training prompt, in `train` order."""
+    index: dict[str, int]
+    """Prompt id -> index into `train`."""
+    eval: list[Prompt]
+    eval_tok: list[list[int]]
+    rows: list[dict[str, Any]]
+    """The `prompts` rows of the task (written with the first step)."""
+
+    @property
+    def train_ids(self) -> list[str]:
+        return [p.id for p in self.train]
+
+    @classmethod
+    def encode(cls, tokenizer: Any, train: list[Prompt], evals: list[Prompt], chat_template: bool) -> Prompts:
+        rows = [dict(prompt_id=p.id, split=p.split, level=p.level, text=p.text, answer=p.answer,
+                     metadata=p.metadata) for p in train + evals]
+        return cls(train=train, train_tok=encode_prompts(tokenizer, train, chat_template),
+                   index={p.id: i for i, p in enumerate(train)}, eval=evals,
+                   eval_tok=encode_prompts(tokenizer, evals, chat_template), rows=rows)
+
+
+@dataclass(frozen=True)
 class Setup:
-    """The parts of a run built once, before its first step."""
+    """What a run is built from, once, before its first step (nothing here is reassigned while it runs)."""
 
     cfg: RunConfig
     device: torch.device
@@ -47,38 +75,18 @@ class Setup:
     """The trainer's policy (the in-process backend samples from this same module)."""
     tokenizer: PreTrainedTokenizerBase
     backend: RolloutBackend
+    shape: Shape
+    """How a prompt's group is generated (`workbench.rollout.shapes`): the engine's one generate seam."""
     task: Task
-    train: list[Prompt]
-    train_tok: list[list[int]]
-    """Token ids of each training prompt, in `train` order."""
-    train_ids: list[str]
-    index: dict[str, int]
-    """Prompt id -> index into `train`."""
-    eval: list[Prompt]
-    eval_tok: list[list[int]]
+    prompts: Prompts
     pad_id: int
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
     sampler: PromptSampler
-    live: LiveSettings
-    """Settings a control command may change between steps (budget, allocator, temperature, ...)."""
     ckpt_dir: Path
     writer: StepWriter | None
-    prompt_rows: list[dict[str, Any]]
-    """The `prompts` rows of the task (written with the first step)."""
     ref_model: torch.nn.Module | None = None
     """A frozen copy of the initial policy, only when `algorithm.kl_coef` > 0."""
-    control_token: str | None = None
-    """The store's control signal at the last step-boundary poll (see `apply_controls`)."""
-    guards: RunGuards | None = None
-    """The run's guards as this process evaluates them (built by the first `guard_step`)."""
-    nonfinite_step: int | None = None
-    """The step whose update left weights that are not finite (None: they are finite); cleared when a
-    checkpoint is restored."""
-    nonfinite_metrics: dict[str, Any] = field(default_factory=dict)
-    """That step's `train/` metrics (what the error names)."""
-    shape: Any = None
-    """The rollout shape (`workbench.rollout.shapes`: speculative or tree); None: independent rollouts."""
 
 
 @dataclass
@@ -140,7 +148,7 @@ def _spread(prompts: list[Prompt], k: int) -> list[Prompt]:
     return [prompts[int(i * step)] for i in range(k)]
 
 
-def build_setup(cfg: RunConfig, *, store_dir: str | Path, run_id: str, store: Any = None,
+def build_setup(cfg: RunConfig, *, store_dir: str | Path, run_id: str,
                 writer: StepWriter | None = None) -> Setup:
     from workbench.models import load_model
     from workbench.models.sources import run_model_dir
@@ -174,6 +182,18 @@ def build_setup(cfg: RunConfig, *, store_dir: str | Path, run_id: str, store: An
     optimizer = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=o.betas, eps=o.eps,
                                   weight_decay=o.weight_decay, foreach=True)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg, cfg.steps * cfg.algorithm.updates_per_step))
+    return Setup(
+        cfg=cfg, device=device, model=model, tokenizer=tokenizer,
+        backend=backend_for_run(cfg, model, tokenizer, device, str(path)), shape=make_shape(cfg.rollout), task=task,
+        prompts=Prompts.encode(tokenizer, train, evals, cfg.model.chat_template), pad_id=int(pad_id),
+        optimizer=optimizer, scheduler=scheduler, sampler=PromptSampler(len(train), cfg.seed),
+        ckpt_dir=checkpoint_dir(store_dir, run_id), writer=writer, ref_model=ref,
+    )
+
+
+def live_settings(cfg: RunConfig, optimizer: torch.optim.Optimizer,
+                  scheduler: torch.optim.lr_scheduler.LRScheduler) -> LiveSettings:
+    """The settings a control command may change, as the config sets them before the first step."""
     live = LiveSettings(budget_kind=cfg.allocator.budget_kind, budget=cfg.allocator.budget,
                         allocator=make_allocator(cfg.allocator.name, dict(cfg.allocator.params), seed=cfg.seed),
                         temperature=cfg.sampling.temperature, eval_every=cfg.eval.every, seed=cfg.seed,
@@ -181,43 +201,5 @@ def build_setup(cfg: RunConfig, *, store_dir: str | Path, run_id: str, store: An
     live.guards = guard_set(cfg.guards)  # the defaults and the config's; `guard` commands change them
     live.bind_optimizer(optimizer, scheduler)  # `set_lr` changes the rate on both
     live.control_limits = control_limits(cfg.rollout)  # vLLM runs: only temperatures vLLM samples at
-    prompt_rows = [dict(prompt_id=p.id, split=p.split, level=p.level, text=p.text, answer=p.answer,
-                        metadata=p.metadata) for p in train + evals]
-    return Setup(
-        cfg=cfg, device=device, model=model, tokenizer=tokenizer, backend=backend_for_run(cfg, model, tokenizer, device, str(path)),
-        task=task, train=train, train_tok=encode_prompts(tokenizer, train, cfg.model.chat_template),
-        train_ids=[p.id for p in train],
-        index={p.id: i for i, p in enumerate(train)}, eval=evals,
-        eval_tok=encode_prompts(tokenizer, evals, cfg.model.chat_template), pad_id=int(pad_id),
-        optimizer=optimizer, scheduler=scheduler, sampler=PromptSampler(len(train), cfg.seed), live=live,
-        ckpt_dir=checkpoint_dir(store_dir, run_id), writer=writer, prompt_rows=prompt_rows, ref_model=ref,
-        shape=make_shape(cfg.rollout),
-    )
+    return live
 
-
-def apply_controls(s: Setup, store: Any, run_id: str, *, step: int, boundary: str) -> list[dict[str, Any]]:
-    """Apply pending live-control commands at a step or stage boundary.
-
-    The store's control signal (a token rewritten whenever a command is queued) is read first, and
-    `controls` is queried only when it changed since the last step-boundary poll — a query per
-    boundary cost ~90 ms, 15% of a default organism step. Stage boundaries leave the token unseen,
-    so step-boundary commands they skip are still picked up at the next step."""
-    from workbench.control.apply import apply_pending
-
-    token = store.control_signal(run_id)
-    if token is not None and token == s.control_token:
-        return []
-    writer = getattr(s, "writer", None)
-    # a pause may block here: every step handed over is committed first. While the store is
-    # unreachable its commands cannot be read anyway: the run goes on, its steps queue in the writer
-    if writer is not None and not writer.flush(through_outage=False):
-        return []
-    try:
-        outcomes = apply_pending(store, run_id, s.live, step=step, boundary=boundary)
-    except StoreUnreachable as exc:  # the next boundary reads them again
-        log.warning("step %d: the run's commands could not be read, the store is unreachable: %s", step, exc)
-        return []
-    if boundary == "step":
-        s.control_token = token
-    s.live.note_applied(outcomes)  # their ids go into the next checkpoint (see LiveSettings.plan_replay)
-    return outcomes

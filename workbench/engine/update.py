@@ -149,7 +149,7 @@ def _pack(s: Setup, r: Rollouts, rows: list[int]) -> tuple[GroupedBatch, float]:
     """The rows' prompts (each distinct one once) and responses, and their sampling temperature."""
     lengths = r.lengths[rows]
     width = int(lengths.max()) if len(rows) else 0
-    batch = group_sequences([s.train_tok[int(r.prompt[i])] for i in rows], r.tokens[rows, :width],
+    batch = group_sequences([s.prompts.train_tok[int(r.prompt[i])] for i in rows], r.tokens[rows, :width],
                             lengths, s.pad_id)
     return batch, float(r.temperature[rows[0]])
 

@@ -13,10 +13,13 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from workbench.errors import DataError
 from workbench.registry import Registry
+
+if TYPE_CHECKING:
+    from workbench.store.protocols import ImportStore
 
 
 @dataclass(frozen=True)
@@ -122,7 +125,7 @@ def import_options(fmt: str, flags: dict[str, str | None]) -> dict[str, Any]:
     return options
 
 
-def importer(store: Any, fmt: str, path: str | Path, *, name: str | None = None,
+def importer(store: ImportStore, fmt: str, path: str | Path, *, name: str | None = None,
              options: dict[str, Any] | None = None, skip_bad: bool = False) -> Any:
     """The `Importer` of `path` in format `fmt` into its run (created on first import)."""
     from workbench.integrations.common import Importer
@@ -130,7 +133,7 @@ def importer(store: Any, fmt: str, path: str | Path, *, name: str | None = None,
     return Importer(store, get_format(fmt), path, name=name, options=options, skip_bad=skip_bad)
 
 
-def import_path(store: Any, fmt: str, path: str | Path, *, name: str | None = None,
+def import_path(store: ImportStore, fmt: str, path: str | Path, *, name: str | None = None,
                 options: dict[str, Any] | None = None, skip_bad: bool = False) -> dict[str, Any]:
     """Import every step file of `path` not imported yet into its run (created on first import);
     returns the report (run_id, steps_imported, rollouts, skipped, parse_s, write_s, ...)."""

@@ -32,7 +32,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import polars as pl
 
@@ -42,6 +42,9 @@ from workbench.integrations.guards import ImportWatch
 # prompt_ids is read from here by the TRL modules
 from workbench.integrations.records import eval_rows, group_sizes, prompt_ids, train_record  # noqa: F401
 from workbench.store import StepRecord
+
+if TYPE_CHECKING:
+    from workbench.store.protocols import ImportStore
 
 BATCH_ROWS = 50_000
 """Rollouts per store transaction: whole steps are grouped until they reach this many rows."""
@@ -184,7 +187,7 @@ def text_column(frame: pl.DataFrame, name: str) -> pl.Series:
 
 # -- the imported run ------------------------------------------------------------------------------
 
-def find_run(store: Any, source: str, path: Path, name: str) -> str | None:
+def find_run(store: ImportStore, source: str, path: Path, name: str) -> str | None:
     """The run an earlier import of `path` in `source` format under `name` created, if any."""
     runs = store.runs_from(source, name)
     for run_id, config in runs.select("run_id", "config").iter_rows():
@@ -229,7 +232,7 @@ class Importer:
     """Imports the step files of one folder (or file) into one run; safe to run again (only files of
     steps the run does not hold yet are read)."""
 
-    def __init__(self, store: Any, fmt: Format, path: str | Path, *, name: str | None = None,
+    def __init__(self, store: ImportStore, fmt: Format, path: str | Path, *, name: str | None = None,
                  options: dict[str, Any] | None = None, skip_bad: bool = False,
                  batch_rows: int = BATCH_ROWS) -> None:
         self.store, self.fmt = store, fmt

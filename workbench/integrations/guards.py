@@ -6,10 +6,13 @@ run trains elsewhere."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.guards.config import guard_set
 from workbench.guards.watch import Watch, alert_row, metrics_map, rollout_rows
+
+if TYPE_CHECKING:
+    from workbench.store.protocols import RunStore
 
 OUTCOME = "alert only: the run is imported from another engine, which we cannot steer"
 
@@ -17,7 +20,7 @@ OUTCOME = "alert only: the run is imported from another engine, which we cannot 
 class ImportWatch:
     """The guards of one imported run (the default set, every action turned into an alert)."""
 
-    def __init__(self, store: Any, run_id: str, *, new_run: bool = False) -> None:
+    def __init__(self, store: RunStore, run_id: str, *, new_run: bool = False) -> None:
         self.store, self.run_id = store, run_id
         guards = {n: dataclasses.replace(g, action="alert", settings={}) for n, g in guard_set(()).items()}
         self.watch = Watch(guards)

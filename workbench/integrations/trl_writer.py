@@ -9,13 +9,16 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
 from workbench.errors import WorkbenchError
 from workbench.tasks.rewards import term_means, terms_array
+
+if TYPE_CHECKING:
+    from workbench.store.protocols import RunStore
 
 HEARTBEAT_S = 5.0
 """Seconds between the writer's heartbeats of a TRL run."""
@@ -58,7 +61,7 @@ class TrainStep:
 class StepWriter:
     """The background thread: builds each step's rows and commits queued steps together."""
 
-    def __init__(self, store: Any, run_id: str, static: dict[str, Any], heartbeat_s: float = HEARTBEAT_S) -> None:
+    def __init__(self, store: RunStore, run_id: str, static: dict[str, Any], heartbeat_s: float = HEARTBEAT_S) -> None:
         self.store, self.run_id, self.static, self.heartbeat_s = store, run_id, static, heartbeat_s
         self.error: BaseException | None = None
         self.steps_written = 0

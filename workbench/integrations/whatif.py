@@ -15,9 +15,10 @@ from typing import Any
 import polars as pl
 
 from workbench.errors import DataError
+from workbench.readers import RolloutReader
 
 
-def whatif_rows(store: Any, run_id: str, allocators: dict[str, dict[str, Any] | None] | None = None,
+def whatif_rows(store: RolloutReader, run_id: str, allocators: dict[str, dict[str, Any] | None] | None = None,
                 seed: int | None = None) -> dict[str, Any]:
     """{"logged": totals of the run itself, "replays": [totals per allocator], "note": ...}. `allocators`
     maps allocator name -> parameters (None: its defaults); default: the run's own allocator."""
@@ -41,7 +42,7 @@ def whatif_rows(store: Any, run_id: str, allocators: dict[str, dict[str, Any] | 
             "note": "the run logged no token lengths: tokens are unknown" if no_lengths else None}
 
 
-def whatif(store: Any, run_id: str, allocators: dict[str, dict[str, Any] | None] | None = None,
+def whatif(store: RolloutReader, run_id: str, allocators: dict[str, dict[str, Any] | None] | None = None,
            seed: int | None = None) -> pl.DataFrame:
     """One row per allocator (the run as logged first): rollouts, tokens, groups, informative groups,
     informative per 1,000 rollouts, zero-signal fraction, and the saving against the logged run."""

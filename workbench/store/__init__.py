@@ -10,9 +10,10 @@ engine writes while the dashboard, notebooks and CLI read. The ONLY package in t
 See docs/store.md for the tables and columns.
 """
 
+from workbench.store.handle import StoreHandle
 from workbench.store.records import StepRecord
 from workbench.store.schema import SCHEMA_VERSION, TABLES, arrow_schema
 from workbench.store.store import Store, check_read_only_sql, default_store_path, open_store
 
-__all__ = ["SCHEMA_VERSION", "TABLES", "StepRecord", "Store", "arrow_schema", "check_read_only_sql",
+__all__ = ["SCHEMA_VERSION", "TABLES", "StepRecord", "Store", "StoreHandle", "arrow_schema", "check_read_only_sql",
            "default_store_path", "open_store"]

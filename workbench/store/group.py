@@ -36,7 +36,7 @@ import math
 import os
 import threading
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import pyarrow as pa
 
@@ -44,6 +44,9 @@ from workbench.errors import StoreError, StoreUnreachable
 from workbench.store.records import StepRecord
 
 log = logging.getLogger(__name__)
+
+if TYPE_CHECKING:
+    from workbench.store.protocols import RunWriter
 
 
 def lower_thread_priority(nice: int) -> bool:
@@ -65,7 +68,7 @@ def record_rows(record: StepRecord) -> int:
 class GroupWriter:
     """Commits submitted steps on a background thread, in groups (see the module docstring)."""
 
-    def __init__(self, store: Any, *, commit_max_rows: int = 16384, commit_interval_s: float = 1.0,
+    def __init__(self, store: RunWriter, *, commit_max_rows: int = 16384, commit_interval_s: float = 1.0,
                  commit_spacing_s: float = 0.0, name: str = "store-writer", nice: int = 0,
                  max_queued_steps: int = 256, listener: Callable[[str, dict[str, Any]], None] | None = None) -> None:
         self.store = store

@@ -17,6 +17,7 @@ from workbench.store.connection import Lake, Location, hide_password, local_loca
 from workbench.store.objectstore import catalog_url, is_object_url, object_url
 from workbench.store.alerts import AlertsMixin
 from workbench.store.episode_reader import EpisodeReaderMixin
+from workbench.store.handle import StoreHandle
 from workbench.store.prompt_reader import PromptReaderMixin
 from workbench.store.reader import ReaderMixin
 from workbench.store.writer import WriterMixin
@@ -46,6 +47,9 @@ class Store(WriterMixin, ReaderMixin, PromptReaderMixin, EpisodeReaderMixin, Ale
     def __init__(self, location: Location, *, read_only: bool = False, threads: int | None = None,
                  upkeep_every: int = 0) -> None:
         self.location = location
+        self.handle = StoreHandle.of_location(location)
+        """Where this store is (`workbench.store.handle`): its spec, catalog and local folder; `StoreHandle.open`
+        sets the handle it opened."""
         self.read_only = read_only
         self.threads = threads
         self.upkeep_every = upkeep_every

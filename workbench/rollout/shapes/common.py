@@ -9,7 +9,7 @@ current policy's and the tokens a backend samples are always compared under the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -82,8 +82,36 @@ class Shaped:
     store (`SHAPE_COLUMNS`), and its figures for the step's metrics (`rollout/shape/...`)."""
 
     batch: GenerationBatch
-    columns: dict[str, np.ndarray]
+    columns: dict[str, np.ndarray] | None
+    """None: independent rows (the store's shape columns stay null)."""
     metrics: dict[str, float] = field(default_factory=dict)
+    version_end: np.ndarray | None = None
+    """[N] the policy version each row ended under (partial rollouts); None: the version it started at."""
+    segments: np.ndarray | None = None
+    """[N] how many weight versions each row was generated under (partial rollouts); None: one each."""
+
+
+class Shape(Protocol):
+    """How a prompt's group is generated: the engine's one generate seam (`make_shape`). Independent
+    sampling is a shape like the others; multi-turn episodes enter here next."""
+
+    name: str
+
+    def generate(self, model: torch.nn.Module, backend: Any, prompts: Sequence[Sequence[int]], keys: Sequence[int],
+                 sampling: SamplingParams, seeds: Sequence[int], version: int, pad_token_id: int) -> Shaped:
+        """One row per prompt (`keys`: each row's prompt index; rows sharing one form a group), sampled
+        under the current policy `model` at `version`, each row's stream seeded by `seeds`."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """What the shape carries between steps (checkpointed with the run)."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+    def take_metrics(self) -> dict[str, float]:
+        """The step's figures (`rollout/shape/...`), reset."""
+        ...
 
 
 SHAPE_COLUMNS = ("shape", "draft_mode", "reused_tokens", "draft_tokens", "draft_rejected_at", "parent_idx",
