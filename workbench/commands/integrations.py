@@ -67,7 +67,7 @@ def import_cmd(
                                                "seconds without a new step (0: never).")] = 0.0,
     as_json: JsonOpt = False,
 ) -> None:
-    """Import a verl, TRL or NeMo-RL rollout dump (or any JSONL/Parquet through --map) as a run; run it
+    """Import a verl, TRL, NeMo-RL or prime-rl rollout dump (or any JSONL/Parquet through --map) as a run; run it
     again (or --follow) to add only new steps."""
     from workbench.integrations import import_options, importer
     from workbench.store import open_store

@@ -1,4 +1,4 @@
-"""Other engines' runs in: importers of verl, TRL and NeMo-RL rollout dumps and of any JSONL/Parquet
+"""Other engines' runs in: importers of verl, TRL, NeMo-RL and prime-rl rollout dumps and of any JSONL/Parquet
 file through a field map (see docs/import.md), and `--follow` for a run that is training now.
 
     from workbench.integrations import import_path
@@ -95,6 +95,7 @@ FORMATS.add("verl", FormatEntry("verl", "the trainer.rollout_data_dir folder",
 FORMATS.add("trl", FormatEntry("trl_files", "the output_dir or its completions/ folder",
                           ("reward_weights", "tokenizer", "correct_if")))
 FORMATS.add("nemo-rl", FormatEntry("nemo_rl", "the logger's folder"))
+FORMATS.add("prime-rl", FormatEntry("prime_rl", "the run's output folder (holding rollouts/ and metrics.jsonl)"))
 FORMATS.add("jsonl", FormatEntry("jsonl", "a file or folder", ("map", "tokenizer", "correct_if"), required=("map",)))
 
 

@@ -24,19 +24,24 @@ How a line is split (`split_messages`): the number of generated turns T is the n
 before them the prompt (a prompt that holds earlier assistant messages keeps them: they were not
 generated, mask 0). The response is the assistant turns (their texts joined; their tokens the
 mask-1 positions below `input_lengths`, with their `generation_logprobs`); the observations are
-stored apart (`rollouts.observations`). Validation lines carry roles: the prompt is the messages
+stored apart (`rollouts.observations`), and the sample is also stored as an episode
+(`message_log_episode`): the prompt, each assistant turn and each observation (role `tool`) with their
+tokens cut at the loss mask's runs, so the turns' tokens laid end to end are the logged `token_ids`
+up to `input_lengths`. Validation lines carry roles: the prompt is the messages
 before the first assistant message. The batch is `repeat_interleave`d by `num_generations_per_prompt`,
 so rows with the same prompt text in one file are one group.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
+from workbench.episodes import Episode, Turn, episode_rows
 from workbench.errors import DataError
 from workbench.integrations.common import Problems, StepFile, ends_with_newline, kind_ok, read_json_lines
 
@@ -153,7 +158,40 @@ def _row(obj: dict[str, Any], where: str, problems: Problems) -> dict[str, Any] 
     row.update(prompt=prompt, response="".join(responses))
     if observations:
         row["observations"] = observations
+    if turns and len(responses) == turns:
+        ep = message_log_episode(prompt, responses, observations, ids, mask, length if length is not None else len(ids),
+                                 _one(obj, "generation_logprobs"))
+        if ep is not None:
+            turn_rows, call_rows = episode_rows(ep)
+            row.update(episode=json.dumps([turn_rows, call_rows]), **ep.summary())
     return row
+
+
+def message_log_episode(prompt: str, responses: list[str], observations: list[str], ids: list[Any],
+                        mask: list[Any], length: int, logprobs: Any) -> Episode | None:
+    """A training sample's message log as an Episode: the prompt as a user turn (the tokens before the
+    first generated one), then per turn the assistant message (a run of loss-mask 1: its tokens and
+    generation log-probs) and the environment's observation as a tool turn (the mask-0 tokens up to the
+    next run, or to `input_lengths`). None when the texts and the mask's runs do not pair up."""
+    runs: list[list[int]] = []
+    for i in range(length):
+        if mask[i] and (i == 0 or not mask[i - 1]):
+            runs.append([i, i + 1])
+        elif mask[i]:
+            runs[-1][1] = i + 1
+    if len(runs) != len(responses) or len(observations) not in (len(runs), len(runs) - 1):
+        return None
+    ends = [r[0] for r in runs[1:]] + [length]
+    if len(observations) < len(runs) and runs[-1][1] != length:
+        return None
+    lp = logprobs if isinstance(logprobs, list) and len(logprobs) >= length else None
+    turns = [Turn("user", prompt, token_ids=[int(t) for t in ids[:runs[0][0]]])]
+    for k, ((a, b), end) in enumerate(zip(runs, ends)):
+        turns.append(Turn("assistant", responses[k], token_ids=[int(t) for t in ids[a:b]],
+                          logprobs=None if lp is None else [float(x) for x in lp[a:b]]))
+        if k < len(observations):
+            turns.append(Turn("tool", observations[k], token_ids=[int(t) for t in ids[b:end]]))
+    return Episode(turns)
 
 
 def _tokens(row: dict[str, Any], obj: dict[str, Any], ids: Any, mask: Any, length: Any, where: str,
@@ -194,7 +232,8 @@ def read(f: StepFile, problems: Problems, options: dict[str, Any]) -> pl.DataFra
         return pl.DataFrame()
     schema: dict[str, Any] = {"prompt": pl.Utf8, "response": pl.Utf8, "reward": pl.Float64}
     optional = {"advantage": pl.Float64, "length": pl.Int64, "token_ids": pl.List(pl.Int64),
-                "token_logprobs": pl.List(pl.Float64), "observations": pl.List(pl.Utf8)}
+                "token_logprobs": pl.List(pl.Float64), "observations": pl.List(pl.Utf8), "episode": pl.Utf8,
+                "turns": pl.Int32, "tool_calls": pl.Int32, "tool_errors": pl.Int32, "tool_tokens": pl.Int32}
     schema.update({k: t for k, t in optional.items() if any(k in r for r in rows)})
     frame = pl.DataFrame([{k: r.get(k) for k in schema} for r in rows], schema=schema)
     return frame.with_columns(step=pl.lit(f.step, pl.Int64))

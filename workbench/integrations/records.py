@@ -5,6 +5,7 @@ per-row Python). Input: the normalised frame of `workbench.integrations.common` 
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
 import polars as pl
@@ -12,6 +13,12 @@ import polars as pl
 from workbench.correctness import DEFAULT, Rule, with_correct
 from workbench.store import StepRecord
 from workbench.tasks.rewards import frame_terms, term_means, terms_array
+
+
+EPISODE_COUNTS = ("turns", "tool_calls", "tool_errors", "tool_tokens")
+"""Columns of an episode-carrying frame copied into `rollouts` (`Episode.summary()`)."""
+LOGGED = "metric/"
+"""Prefix of a frame column holding a step metric the trainer logged (one value per step file)."""
 
 
 def prompt_ids(texts: pl.Series) -> pl.Series:
@@ -96,6 +103,7 @@ def rollout_table(frame: pl.DataFrame) -> Any:
     if "token_logprobs" in frame.columns:
         cols += [pl.col("token_logprobs").cast(pl.List(pl.Float32)),
                  pl.col("token_logprobs").list.sum().cast(pl.Float32).alias("logprob_sum")]
+    cols += [pl.col(c).cast(pl.Int32) for c in EPISODE_COUNTS if c in frame.columns]
     table = frame.select(cols).to_arrow()
     terms = frame_terms(frame)
     return table.append_column("reward_terms", terms_array(terms, frame.height)) if terms else table
@@ -129,8 +137,29 @@ def train_record(run_id: str, step: int, frame: pl.DataFrame, source: str,
         pl.lit(f"logged by {source}").alias("reason"), pl.lit("rollouts").alias("budget_kind"),
         pl.lit(n, pl.Int64).alias("budget"), pl.lit(0, pl.Int64).alias("budget_left"),
         pl.lit(True).alias("used_in_update")).to_dicts()
-    return StepRecord(run_id, step, metrics=step_metrics(frame, groups, source), rollouts=rollout_table(frame),
-                      allocations=allocs, prompts=prompt_rows(frame, "train", known))
+    metrics = step_metrics(frame, groups, source)
+    logged = [c for c in frame.columns if c.startswith(LOGGED)]
+    metrics.update({c[len(LOGGED):]: frame[c][0] for c in logged})
+    turns, calls = episode_tables(frame)
+    return StepRecord(run_id, step, metrics=metrics, rollouts=rollout_table(frame.drop(logged)),
+                      allocations=allocs, prompts=prompt_rows(frame, "train", known), turns=turns, tool_calls=calls)
+
+
+def episode_tables(frame: pl.DataFrame) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The `turns` and `tool_calls` rows of a frame whose `episode` column holds each rollout's
+    `episode_rows` as JSON ([turn rows, call rows]), keyed by the rollout's stage, prompt_id and idx."""
+    if "episode" not in frame.columns:
+        return [], []
+    turns: list[dict[str, Any]] = []
+    calls: list[dict[str, Any]] = []
+    for pid, idx, text in frame.select("prompt_id", "idx", "episode").iter_rows():
+        if text is None:
+            continue
+        key = {"stage": 0, "prompt_id": pid, "idx": int(idx)}
+        t, c = json.loads(text)
+        turns += [{**key, **row} for row in t]
+        calls += [{**key, **row} for row in c]
+    return turns, calls
 
 
 def eval_rows(frame: pl.DataFrame, known: set[str] | None = None,
