@@ -148,3 +148,21 @@ def pytest_xdist_make_scheduler(config, log):
             return SHARED_WORKER.get(path, path)
 
     return FileOrGroup(config, log)
+
+
+SLOW_S = 5.0
+"""A test that took longer than this in the last whole run (`tests/durations.json`, written by
+`dev/durations.py` from a `--durations=0` report) is marked `slow`: the fast tier (`bash dev/test.sh -m
+"not slow"`) leaves it out; `make test` and CI run every test."""
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark `slow` every test the last whole run measured over SLOW_S seconds (setup, call and teardown),
+    beside those marked `slow` in their files."""
+    import json
+
+    path = Path(__file__).with_name("durations.json")
+    measured = json.loads(path.read_text()) if path.is_file() else {}
+    for item in items:
+        if measured.get(item.nodeid, 0.0) > SLOW_S:
+            item.add_marker(pytest.mark.slow)
