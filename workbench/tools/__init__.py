@@ -19,8 +19,8 @@ from workbench.tools.base import (ERROR_KINDS, TOOLS, Tool, ToolError, ToolFailu
 from workbench.tools.config import ToolsConfig, load_tools_config
 from workbench.tools.parsers import SYNTAXES, ParsedCall, Syntax, parse, stop_strings
 from workbench.tools.sandbox import Sandbox, run_calls
-from workbench.tools.turns import Turn, run_round
+from workbench.tools.turns import CallOutcome, run_round
 
 __all__ = ["ERROR_KINDS", "SYNTAXES", "TOOLS", "ParsedCall", "Sandbox", "Syntax", "Tool", "ToolError", "ToolFailure",
-           "ToolLimits", "ToolResult", "ToolsConfig", "Turn", "call_limits", "get_tool", "load_tools_config", "parse",
+           "ToolLimits", "ToolResult", "ToolsConfig", "CallOutcome", "call_limits", "get_tool", "load_tools_config", "parse",
            "register_tool", "run_calls", "run_round", "stop_strings", "tool_names", "tool_specs"]

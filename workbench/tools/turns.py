@@ -29,7 +29,7 @@ from workbench.tools.sandbox import Sandbox
 
 
 @dataclass(frozen=True)
-class Turn:
+class CallOutcome:
     """What one row gets after its text stopped."""
 
     parsed: ParsedCall
@@ -39,25 +39,25 @@ class Turn:
     """Whether the episode goes on (decoding resumes after the result)."""
 
 
-def run_round(box: Sandbox, texts: Sequence[str], calls_made: Sequence[int], config: ToolsConfig) -> list[Turn]:
-    """Each row's Turn (module docstring); the calls that run, run at once."""
+def run_round(box: Sandbox, texts: Sequence[str], calls_made: Sequence[int], config: ToolsConfig) -> list[CallOutcome]:
+    """Each row's CallOutcome (module docstring); the calls that run, run at once."""
     if len(texts) != len(calls_made):
         raise ValueError(f"run_round: {len(texts)} texts but {len(calls_made)} call counts")
     cut = config.limits.max_result_chars
     parsed = [parse(text, config.syntax, config.enabled) for text in texts]
-    turns: list[Turn | None] = [None] * len(texts)
+    turns: list[CallOutcome | None] = [None] * len(texts)
     runnable = []
     for row, (p, made) in enumerate(zip(parsed, calls_made)):
         if p.kind == "none":
-            turns[row] = Turn(p, None, False)
+            turns[row] = CallOutcome(p, None, False)
         elif made >= config.max_calls:
-            turns[row] = Turn(p, ToolResult.failure("too_many_calls", f"no more tool calls: this episode made "
+            turns[row] = CallOutcome(p, ToolResult.failure("too_many_calls", f"no more tool calls: this episode made "
                                                     f"its {config.max_calls}", max_chars=cut), False)
         elif p.kind != "call":
-            turns[row] = Turn(p, p.failure(cut), True)
+            turns[row] = CallOutcome(p, p.failure(cut), True)
         else:
             runnable.append(row)
     futures = [box.submit(parsed[row].name or "", parsed[row].arguments, config.limits) for row in runnable]
     for row, future in zip(runnable, futures):
-        turns[row] = Turn(parsed[row], box.wait(future, config.limits), True)
+        turns[row] = CallOutcome(parsed[row], box.wait(future, config.limits), True)
     return [t for t in turns if t is not None]
