@@ -62,7 +62,8 @@ from workbench.algorithms import get_advantage
 from workbench.allocators.base import PromptStats
 from workbench.config import RunConfig
 from workbench.engine.batch import Batch
-from workbench.engine.checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from workbench.engine.checkpoint import (latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, save_weights,
+                                        set_rng_state)
 from workbench.engine.evaluate import evaluate
 from workbench.engine.guards import guard_step
 from workbench.engine.producer import Producer, make_producer
@@ -179,6 +180,8 @@ def _steps(s: Setup, state: StepState, producer: Producer, cfg: RunConfig, store
                 or step == cfg.steps or step == stop_after:
             s.live.checkpoint_requested = False
             _checkpoint(s, state, producer, store, run_id, step)
+        if cfg.checkpoint.weights_every and step % cfg.checkpoint.weights_every == 0:
+            save_weights(s.ckpt_dir, step, s.model.state_dict())  # for the Playground; never resumed from
         if step == stop_after:
             return "stopped"
     return "finished"
