@@ -15,27 +15,10 @@ import pytest
 import torch
 
 from workbench.errors import ConfigError, DataError
-from workbench.playground.sample import (Limits, SampleRequest, available_steps, load_policy, run_config, sample,
-                                         sample_run)
+from workbench.playground.sample import Limits, SampleRequest, available_steps, sample, sample_run
 from workbench.store import open_store
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def trained(new_store, tiny_config, tmp_path_factory):
-    """(store dir, run id) of a finished tiny run with checkpoints at steps 2 and 4 and snapshots 1-4."""
-    from workbench.engine import run
-
-    root = new_store(tmp_path_factory.mktemp("playground") / "store")
-    cfg = tiny_config(steps=4, eval__every=0, checkpoint__every=2, checkpoint__keep=5, checkpoint__weights_every=1)
-    return root, run(cfg, store=str(root))
-
-
-def _policy(root, rid, step):
-    with open_store(str(root), read_only=True) as st:
-        cfg = run_config(st.run(rid))
-    return load_policy(root, rid, cfg, step)
 
 
 def _cli(root: Path, *args: str) -> subprocess.CompletedProcess:
@@ -56,9 +39,9 @@ def test_checkpoints_and_snapshots_are_listed_and_snapshots_hold_the_checkpoints
     assert (folder / "weights-000002.pt").stat().st_size < (folder / "step-000002.pt").stat().st_size / 2
 
 
-def test_the_command_line_and_the_library_draw_the_same_tokens(trained):
+def test_the_command_line_and_the_library_draw_the_same_tokens(trained, policy_at):
     root, rid = trained
-    policy = _policy(root, rid, 2)
+    policy = policy_at(2)
     pid = policy.task.train_prompts()[0].id
     lib = sample(policy, SampleRequest(rid, 2, prompt_id=pid, n=8, seed=5))
     done = _cli(root, rid, "--checkpoint", "2", "--prompt-id", pid, "-n", "8", "--seed", "5", "--json")
@@ -78,13 +61,13 @@ def test_the_command_line_and_the_library_draw_the_same_tokens(trained):
     assert set(lib["pass_at_k"]) == {"1", "2", "4", "8"}
 
 
-def test_a_weights_only_snapshot_samples_like_its_full_checkpoint(trained):
+def test_a_weights_only_snapshot_samples_like_its_full_checkpoint(trained, policy_at):
     root, rid = trained
     folder = root / "runs" / rid / "checkpoints"
     pid = None
     out = {}
     for step in (1, 2):
-        policy = _policy(root, rid, step)
+        policy = policy_at(step)
         pid = pid or policy.task.train_prompts()[1].id
         out[step] = sample(policy, SampleRequest(rid, step, prompt_id=pid, n=4, seed=1))
     assert out[1]["source"] == "weights-000001.pt"
@@ -111,7 +94,7 @@ def _stratified_p(a: dict, b: dict, rounds: int = 2000) -> float:
     return (more + 1) / (rounds + 1)
 
 
-def test_a_checkpoints_samples_are_distributed_as_the_runs_rollouts_from_its_weights(trained):
+def test_a_checkpoints_samples_are_distributed_as_the_runs_rollouts_from_its_weights(trained, policy_at):
     """Checkpoint 2 holds the weights that sampled step 3's rollouts: 64 samples per prompt of step 3
     against the run's own 4 per prompt, mean reward compared within prompts (a two-sample permutation
     test, false alarm 1 in 1,000). The same test tells samples at another temperature apart."""
@@ -120,7 +103,7 @@ def test_a_checkpoints_samples_are_distributed_as_the_runs_rollouts_from_its_wei
         logged = st.rollouts(rid, limit=1000, step_min=3, step_max=3, columns=["prompt_id", "reward"])
     assert logged.height == 32  # the synchronous loop: step 3 sampled from the weights step 2 left
     prompts = sorted(set(logged["prompt_id"].to_list()))
-    policy = _policy(root, rid, 2)
+    policy = policy_at(2)
 
     def draw(temperature=None):
         import polars as pl
@@ -137,16 +120,16 @@ def test_a_checkpoints_samples_are_distributed_as_the_runs_rollouts_from_its_wei
     assert _stratified_p(hot, run_rows) <= 1e-3
 
 
-def test_an_absent_checkpoint_is_one_line_naming_the_steps_there_are(trained):
+def test_an_absent_checkpoint_is_one_line_naming_the_steps_there_are(trained, policy_at):
     root, rid = trained
     with pytest.raises(DataError, match=r"checkpoint: run .* has no checkpoint of step 99 \(it has: 0 .*1, 2, 3, 4\)"):
-        _policy(root, rid, 99)
+        policy_at(99)
     done = _cli(root, rid, "--checkpoint", "99", "--prompt", "1+1=")
     assert done.returncode == 1 and done.stderr.strip().count("\n") == 0
     assert "no checkpoint of step 99" in done.stderr
 
 
-def test_a_corrupt_checkpoint_is_one_line_and_the_runs_files_are_untouched(trained):
+def test_a_corrupt_checkpoint_is_one_line_and_the_runs_files_are_untouched(trained, policy_at):
     root, rid = trained
     folder = root / "runs" / rid / "checkpoints"
     bad, empty = folder / "weights-000077.pt", folder / "weights-000078.pt"
@@ -155,9 +138,9 @@ def test_a_corrupt_checkpoint_is_one_line_and_the_runs_files_are_untouched(train
     before = sorted(p.name for p in folder.iterdir())
     try:
         with pytest.raises(DataError, match="checkpoint: weights-000077.pt is corrupt or not a checkpoint"):
-            _policy(root, rid, 77)
+            policy_at(77)
         with pytest.raises(DataError, match="checkpoint: weights-000078.pt holds no model weights"):
-            _policy(root, rid, 78)
+            policy_at(78)
         done = _cli(root, rid, "--checkpoint", "77", "--prompt", "1+1=")
         assert done.returncode == 1 and "corrupt" in done.stderr and done.stderr.strip().count("\n") == 0
         assert sorted(p.name for p in folder.iterdir()) == before
@@ -187,9 +170,9 @@ def test_a_one_megabyte_prompt_is_refused(tmp_path):
         SampleRequest("r", prompt=big.read_text()).check(Limits())
 
 
-def test_the_seconds_limit_stops_the_decoding(trained):
+def test_the_seconds_limit_stops_the_decoding(trained, policy_at):
     root, rid = trained
-    policy = _policy(root, rid, 0)
+    policy = policy_at(0)
     with pytest.raises(Exception, match="sampling stopped: over the limit of 0 s per request"):
         sample(policy, SampleRequest(rid, 0, prompt="1+1=", n=4), Limits(max_seconds=0.0))
     with pytest.raises(Exception, match="sampling stopped: cancelled"):

@@ -276,6 +276,8 @@ def sample(policy: Policy, request: SampleRequest, limits: Limits = Limits(), *,
         return bool(why)
 
     start = time.monotonic()
+    if cancelled is not None and cancelled():  # cancelled while the model was loading
+        raise WorkbenchError(f"sampling stopped: cancelled (run {policy.run_id!r}, checkpoint {policy.step})")
     batch = policy.backend.generate([ids] * request.n, sampling, seeds=[group_seed(request.seed)] * request.n,
                                     interrupt=interrupt)
     if batch.cut is not None or why:
