@@ -108,6 +108,11 @@ class Worker:
         with self._lock:
             return dict(self._states.get(rid) or {"id": rid, "state": "unknown"})
 
+    def finished(self) -> list[dict[str, Any]]:
+        """Every request served so far (state "done"), in the order submitted, with its result."""
+        with self._lock:
+            return [dict(s) for s in self._states.values() if s.get("state") == "done"]
+
     def cancel(self, rid: str) -> None:
         self._send({"op": "cancel", "id": rid})
 
