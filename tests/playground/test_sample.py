@@ -61,17 +61,15 @@ def test_the_command_line_and_the_library_draw_the_same_tokens(trained, policy_a
     assert set(lib["pass_at_k"]) == {"1", "2", "4", "8"}
 
 
-def test_a_weights_only_snapshot_samples_like_its_full_checkpoint(trained, policy_at):
+def test_a_step_with_only_a_snapshot_is_sampled_from_it(trained, policy_at):
     root, rid = trained
     folder = root / "runs" / rid / "checkpoints"
-    pid = None
-    out = {}
-    for step in (1, 2):
-        policy = policy_at(step)
-        pid = pid or policy.task.train_prompts()[1].id
-        out[step] = sample(policy, SampleRequest(rid, step, prompt_id=pid, n=4, seed=1))
-    assert out[1]["source"] == "weights-000001.pt"
     assert not (folder / "step-000001.pt").exists()
+    policy = policy_at(1)
+    out = sample(policy, SampleRequest(rid, 1, prompt_id=policy.task.train_prompts()[1].id, n=4, seed=1))
+    assert out["source"] == "weights-000001.pt" and len(out["samples"]) == 4
+    light = torch.load(folder / "weights-000001.pt", map_location="cpu", weights_only=True)["model"]
+    assert all(torch.equal(v, light[k]) for k, v in policy.model.state_dict().items())
 
 
 def _rates(frame, prompts):
@@ -184,3 +182,21 @@ def test_sample_run_reads_the_run_from_the_store(trained):
     with open_store(str(root), read_only=True) as st:
         out = sample_run(st, root, SampleRequest(rid, 4, prompt="1+1=", answer="2", n=2, max_new_tokens=3))
     assert out["checkpoint"] == 4 and out["answer"] == "2" and all(s["length"] <= 3 for s in out["samples"])
+
+
+def test_a_rollback_sets_aside_the_abandoned_steps_snapshots_with_their_checkpoints(tmp_path):
+    from workbench.engine.checkpoint import checkpoint_steps, save_checkpoint, save_weights, set_aside, weights_steps
+
+    for step in (1, 2, 3, 4):
+        save_weights(tmp_path, step, {"w": torch.zeros(1)})
+    save_checkpoint(tmp_path, 2, {"model": {}}, keep=5)
+    save_checkpoint(tmp_path, 4, {"model": {}}, keep=5)
+    moved = set_aside(tmp_path, 2, "attempt-1")
+    assert weights_steps(tmp_path) == [1, 2] and checkpoint_steps(tmp_path) == [2]
+    assert sorted(p.name for p in moved) == ["step-000004.pt", "weights-000003.pt", "weights-000004.pt"]
+    assert weights_steps(tmp_path / "attempt-1") == [3, 4]
+
+
+def test_weights_every_is_checked_by_name(tiny_config):
+    with pytest.raises(ConfigError, match="checkpoint.weights_every"):
+        tiny_config(checkpoint__weights_every=-1)
