@@ -87,7 +87,8 @@ components.write_url_view(PAGE, run_id, step_range, {
     "prompt": prompt.strip() or None, "verdict": None if verdict in (None, "any") else verdict,
     **{k: filters[k] for k in ("reward_min", "reward_max", "length_min", "length_max", "entropy_min", "entropy_max")},
 }, keep=("alert",))
-with st.expander("distributions of these steps (click a bar: its rollouts)", expanded=False):
+# off by default: the histograms read the step range's rollouts (the page's time target stands without them)
+if st.toggle("distributions of these steps (click a bar: its rollouts)", key=f"{PAGE}_hists"):
     values = data.rollout_values(run_id, step_range[0], step_range[1])
     for col, (name, (column, kind)) in zip(st.columns(len(drill.BINNED)), drill.BINNED.items()):
         event = col.plotly_chart(drill.bin_chart(drill.bins(values[column].to_list(), kind), name, x=column),

@@ -104,3 +104,20 @@ def test_a_histogram_bar_becomes_the_filter_and_the_url(lake, monkeypatch):
         "length_min": "1", "length_max": "2", "entropy_min": None, "entropy_max": None}.items())))
     reopened = _rollouts(lake, monkeypatch, **drill.encode(ids[0], (3, 3), {"length_min": 1, "length_max": 2}))
     assert reopened.text[0].value == at.text[0].value  # the URL written reopens the same view
+
+
+def test_the_histograms_count_the_step_ranges_rollouts(lake, monkeypatch):
+    import json
+
+    path, ids = lake
+    at = _rollouts(lake, monkeypatch, run=ids[0], step="3")
+    assert not at.get("plotly_chart")  # off by default: no read the page did not make before
+    at.toggle(key="rollouts_hists").set_value(True).run()
+    assert not at.exception
+    charts = at.get("plotly_chart")
+    assert len(charts) == 3
+    with open_store(path) as store:
+        n = store.count_rollouts(ids[0], step_min=3, step_max=3)
+    for chart in charts:
+        bars = json.loads(chart.proto.spec)["data"][0]
+        assert sum(bars["y"]) == n and len(bars["customdata"]) == len(bars["y"])
