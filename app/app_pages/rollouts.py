@@ -83,10 +83,11 @@ filters = {
 if alert:
     only = st.checkbox(f"only the rollouts behind alert {alert}", value=True, key=f"{PAGE}_alert")
     filters = {"alert_id": alert} if only else filters
-components.write_url_view(PAGE, run_id, step_range, {
-    "prompt": prompt.strip() or None, "verdict": None if verdict in (None, "any") else verdict,
-    **{k: filters[k] for k in ("reward_min", "reward_max", "length_min", "length_max", "entropy_min", "entropy_max")},
-}, keep=("alert",))
+components.write_url_view(PAGE, run_id, step_range, dict(  # the widgets' view (an alert's filter aside)
+    prompt=prompt.strip() or None, verdict=None if verdict in (None, "any") else verdict, reward_min=reward_min,
+    reward_max=reward_max, length_min=None if length_min is None else int(length_min),
+    length_max=None if length_max is None else int(length_max), entropy_min=entropy_min, entropy_max=entropy_max,
+), keep=("alert",))
 # off by default: the histograms read the step range's rollouts (the page's time target stands without them)
 if st.toggle("distributions of these steps (click a bar: its rollouts)", key=f"{PAGE}_hists"):
     values = data.rollout_values(run_id, step_range[0], step_range[1])

@@ -121,3 +121,12 @@ def test_the_histograms_count_the_step_ranges_rollouts(lake, monkeypatch):
     for chart in charts:
         bars = json.loads(chart.proto.spec)["data"][0]
         assert sum(bars["y"]) == n and len(bars["customdata"]) == len(bars["y"])
+
+
+def test_an_alerts_link_keeps_its_alert_and_writes_the_widgets_view(lake, monkeypatch):
+    """The Alerts page's link (`?run=&steps=a-b&alert=ID`): the page filters on the alert alone, and the
+    URL it writes keeps the alert beside the widgets' view (an alert's filter has no reward bounds)."""
+    path, ids = lake
+    at = _rollouts(lake, monkeypatch, run=ids[0], steps="1-2", alert="no-such-alert")
+    assert at.text[0].value.startswith("0 rollouts match") and "alert no-such-alert" in at.text[0].value
+    assert at.slider(key="rollouts_steps").value == (1, 2)

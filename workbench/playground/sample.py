@@ -140,10 +140,9 @@ def weights_path(store_dir: str | Path, run_id: str, step: int) -> Path:
         if path.is_file():
             return path
     have = sorted(set(checkpoint_steps(folder)) | set(weights_steps(folder)))
-    listed = ", ".join(map(str, have)) if have else "none"
+    listed = ", ".join(map(str, have)) if have else "no checkpoint yet"
     raise DataError(f"checkpoint: run {run_id!r} has no checkpoint of step {step} (it has: 0 (the initial "
-                    f"model), {listed})" if have else f"checkpoint: run {run_id!r} has no checkpoint of step "
-                    f"{step} (it has none; 0 is the initial model)")
+                    f"model), {listed})")
 
 
 def available_steps(store_dir: str | Path, run_id: str) -> list[int]:
