@@ -50,3 +50,28 @@ def summary(result: dict[str, Any]) -> str:
         return (f"{result['n']} samples in {result['seconds']:.2f} s from {result['source']} "
                 "(no reference answer: no verdicts)")
     return f"{result['correct']}/{result['n']} correct in {result['seconds']:.2f} s · weights: {result['source']}"
+
+
+def checkpoints_from_url(params: dict[str, str], ckpts: list[int]) -> list[int]:
+    """The checkpoints a URL asks for, among `ckpts`: `ckpts=2,4` as written by the page, else `step=N`
+    (a rollout of step N: the checkpoint before it, which sampled it), else the latest; at most three."""
+    try:
+        if params.get("ckpts"):
+            return [s for s in (int(x) for x in params["ckpts"].split(",") if x) if s in ckpts][:3]
+        if params.get("step"):
+            near = [s for s in ckpts if s < int(params["step"])] or ckpts[:1]
+            return near[-1:]
+    except ValueError:
+        pass
+    return ckpts[-1:]
+
+
+def url_of(run_id: str, ckpts: list[int], initial: bool, prompt_id: str | None) -> dict[str, str]:
+    """The Playground's view as URL query parameters (a typed prompt's text stays out of the URL)."""
+    out = {"run": run_id, "ckpts": ",".join(str(int(s)) for s in sorted(ckpts))}
+    if initial:
+        out["initial"] = "1"
+    if prompt_id:
+        out["prompt"] = str(prompt_id)
+    return out
+

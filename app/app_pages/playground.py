@@ -27,19 +27,17 @@ if components.source_of(run_id) is not None:
 
 steps = pg.steps(run_id)
 ckpts = [s for s in steps if s > 0]
-try:  # ?step=N (from the Rollouts page): the checkpoint that sampled that step, when there is one
-    wanted = int(st.query_params.get("step", ""))
-    near = [s for s in ckpts if s < wanted] or ckpts[:1]
-    default = near[-1:] if near else []
-except ValueError:
-    default = ckpts[-1:]
+# the view in the URL: ?ckpts=2,4&initial=1 (what this page writes), or ?step=N from a rollout of step N (the
+# checkpoint that sampled it); a link reopens it
+default = view.checkpoints_from_url(dict(st.query_params), ckpts)
 
 with st.container(border=True):
     c1, c2 = st.columns([3, 1])
     chosen = c1.multiselect("checkpoints (up to three)", ckpts, default=default, max_selections=3,
                             key=f"{PAGE}_ckpts", help="Full checkpoints and weights-only snapshots "
                             "(`checkpoint.weights_every`) of this run.")
-    initial = c2.checkbox("the initial model", value=not ckpts, key=f"{PAGE}_initial")
+    initial = c2.checkbox("the initial model", value=not ckpts or st.query_params.get("initial") == "1",
+                          key=f"{PAGE}_initial")
     if not ckpts:
         c1.caption("This run has no checkpoint yet: only its initial model can be sampled.")
     prompts = data.prompts(run_id)
@@ -78,6 +76,9 @@ with st.container(border=True):
     go = b1.button("Sample", type="primary", key=f"{PAGE}_go", disabled=not access.can_control())
     stop = b2.button("Cancel", key=f"{PAGE}_cancel", disabled=not st.session_state.get(BATCH))
 
+wanted_url = view.url_of(run_id, chosen, initial, prompt_id)
+if st.query_params.to_dict() != wanted_url:
+    st.query_params.from_dict(wanted_url)
 if stop and st.session_state.get(BATCH):
     pg.cancel(st.session_state[BATCH])
 if go and access.allowed(PAGE, "sampling", run_id):

@@ -49,11 +49,10 @@ def test_from_a_curve_to_the_playground(served, browser):
     rollouts_url = page.url
 
     page.get_by_text("sample it in the Playground").first.click()
-    page.wait_for_url(re.compile(r".*/playground\?.*step=3.*"), timeout=120_000)
+    page.wait_for_url(re.compile(r".*/playground\?.*(step=3|ckpts=2).*"), timeout=120_000)
     page.get_by_role("button", name="Sample").wait_for(timeout=120_000)
     _settled(page)
     assert page.locator("[data-testid='stMultiSelect']").first.inner_text().count("2") >= 1  # checkpoint 2
-    playground_url = page.url
     page.get_by_text("the initial model").click()
     _settled(page)
     page.get_by_role("button", name="Sample").click()
@@ -66,11 +65,14 @@ def test_from_a_curve_to_the_playground(served, browser):
     assert len(verdicts) == 16 and all(v[:1] in "✓✗" for v in verdicts)
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "playground-journey.png"), full_page=True)
+    playground_url = page.url
+    assert "ckpts=2" in playground_url and "initial=1" in playground_url
 
     # each view's URL reopens it
     _goto(page, rollouts_url)
     page.get_by_text("rollouts match").wait_for(timeout=120_000)
     assert page.get_by_text("rollouts match").inner_text() == matched
     _goto(page, playground_url)
-    assert "checkpoint" in page.locator("[data-testid='stMultiSelect']").first.inner_text()
+    assert page.locator("[data-testid='stMultiSelect']").first.inner_text().count("2") >= 1
+    assert page.get_by_role("checkbox", name="the initial model").is_checked()
     assert page.locator("[data-testid='stException']").count() == 0

@@ -99,3 +99,17 @@ def test_refusals_are_one_line_and_the_page_stays_up(trained, monkeypatch):
     at.checkbox(key="playground_initial").uncheck()
     at.button(key="playground_go").click().run()
     assert any("Pick a checkpoint" in e.value for e in at.error)
+
+
+def test_the_pages_url_reopens_its_view(trained, policy_at, monkeypatch):
+    from app import playground_view as view
+
+    root, rid = trained
+    pid = policy_at(0).task.eval_prompts()[0].id
+    at = _open(root, rid, monkeypatch, **view.url_of(rid, [4, 2], True, pid))
+    assert at.multiselect(key="playground_ckpts").value == [2, 4]
+    assert at.checkbox(key="playground_initial").value is True
+    assert at.radio(key="playground_source").value == "held-out set"
+    assert at.selectbox(key="playground_prompt_id").value == pid
+    assert view.checkpoints_from_url({"ckpts": "4,x"}, [2, 4]) == view.checkpoints_from_url({}, [2, 4]) == [4]
+    assert view.checkpoints_from_url({"step": "3"}, [1, 2, 4]) == [2]
