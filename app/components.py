@@ -181,8 +181,12 @@ def rollout_groups(page: str, run_id: str, frame, *, link_prompt: bool = True, t
         with st.container(border=True):
             st.html(derive.group_header(step, prompt_id, rows, texts.get(prompt_id)))
             if link_prompt:
-                st.page_link("app_pages/prompt.py", label="this prompt's story", icon=":material/timeline:",
-                             query_params={"run": run_id, "prompt": str(prompt_id)})
+                left, right = st.columns(2)
+                left.page_link("app_pages/prompt.py", label="this prompt's story", icon=":material/timeline:",
+                               query_params={"run": run_id, "prompt": str(prompt_id)})
+                right.page_link("app_pages/playground.py", label="sample it in the Playground",
+                                icon=":material/science:",
+                                query_params={"run": run_id, "prompt": str(prompt_id), "step": str(step)})
             table = derive.group_html(rows, decode, h_max, term=term, term_span=span, pipelined=pipelined,
                                       gap_max=gap_max, special=chat_template)
             if shape_view.is_tree_group(rows):  # a tree-shaped run (issue #32): the tree, the table folded
@@ -273,3 +277,81 @@ def outage_banner(run_id: str | None = None) -> bool:
     for row in rows:
         st.warning(f"{row['run_id']}: {row['message']}", icon=":material/cloud_off:")
     return bool(rows)
+
+
+# -- click to drill (the pure part: app/drill.py) ----------------------------------------------------
+
+ROLLOUTS_PAGE = "app_pages/rollouts.py"
+
+
+def drill_to_step(run_id: str, event: Any) -> None:
+    """A click on a step curve (`event`: what `st.plotly_chart(..., on_select="rerun")` returned) opens
+    the Rollouts page at that run and step."""
+    from app import drill
+
+    step = drill.step_of(list(getattr(getattr(event, "selection", None), "points", None) or []))
+    if step is not None:
+        st.switch_page(ROLLOUTS_PAGE, query_params={"run": run_id, "step": str(step)})
+
+
+def picked_once(key: str, value: Any) -> bool:
+    """Whether `value` (a chart's selection) is new for `key`: a selection stays on its chart across
+    reruns, and each one should act once."""
+    seen = f"{key}_seen"
+    if value is None or st.session_state.get(seen) == value:
+        return False
+    st.session_state[seen] = value
+    return True
+
+
+def _url_signature(run_id: str, params: dict[str, Any]) -> str:
+    from app import drill
+
+    return repr((run_id, sorted((k, params.get(k)) for k in ("step", "steps", *drill.URL_FILTERS))))
+
+
+def apply_url_view(page: str, run_id: str, lo: int, hi: int, verdicts: list[str], other: str) -> None:
+    """The Rollouts page's view from its URL (`app.drill.parse`) into its widgets' state, once per URL
+    and run (a link, a drill from another page, Back in the browser; a URL of another run sets only the
+    steps, to the last), and a histogram bar clicked in the last run (`<page>_drill`)."""
+    from app import drill
+
+    params = {k: st.query_params.get(k) for k in ("step", "steps", *drill.URL_FILTERS)}
+    ours = st.query_params.get("run") in (None, run_id)
+    view = drill.parse({k: v for k, v in params.items() if v is not None}) if ours else {}
+    first, last = view.get("steps", (hi, hi))
+    steps = (min(max(lo, first), hi), max(min(hi, last), lo))
+    signature = _url_signature(run_id, params)
+    if st.session_state.get(f"{page}_url") != signature:
+        st.session_state[f"{page}_url"] = signature
+        if lo < hi:
+            st.session_state[f"{page}_steps"] = steps
+        for name in drill.URL_FILTERS if ours else ():
+            value = view.get(name)
+            if name == "verdict":
+                in_list = value is None or value in verdicts
+                st.session_state[f"{page}_verdict"] = value if value in verdicts else ("any" if in_list else other)
+                if not in_list:
+                    st.session_state[f"{page}_verdict_other"] = value
+            else:
+                st.session_state[f"{page}_{name}"] = value if value is not None else ("" if name == "prompt" else None)
+    if lo < hi and f"{page}_steps" not in st.session_state:  # its state goes when another page is shown
+        st.session_state[f"{page}_steps"] = steps
+    pending = st.session_state.pop(f"{page}_drill", None)
+    if pending:  # a bar of a histogram: its bounds become the filter of its column
+        name, low, high, kind = pending
+        st.session_state[f"{page}_{name}_min"] = kind(low)
+        st.session_state[f"{page}_{name}_max"] = kind(high)
+
+
+def write_url_view(page: str, run_id: str, steps: tuple[int, int], filters: dict[str, Any],
+                   keep: tuple[str, ...] = ()) -> None:
+    """Put the Rollouts page's view into its URL (`app.drill.encode`), keeping the parameters `keep`."""
+    from app import drill
+
+    wanted = drill.encode(run_id, steps, filters)
+    wanted.update({k: st.query_params[k] for k in keep if k in st.query_params})
+    if st.query_params.to_dict() != wanted:
+        st.query_params.from_dict(wanted)
+        st.session_state[f"{page}_url"] = _url_signature(run_id, wanted)
+

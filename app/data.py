@@ -348,6 +348,17 @@ def judged(run_id: str, frame: pl.DataFrame) -> pl.DataFrame:
     return with_correct(frame, run_rule(run(run_id).get("config")))
 
 
+HISTOGRAM_ROWS = 50_000
+"""The most rollouts the Rollouts page's histograms read (the first ones of the step range)."""
+
+
+@st.cache_data(ttl=BROWSE_TTL, show_spinner=False)
+def rollout_values(run_id: str, step_min: int, step_max: int) -> pl.DataFrame:
+    """Reward, length and mean entropy of the rollouts of a step range (the Rollouts page's histograms)."""
+    return store().rollouts(run_id, step_min=step_min, step_max=step_max, limit=HISTOGRAM_ROWS,
+                            columns=["reward", "length", "entropy_mean"])
+
+
 @st.cache_data(ttl=BROWSE_TTL, show_spinner=False)
 def count_rollouts(run_id: str, filters: tuple[tuple[str, Any], ...]) -> int:
     return int(store().count_rollouts(run_id, **dict(filters)))

@@ -16,7 +16,7 @@ import streamlit as st
 from workbench.access import ENV, ROLE_HEADER, Gate
 
 CONTROL_WIDGET = re.compile(
-    r"(_pause|_resume|_stop)$|_ack_|FormSubmitter:(runs_launch-Validate and launch|live_budget_form-|live_lr_form-"
+    r"(_pause|_resume|_stop|playground_go)$|_ack_|FormSubmitter:(runs_launch-Validate and launch|live_budget_form-|live_lr_form-"
     r"|live_alloc_form-|alerts_guard-)")
 """The widgets whose trigger changes something (their keys, inside Streamlit's widget ids): what the
 gate refuses from a read-only session's websocket (`app/gate.py`)."""

@@ -125,6 +125,7 @@ SHARED_WORKER = {
     # notebooks' file stays apart: its one browser test sits beside two long organism runs.)
     "tests/app/test_browser.py": "browser",
     "tests/app/test_browser_alerts.py": "browser",
+    "tests/app/test_browser_playground.py": "browser",
     "tests/app/test_browser_compare.py": "browser",
     "tests/app/test_browser_pipeline.py": "browser",
     "tests/app/test_browser_imported.py": "browser",

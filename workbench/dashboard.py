@@ -38,6 +38,7 @@ MENU = (
     Page("allocation", "app_pages/allocation.py", "Allocation", "⚙"),
     Page("compare", "app_pages/compare.py", "Compare", "⚖"),
     Page("compare-prompts", "app_pages/compare_prompts.py", "Compare prompts", "↔"),
+    Page("playground", "app_pages/playground.py", "Playground", "⚗"),
 )
 """The dashboard's pages in menu order; the first is also the default page (`/`)."""
 

@@ -113,6 +113,8 @@ for i, (x, side) in enumerate(zip(letters, sides.iter_rows(named=True))):
             st.info(f"No training rollouts of this prompt in {x}'s window "
                     f"(steps {side['step_min']}–{side['step_max']}).")
             continue
+        st.page_link("app_pages/prompt.py", label=f"its story in {x}", icon=":material/timeline:",
+                      query_params={"run": side["run_id"], "prompt": str(prompt_id)})
         rate = row.get(f"pass_{x}")
         st.caption(f"{row[f'correct_{x}']}/{row[f'rollouts_{x}']} correct in the window"
                    + (f" (pass rate {rate:.2f})" if rate is not None else "") + f"; its rollouts in step {step}:")

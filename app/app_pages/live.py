@@ -55,27 +55,31 @@ def curves(run_id: str) -> None:
     components.alert_banner(run_id)
     attempts = data.attempts(run_id)  # steps a guard's rollback abandoned, drawn faded
     left, right = st.columns(2)
-    left.plotly_chart(charts.add_attempts(charts.line_chart(
+    # a click on any step curve opens the Rollouts page at that run and step (components.drill_to_step)
+    drill = dict(on_select="rerun", selection_mode="points")
+    events = [left.plotly_chart(charts.add_attempts(charts.line_chart(
         steps, [("reward_mean", "reward mean")], "reward", y="reward", changes=changes,
-        band=("reward_mean", "reward_std")), attempts, "reward_mean"), key=f"{PAGE}_reward")
-    right.plotly_chart(charts.passk_chart(passk, changes=changes), key=f"{PAGE}_passk")
+        band=("reward_mean", "reward_std")), attempts, "reward_mean"), key=f"{PAGE}_reward", **drill)]
+    events.append(right.plotly_chart(charts.passk_chart(passk, changes=changes), key=f"{PAGE}_passk", **drill))
     quantiles, source = data.entropy_quantiles(run_id)
     with left:
-        st.plotly_chart(charts.add_attempts(charts.entropy_chart(steps, quantiles, changes=changes), attempts,
-                                            "entropy_mean"), key=f"{PAGE}_entropy")
+        events.append(st.plotly_chart(charts.add_attempts(charts.entropy_chart(steps, quantiles, changes=changes),
+                                                          attempts, "entropy_mean"), key=f"{PAGE}_entropy", **drill))
         if source:
             st.caption(f"entropy: mean per step (engine); {source}")
-    right.plotly_chart(charts.line_chart(steps, [("zero_signal_frac", "zero-signal groups")],
-                                         "zero-signal group fraction", y="fraction", changes=changes,
-                                         y_range=(-0.02, 1.02)),
-                       key=f"{PAGE}_zero")
-    left.plotly_chart(charts.throughput_chart(steps, changes=changes), key=f"{PAGE}_throughput")
-    right.plotly_chart(charts.stacked_time_chart(steps, changes=changes), key=f"{PAGE}_time")
+    events.append(right.plotly_chart(charts.line_chart(steps, [("zero_signal_frac", "zero-signal groups")],
+                                                       "zero-signal group fraction", y="fraction", changes=changes,
+                                                       y_range=(-0.02, 1.02)), key=f"{PAGE}_zero", **drill))
+    events.append(left.plotly_chart(charts.throughput_chart(steps, changes=changes), key=f"{PAGE}_throughput",
+                                    **drill))
+    events.append(right.plotly_chart(charts.stacked_time_chart(steps, changes=changes), key=f"{PAGE}_time", **drill))
     names = term_names(steps)
     if names:  # the reward's parts (`reward/<term>` step metrics), unweighted
-        st.plotly_chart(charts.line_chart(terms_by_step(steps), [(f"reward/{n}", n) for n in names],
-                                          "reward terms (mean per step, unweighted)", y="value", changes=changes),
-                        key=f"{PAGE}_terms")
+        events.append(st.plotly_chart(charts.line_chart(terms_by_step(steps), [(f"reward/{n}", n) for n in names],
+                                                        "reward terms (mean per step, unweighted)", y="value",
+                                                        changes=changes), key=f"{PAGE}_terms", **drill))
+    for event in events:
+        components.drill_to_step(run_id, event)
     if not steps.is_empty():
         st.caption(f"{steps.height} steps · {int(steps['tokens_generated'].sum())} generated tokens · "
                    f"{int(steps['rollouts'].sum())} rollouts")

@@ -8,7 +8,7 @@ a pipelined run; paged."""
 
 import streamlit as st
 
-from app import components, data
+from app import components, data, drill
 from workbench.analysis import term_names
 from workbench.analysis.pipeline import is_pipelined, pipeline_by_step
 from workbench.episodes import FINISH_REASONS
@@ -23,16 +23,14 @@ st.title("Rollouts")
 run_id, steps = components.pick_run_with_steps(PAGE)
 lo, hi = int(steps["step"].min()), int(steps["step"].max())
 alert = st.query_params.get("alert")  # from the Alerts page: exactly the rollouts behind an alert
-try:  # ?steps=a-b (an alert's window) sets the default step range
-    first, _, last = str(st.query_params.get("steps", "")).partition("-")
-    wanted_steps = (max(lo, int(first)), min(hi, int(last)))
-except ValueError:
-    wanted_steps = (hi, hi)
+# the view in the URL (?step=N from a step curve, ?steps=a-b an alert's window, the filters, a histogram's
+# bin): a link reopens it (app/drill.py)
+components.apply_url_view(PAGE, run_id, lo, hi, VERDICTS, OTHER)
 
 with st.container(border=True):
     c1, c2, c3 = st.columns([2, 1, 1])
     if lo < hi:
-        step_range = c1.slider("steps", lo, hi, wanted_steps, key=f"{PAGE}_steps")
+        step_range = c1.slider("steps", lo, hi, key=f"{PAGE}_steps")
     else:
         step_range = (lo, hi)
         c1.text(f"step {lo} (the only step so far)")
@@ -97,6 +95,21 @@ filters = {
 if alert:
     only = st.checkbox(f"only the rollouts behind alert {alert}", value=True, key=f"{PAGE}_alert")
     filters = {"alert_id": alert} if only else filters
+components.write_url_view(PAGE, run_id, step_range, dict(  # the widgets' view (an alert's filter aside)
+    prompt=prompt.strip() or None, verdict=None if verdict in (None, "any") else verdict, reward_min=reward_min,
+    reward_max=reward_max, length_min=None if length_min is None else int(length_min),
+    length_max=None if length_max is None else int(length_max), entropy_min=entropy_min, entropy_max=entropy_max,
+), keep=("alert",))
+# off by default: the histograms read the step range's rollouts (the page's time target stands without them)
+if st.toggle("distributions of these steps (click a bar: its rollouts)", key=f"{PAGE}_hists"):
+    values = data.rollout_values(run_id, step_range[0], step_range[1])
+    for col, (name, (column, kind)) in zip(st.columns(len(drill.BINNED)), drill.BINNED.items()):
+        event = col.plotly_chart(drill.bin_chart(drill.bins(values[column].to_list(), kind), name, x=column),
+                                 on_select="rerun", selection_mode="points", key=f"{PAGE}_hist_{name}")
+        bounds = drill.bin_of(list(event.selection.points))
+        if components.picked_once(f"{PAGE}_hist_{name}", bounds):
+            st.session_state[f"{PAGE}_drill"] = (name, *bounds, kind)
+            st.rerun()
 key = tuple((k, v) for k, v in filters.items() if v is not None)
 total = data.count_rollouts(run_id, key)
 

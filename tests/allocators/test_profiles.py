@@ -59,8 +59,12 @@ def test_long_answers_are_worked_steps_and_only_the_final_value_is_judged():
 
 def test_a_run_config_profile_reaches_the_organism_recipe():
     from workbench.config import load_config
-    from workbench.engine.setup import organism_recipe
+    from workbench.models.sources import organism_recipe
 
-    assert organism_recipe(load_config(None, [])).hash() == OrganismRecipe().hash()
+    def recipe(cfg):
+        plain = cfg.to_dict()
+        return organism_recipe(plain["model"], plain["task"])
+
+    assert recipe(load_config(None, [])).hash() == OrganismRecipe().hash()
     cfg = load_config(None, ["task.profile=skewed"])
-    assert organism_recipe(cfg) == OrganismRecipe(task=ArithmeticTaskConfig(profile="skewed"))
+    assert recipe(cfg) == OrganismRecipe(task=ArithmeticTaskConfig(profile="skewed"))

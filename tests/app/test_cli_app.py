@@ -28,6 +28,7 @@ def test_app_command_starts_streamlit_on_the_store(monkeypatch, tmp_path):
     assert argv[argv.index("--server.port") + 1] == "8765"
     assert argv[argv.index("--server.address") + 1] == "127.0.0.1"  # this machine only, unless told
     assert argv[argv.index("--server.headless") + 1] == "true"
+    assert argv[argv.index("--client.toolbarMode") + 1] == "viewer"  # the toolbar has no 'Deploy' button
     assert argv[-3:] == ["--", "--store", str(tmp_path.resolve())]
     assert seen["env"]["WORKBENCH_STORE"] == str(tmp_path.resolve())
 

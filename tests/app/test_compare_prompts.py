@@ -71,6 +71,9 @@ def test_side_by_side_shows_each_runs_rollouts(at, lake):
     assert len(groups) == 2, "one group of rollouts per run"
     pid_ours = next(p for p, t, _ in synth.PROMPTS if t == key)
     assert sum(f"prompt <code>{pid_ours}</code>" in b for b in bodies) == 2, "each run's group of that prompt"
+    stories = [link for link in at.get("page_link") if link.proto.label.startswith("its story in")]
+    assert [link.proto.label for link in stories] == ["its story in A", "its story in B"]
+    assert stories[0].proto.page == "prompt" and stories[0].proto.query_string == f"run={ids[0]}&prompt={pid_ours}"
 
 
 def test_before_and_after_of_one_run(at, lake):

@@ -4,8 +4,6 @@ conversation with its tool calls, errors and masked tokens, the tool filters cou
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from app import episode_view
@@ -13,9 +11,7 @@ from workbench.episodes import Episode, ToolCall, Turn, episode_rows
 from workbench.store import StepRecord, open_store
 
 pytest.importorskip("streamlit")
-from streamlit.testing.v1 import AppTest  # noqa: E402
-
-MAIN = str(Path(__file__).resolve().parents[2] / "app" / "main.py")
+from apptest import goto, open_app  # noqa: E402
 
 
 def _episode(error: str | None = None, answer: str = "1776") -> Episode:
@@ -69,14 +65,8 @@ def lake(tmp_path_factory):
 
 
 def test_the_rollouts_page_draws_episodes_and_filters_by_tool_errors(lake, monkeypatch):
-    import streamlit as st
-
     path, rid = lake
-    monkeypatch.setenv("WORKBENCH_STORE", str(path))
-    st.cache_data.clear()
-    at = AppTest.from_file(MAIN, default_timeout=60)
-    at.run()
-    at.switch_page("app_pages/rollouts.py").run()
+    at = goto(open_app(path, monkeypatch), "rollouts")
     at.selectbox(key="rollouts_run").set_value(rid).run()
     assert not at.exception, [e.value for e in at.exception]
     labels = [e.label for e in at.expander]

@@ -285,23 +285,17 @@ def test_runs_and_live_pages_say_when_a_run_cannot_reach_its_store(lake, monkeyp
     """A run in an outage of its store says so in a file in the store's folder; both pages show it."""
     import datetime as dt
 
-    import streamlit as st
-
     from workbench.store.outage import clear_status, write_status
 
     path, ids = lake
     since = dt.datetime(2026, 12, 4, 22, 41, 3, tzinfo=dt.timezone.utc)
     write_status(path, ids[0], state="retrying", since=since, queued_steps=7, bound=256, error="down")
     try:
-        monkeypatch.setenv("WORKBENCH_STORE", str(path))
-        st.cache_data.clear()
-        at = AppTest.from_file(MAIN, default_timeout=60)
-        at.run()
-        assert not at.exception, at.exception
+        at = open_app(path, monkeypatch)
         said = [w.value for w in at.warning]
         assert f"{ids[0]}: store unreachable, retrying since 2026-12-04 22:41:03 UTC (7 steps queued, bound 256)" in said
         at.query_params["run"] = ids[0]
-        page(at, "live")
+        goto(at, "live")
         assert any("store unreachable, retrying since" in w.value for w in at.warning)
     finally:
         clear_status(path, ids[0])

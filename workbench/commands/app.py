@@ -29,6 +29,7 @@ def streamlit_command(store: Path, *, port: int, address: str, headless: bool) -
         "--browser.gatherUsageStats", "false",
         "--server.showEmailPrompt", "false",  # its first-run prompt blocks (or kills) a non-interactive start
         "--logger.hideWelcomeMessage", "true",  # we print the URL ourselves; this also drops Streamlit's ads
+        "--client.toolbarMode", "viewer",  # no 'Deploy' button, no developer menu (rerun, clear cache)
         "--", "--store", str(store),
     ]
 

@@ -4,6 +4,10 @@ One file per checkpoint holds everything the loop needs to continue exactly wher
 reference model (when a KL penalty is on), optimiser and scheduler states, RNG states, sampler
 position, live settings with the allocator's state, per-prompt statistics and the reuse cache. It is
 written to a temporary name and renamed, so a crash mid-write never leaves a half checkpoint.
+
+Weights-only snapshots (`checkpoint.weights_every`) sit beside them as `weights-NNNNNN.pt`: the policy's
+state dict alone (no optimiser, no reference model), for comparing checkpoints in the Playground; the
+run never resumes from one, and `checkpoint.keep` does not prune them.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import torch
 from workbench.faults import fault_point
 
 _NAME = re.compile(r"^step-(\d{6,})\.pt$")
+_WEIGHTS = re.compile(r"^weights-(\d{6,})\.pt$")
 
 
 def run_dir(store_dir: str | Path, run_id: str) -> Path:
@@ -64,6 +69,23 @@ def save_checkpoint(directory: Path, step: int, state: dict[str, Any], *, keep: 
     return path
 
 
+def save_weights(directory: Path, step: int, model_state: dict[str, Any]) -> Path:
+    """Write the weights-only snapshot of `step` (`{"step": step, "model": state dict}`)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"weights-{step:06d}.pt"
+    tmp = path.with_suffix(".pt.tmp")
+    torch.save({"step": step, "model": model_state}, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def weights_steps(directory: Path) -> list[int]:
+    """The steps that have a weights-only snapshot, oldest first."""
+    if not directory.is_dir():
+        return []
+    return sorted(int(m.group(1)) for p in directory.iterdir() if (m := _WEIGHTS.match(p.name)))
+
+
 def list_checkpoints(directory: Path) -> list[Path]:
     """Checkpoint files, oldest first."""
     if not directory.is_dir():
@@ -93,6 +115,11 @@ def set_aside(directory: Path, after: int, folder: str) -> list[Path]:
         if checkpoint_step(p) > after:
             (directory / folder).mkdir(exist_ok=True)
             moved.append(p.rename(directory / folder / p.name))
+    for step in weights_steps(directory):  # snapshots of the abandoned steps go with them
+        if step > after:
+            (directory / folder).mkdir(exist_ok=True)
+            name = f"weights-{step:06d}.pt"
+            moved.append((directory / name).rename(directory / folder / name))
     return moved
 
 

@@ -63,7 +63,8 @@ from workbench.algorithms import get_advantage
 from workbench.allocators.base import PromptStats
 from workbench.config import RunConfig
 from workbench.engine.batch import Batch
-from workbench.engine.checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from workbench.engine.checkpoint import (latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, save_weights,
+                                        set_rng_state)
 from workbench.engine.evaluate import evaluate
 from workbench.engine.context import RunContext, RunState, apply_controls
 from workbench.engine.guards import guard_step
@@ -184,6 +185,8 @@ def _steps(ctx: RunContext, producer: Producer, start: int) -> str:
                 or step == cfg.steps or step == ctx.stop_after:
             st.live.checkpoint_requested = False
             _checkpoint(ctx, producer, step)
+        if cfg.checkpoint.weights_every and step % cfg.checkpoint.weights_every == 0:
+            save_weights(ctx.parts.ckpt_dir, step, ctx.parts.model.state_dict())  # for the Playground; never resumed from
         if step == ctx.stop_after:
             return "stopped"
     return "finished"
