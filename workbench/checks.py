@@ -3,7 +3,7 @@ command's JSON, a dict), with unknown and ill-typed fields rejected by name, and
 the dataclass's own `__post_init__`, next to the fields they check.
 
     @dataclass(frozen=True)
-    class PipelineConfig:             # workbench/pipeline_config.py, one field of it
+    class PipelineConfig:             # workbench/config/pipeline.py, one field of it
         is_cap: float = 2.0
         \"\"\"Upper bound of the importance weight pi_prox / pi_behav (>= 1).\"\"\"
 

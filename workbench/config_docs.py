@@ -21,7 +21,7 @@ def config_markdown() -> str:
     out = [
         "# Run configuration",
         "",
-        "A run is configured by a TOML file whose tables mirror the dataclasses in `workbench/config.py`.",
+        "A run is configured by a TOML file whose tables mirror the dataclasses in `workbench/config/`.",
         "Every field is optional (the default is shown); unknown keys and bad values are rejected before the",
         "run starts, with a message naming the field. Override any field on the command line with",
         "`--set table.field=value` (the value is read as TOML). `workbench config show [CONFIG]` prints the",

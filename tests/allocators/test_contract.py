@@ -176,7 +176,7 @@ def test_the_checker_catches_a_greedy_allocator():
 
 @pytest.mark.parametrize("name", [n for n in NAMES if not get_allocator(n).reads_history])
 def test_an_allocator_that_says_it_reads_no_history_decides_the_same_without_it(name):
-    """`reads_history = False` (exact speculative rollouts trust it: workbench.shape_config.history_warning):
+    """`reads_history = False` (exact speculative rollouts trust it: workbench.config.shapes.history_warning):
     the same grants and the same groups in the update whether the prompts come fresh or with a history of
     earlier rewards."""
     from .conftest import seen_stats

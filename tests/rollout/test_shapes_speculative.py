@@ -20,7 +20,7 @@ from workbench.rollout.hf import HFBackend, sampling_logprobs
 from workbench.rollout.shapes import SpeculativeShape
 from workbench.rollout.shapes.common import chi2_homogeneity, chi2_power, policy_rows
 from workbench.rollout.shapes.speculative import acceptance, nbytes, verify, weights_of
-from workbench.shape_config import SpeculativeConfig
+from workbench.config.shapes import SpeculativeConfig
 
 ALPHA = 1e-3
 N = 1200  # responses per sample: the power below is computed for this size

@@ -17,7 +17,7 @@ from workbench.rollout.hf import HFBackend
 from workbench.rollout.shapes import TreeShape
 from workbench.rollout.shapes.common import policy_rows
 from workbench.rollout.shapes.tree import eta_at, grow_trees, rouge_l, shared_credit, suffix_match
-from workbench.shape_config import TreeConfig
+from workbench.config.shapes import TreeConfig
 
 EOS = 3
 

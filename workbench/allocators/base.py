@@ -192,7 +192,7 @@ class Allocator(ABC):
     reads_history: ClassVar[bool] = True
     """Whether its decisions (which prompts, how many rollouts, which groups enter the update) read a
     prompt's rewards of earlier steps (`PromptStats`); False only where they read this step's results
-    alone. Exact speculative rollouts warn with such an allocator (`workbench.shape_config.history_warning`)."""
+    alone. Exact speculative rollouts warn with such an allocator (`workbench.config.shapes.history_warning`)."""
 
     def __init__(self, config: Any | None = None, *, seed: int = 0) -> None:
         self.config = config if config is not None else self.Config()

@@ -82,7 +82,9 @@ def backend_for_run(cfg: Any, model, tokenizer, device, model_path: str) -> Roll
         return make_backend("vllm", model, tokenizer, device, model_path=model_path,
                             options=dict(gpu_memory_utilization=r.gpu_memory_utilization, sleep=r.vllm_sleep,
                                          dtype=cfg.model.dtype, seed=cfg.seed))
-    return make_backend("hf", model, tokenizer, device)
+    # any other registered backend takes its defaults; an unknown name is refused by the registry (never
+    # silently the in-process one)
+    return make_backend(kind, model, tokenizer, device, model_path=model_path)
 
 
 __all__ = ["BACKENDS", "BackendDefaults", "GenerationBatch", "RolloutBackend", "SamplingParams", "backend_for_run",
