@@ -42,6 +42,9 @@ class StepRecord:
     """Events (keys: level, kind, message, data) raised during this step."""
     prompts: list[dict[str, Any]] = field(default_factory=list)
     """Prompts first seen this step (text and answer are stored once per run)."""
+    step_row: bool = True
+    """False: a share of a step whose `steps` row another process writes (a data-parallel rank of a run
+    logged through `workbench.sdk`): its rows go in, no `steps` row, no already-stored-step check."""
 
 
 STEP_METRIC_KEYS: dict[str, tuple[str, ...]] = {column: tuple(dict.fromkeys((column, name)))
