@@ -253,7 +253,10 @@ def init(store: Any = None, name: str = "sdk-run", config: dict[str, Any] | None
         raise DataError(f"init: config must be a dict, got {type(config).__name__}")
     owns = store is None or isinstance(store, (str, os.PathLike))
     if owns:
-        store = open_store(store or os.environ.get("WORKBENCH_STORE", "store"), threads=1)
+        path = store or os.environ.get("WORKBENCH_STORE", "store")
+        if rank != 0:  # rank 0 creates the store and the run; opening first could race its creation
+            _wait_for_run(path, name, run_id, wait_s, rank)
+        store = open_store(path, threads=1)
     rule = parse_rule(correct_if, where="init: correct_if")
     try:
         found = _find_run(store, name, run_id, resume)
@@ -289,6 +292,24 @@ def init(store: Any = None, name: str = "sdk-run", config: dict[str, Any] | None
               writer=writer, owns_store=owns, heartbeat_s=heartbeat_s)
     holder["run"] = run
     return run
+
+
+def _wait_for_run(path: Any, name: str, run_id: str | None, wait_s: float, rank: int) -> None:
+    """Wait (up to `wait_s`) until the store at `path` exists and holds the run rank 0 creates."""
+    from workbench.store import open_store
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            with open_store(path, read_only=True) as peek:
+                if _find_run(peek, name, run_id, True) is not None:
+                    return
+        except StoreError:
+            pass  # not created yet
+        if time.monotonic() > deadline:
+            raise StoreError(f"init: rank {rank} found no run {run_id or name!r} in store {path} after "
+                             f"{wait_s:.0f} s; rank 0 creates it (give every rank the same name or run_id)")
+        time.sleep(0.2)
 
 
 def _find_run(store: Any, name: str, run_id: str | None, resume: bool) -> str | None:
