@@ -3,4 +3,4 @@ commands to the top-level Typer app and to the `bench` group. Commands are thin:
 library function and print. Heavy imports (torch, duckdb, streamlit) happen inside the commands so
 that `workbench --help` stays fast."""
 
-MODULES = ["store", "organism", "model", "engine", "allocators", "control", "app", "analysis", "integrations", "badinput", "reliability", "guards", "shapes"]
+MODULES = ["store", "organism", "model", "engine", "allocators", "control", "app", "analysis", "integrations", "badinput", "reliability", "guards", "shapes", "sdk"]

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from workbench.correctness import Rule
 from workbench.errors import DataError
-from workbench.integrations.records import prompt_ids
+from workbench.integrations.records import prompt_id
 from workbench.tasks.rewards import METRIC_PREFIX, terms_array
 
 PER_ROW = ("answers", "advantages", "correct", "verdicts", "finish_reasons", "groups")
@@ -38,15 +38,16 @@ class Built:
     warnings: list[str] = field(default_factory=list)
 
 
-def _as_list(name: str, value: Any) -> list[Any]:
+def _as_list(name: str, value: Any) -> Any:
+    """One value per rollout: a list, or a numpy array (a tensor is moved to the CPU as one)."""
     if hasattr(value, "detach"):  # a torch tensor
         value = value.detach().cpu().numpy()
     if isinstance(value, np.ndarray):
-        return list(value) if value.ndim > 1 else value.tolist()
+        return list(value) if value.ndim > 1 else value
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
         raise DataError(f"{name}: expected a sequence (list, array or tensor) with one value per rollout, "
                         f"got {type(value).__name__}")
-    return list(value)
+    return value
 
 
 def _text(name: str, values: list[Any], warnings: list[str]) -> list[str]:
@@ -84,8 +85,14 @@ def _escapable(v: str) -> bool:
         return False
 
 
-def _ragged(name: str, values: list[Any], n: int, dtype: Any) -> tuple[np.ndarray, np.ndarray]:
+def _ragged(name: str, values: Any, n: int, dtype: Any) -> tuple[np.ndarray, np.ndarray]:
     """Per-row sequences as (flat values, lengths)."""
+    if n and all(isinstance(v, np.ndarray) and v.ndim == 1 for v in values):  # the fast path: numpy rows
+        lengths = np.fromiter(map(len, values), dtype=np.int64, count=n)
+        try:
+            return np.concatenate(values).astype(dtype, copy=False), lengths
+        except (TypeError, ValueError) as exc:
+            raise DataError(f"{name}: not sequences of numbers ({exc})") from exc
     parts = []
     for i, v in enumerate(values):
         if hasattr(v, "detach"):
@@ -119,10 +126,12 @@ def _check_lengths(args: dict[str, Any], n: int) -> dict[str, list[Any]]:
 
 
 def build(step: int, prompts: Any, responses: Any, rewards: Any, *, rule: Rule, rank: int, first_idx: dict[str, int],
+          pid_cache: dict[str, str],
           reward_terms: dict[str, Any] | None = None, stage: int = 0, policy_version: int | None = None,
           temperature: float | None = None, **optional: Any) -> Built:
     """The rows of one call; raises DataError (naming the argument and row) when it must be refused whole.
-    `first_idx` (prompt id -> next idx of this rank's step) is advanced for the rows kept."""
+    `first_idx` (prompt id -> next idx of this rank's step) is advanced for the rows kept; `pid_cache`
+    (prompt text -> id) saves hashing a prompt again in a later step."""
     unknown = set(optional) - set(PER_ROW) - set(PER_TOKEN)
     if unknown:
         raise DataError(f"log_rollouts: unknown argument(s) {sorted(unknown)}; per-rollout arguments are "
@@ -153,7 +162,7 @@ def build(step: int, prompts: Any, responses: Any, rewards: Any, *, rule: Rule, 
         warnings.append(f"rewards: {len(dropped)} NaN or infinite value(s) (rows {dropped[:5].tolist()}); "
                         "those rollouts were not stored")
     cols: dict[str, Any] = {}
-    pid = prompt_ids(_series(text_prompts)).to_numpy()
+    pid = _prompt_ids(text_prompts, pid_cache)
     if "groups" in lists:  # a trainer's own group key: a prompt's further groups get `<id>~k` ids
         pid = _group_ids(pid, [str(g) for g in lists["groups"]])
     idx = np.zeros(n, dtype=np.int64)
@@ -176,21 +185,24 @@ def build(step: int, prompts: Any, responses: Any, rewards: Any, *, rule: Rule, 
         cols["policy_version"] = pa.array(np.full(n, int(policy_version), dtype=np.int32))
     if temperature is not None:
         cols["temperature"] = pa.array(np.full(n, float(temperature), dtype=np.float32))
-    terms = {k: np.asarray(_as_list(k, v), dtype=np.float64) for k, v in (reward_terms or {}).items()}
+    terms = {k: np.asarray(lists[f"reward_terms[{k!r}]"], dtype=np.float64) for k in (reward_terms or {})}
     if terms:
         cols["reward_terms"] = terms_array(terms, n)
     cols["worker"] = pa.array([f"rank-{rank}"] * n, pa.string())
     cols["off_policy"] = pa.array(np.zeros(n, dtype=bool))
     cols["used_in_update"] = pa.array(np.ones(n, dtype=bool))
-    table = pa.table(cols).filter(pa.array(keep))
+    table = pa.table(cols)
+    table = table if keep.all() else table.filter(pa.array(keep))
     prompts_rows = _prompt_rows(pid, text_prompts, lists.get("answers"), keep)
     return Built(table, prompts_rows, warnings)
 
 
-def _series(values: list[str]) -> Any:
-    import polars as pl
-
-    return pl.Series("prompt", values, dtype=pl.Utf8)
+def _prompt_ids(texts: list[str], cache: dict[str, str]) -> np.ndarray:
+    """The importers' prompt ids (`integrations.records.prompt_id`), each text hashed once per run."""
+    for t in dict.fromkeys(texts):
+        if t not in cache:
+            cache[t] = prompt_id(t)
+    return np.asarray([cache[t] for t in texts], dtype=object)
 
 
 def _group_ids(pid: np.ndarray, groups: list[str]) -> np.ndarray:
@@ -209,7 +221,7 @@ def _group_ids(pid: np.ndarray, groups: list[str]) -> np.ndarray:
 def _verdicts(lists: dict[str, list[Any]], reward: np.ndarray, rule: Rule, n: int) -> dict[str, pa.Array]:
     """`correct`: the caller's verdicts where given, else the run's rule over the reward."""
     if "correct" in lists:
-        correct = np.asarray([bool(v) for v in lists["correct"]], dtype=bool)
+        correct = np.asarray(lists["correct"], dtype=bool)
     else:
         correct = np.asarray(rule(reward), dtype=bool)  # NaN is never correct
     out = {"correct": pa.array(correct)}
@@ -255,7 +267,11 @@ def _token_columns(tokens: dict[str, tuple[np.ndarray, np.ndarray]], n: int) -> 
 
 def _prompt_rows(pid: np.ndarray, texts: list[str], answers: list[Any] | None, keep: np.ndarray) -> list[dict[str, Any]]:
     rows: dict[str, dict[str, Any]] = {}
-    for i in np.flatnonzero(keep):
+    kept = np.flatnonzero(keep)
+    firsts: dict[str, int] = {}
+    for p, i in zip(pid[kept].tolist(), kept.tolist()):
+        firsts.setdefault(p, i)
+    for i in firsts.values():
         if pid[i] not in rows:
             row = {"prompt_id": pid[i], "text": texts[i], "split": "train"}
             if answers is not None and answers[i] is not None:

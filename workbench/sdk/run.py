@@ -48,6 +48,7 @@ class Run:
         self._metrics: dict[str, Any] = {}
         self._events: list[dict[str, Any]] = []
         self._first_idx: dict[str, int] = {}
+        self._pid_cache: dict[str, str] = {}
         self._sealed: int | None = last_step
         self._lock = threading.Lock()
         self._finished = False
@@ -128,7 +129,7 @@ class Run:
                 return 0
             try:
                 built = build(step, prompts, responses, rewards, rule=self.rule, rank=self.rank,
-                              first_idx=self._first_idx, reward_terms=reward_terms, stage=stage,
+                              first_idx=self._first_idx, pid_cache=self._pid_cache, reward_terms=reward_terms, stage=stage,
                               policy_version=policy_version, temperature=temperature, **per_rollout)
             except (DataError, TypeError, ValueError) as exc:
                 self._problem(f"log_rollouts step {step}: {exc}; nothing of this call was stored", step=step,
@@ -143,23 +144,27 @@ class Run:
             return built.table.num_rows
 
     def _seal(self) -> None:
-        """Hand the open step to the writer (caller holds the lock)."""
+        """Hand the open step to the writer (caller holds the lock); its record (the rows put together,
+        step summaries, allocation rows) is built on the writer's thread."""
         if self._open is None:
             return
         step, self._open = self._open, None
-        table = pa.concat_tables(self._parts, promote_options="default") if self._parts else None
-        metrics = dict(self._metrics)
-        if table is not None and self.world_size == 1:  # a rank's share would misstate the step
-            metrics = {**summary(table), **metrics}
-        allocations = _allocations(table) if table is not None else []
-        record = StepRecord(self.run_id, step, metrics=metrics, rollouts=table if table is not None else [],
-                            allocations=allocations, prompts=list(self._prompts.values()),
-                            events=self._events, step_row=self.rank == 0)
+        parts, prompts, metrics, events = self._parts, list(self._prompts.values()), self._metrics, self._events
         self._parts, self._prompts, self._metrics, self._events, self._first_idx = [], {}, {}, [], {}
         self._sealed = step
-        if table is None and self.rank != 0 and not record.events:
+        if not parts and self.rank != 0 and not events:
             return
-        self._writer.submit(record)
+        rows = sum(p.num_rows for p in parts)
+        self._writer.submit(lambda: self._record(step, parts, prompts, metrics, events), rows, step)
+
+    def _record(self, step: int, parts: list[pa.Table], prompts: list[dict[str, Any]], metrics: dict[str, Any],
+                events: list[dict[str, Any]]) -> StepRecord:
+        table = pa.concat_tables(parts, promote_options="default") if parts else None
+        if table is not None and self.world_size == 1:  # a rank's share would misstate the step
+            metrics = {**summary(table), **metrics}
+        return StepRecord(self.run_id, step, metrics=metrics, rollouts=table if table is not None else [],
+                          allocations=_allocations(table) if table is not None else [], prompts=prompts,
+                          events=events, step_row=self.rank == 0)
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Commit the open step and wait for every step handed over to be committed (False when
@@ -180,7 +185,7 @@ class Run:
         leftover = self._events
         if self._writer.dropped:
             self.problems.append(f"{len(self._writer.dropped)} step(s) were not stored: "
-                                 f"{[s for _, s in self._writer.dropped][:10]}")
+                                 f"{self._writer.dropped[:10]}")
         try:
             for event in leftover:
                 self.store.add_event(self.run_id, event["level"], event["kind"], event["message"],
@@ -239,7 +244,7 @@ def init(store: Any = None, name: str = "sdk-run", config: dict[str, Any] | None
          run_id: str | None = None, resume: bool = True, rank: int | None = None, world_size: int | None = None,
          seed: int = 0, correct_if: str | None = None, on_error: str = "warn", commit_max_rows: int = 16384,
          max_queued_rows: int = 65536, block_s: float = 300.0, wait_s: float = 60.0,
-         heartbeat_s: float = 5.0) -> Run:
+         heartbeat_s: float = 5.0, writer_nice: int = 5) -> Run:
     """Open (or continue) a run in a store and start its background writer; see the package docstring."""
     from workbench.store import open_store
 
@@ -285,7 +290,7 @@ def init(store: Any = None, name: str = "sdk-run", config: dict[str, Any] | None
             store.close()
         raise
     holder: dict[str, Run] = {}
-    writer = SdkWriter(store, commit_max_rows=commit_max_rows, max_queued_rows=max_queued_rows, block_s=block_s,
+    writer = SdkWriter(store, commit_max_rows=commit_max_rows, max_queued_rows=max_queued_rows, block_s=block_s, nice=writer_nice,
                        on_error=lambda m: holder["run"]._store_problem(m) if "run" in holder else None,
                        name=f"sdk-writer-{rank}")
     run = Run(store, found, rank=rank, world_size=world_size, rule=rule, last_step=last, on_error=on_error,

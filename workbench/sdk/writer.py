@@ -20,8 +20,24 @@ import threading
 import time
 from typing import Any, Callable
 
-from workbench.store.group import lower_thread_priority, record_rows
+from workbench.errors import DataError
+from workbench.store.group import lower_thread_priority
 from workbench.store.records import StepRecord
+
+
+class _Pending:
+    """A step handed over: its record is made on the writer's thread, once (kept for a retry)."""
+
+    __slots__ = ("make", "rows", "step", "_record")
+
+    def __init__(self, make: Callable[[], StepRecord], rows: int, step: int) -> None:
+        self.make, self.rows, self.step = make, rows, step
+        self._record: StepRecord | None = None
+
+    def record(self) -> StepRecord:
+        if self._record is None:
+            self._record = self.make()
+        return self._record
 
 
 class SdkWriter:
@@ -37,23 +53,23 @@ class SdkWriter:
         self.on_error = on_error
         self.commits: list[tuple[int, int, float]] = []
         """(steps, rollouts, seconds) of each commit."""
-        self.dropped: list[tuple[str, int]] = []
-        """(run_id, step) of steps given up on while the store was unreachable."""
+        self.dropped: list[int] = []
+        """Steps given up on while the store was unreachable."""
         self.failures = 0
         """Commits that failed (each was tried again)."""
         self.cpu_s = 0.0
         self._cond = threading.Condition()
-        self._pending: collections.deque[tuple[StepRecord, int]] = collections.deque()
+        self._pending: collections.deque[_Pending] = collections.deque()
         self._pending_rows = 0
         self._busy = False
         self._closing = False
         self._thread: threading.Thread | None = threading.Thread(target=self._work, name=name, daemon=True)
         self._thread.start()
 
-    def _take(self) -> list[tuple[StepRecord, int]]:
+    def _take(self) -> list[_Pending]:
         batch, rows = [], 0
         while self._pending:
-            n = self._pending[0][1]
+            n = self._pending[0].rows
             if batch and rows + n > self.commit_max_rows:
                 break
             batch.append(self._pending.popleft())
@@ -76,7 +92,7 @@ class SdkWriter:
             with self._cond:
                 self._busy = False
                 if ok:
-                    self._pending_rows -= sum(n for _, n in batch)
+                    self._pending_rows -= sum(p.rows for p in batch)
                     delay = 0.05
                 else:  # kept, first in line; a `submit` that waits too long drops the oldest
                     self._pending.extendleft(reversed(batch))
@@ -85,10 +101,14 @@ class SdkWriter:
                     self._cond.wait(delay)
                     delay = min(delay * 2, self.retry_max_s)
 
-    def _commit(self, batch: list[tuple[StepRecord, int]]) -> bool:
+    def _commit(self, batch: list[_Pending]) -> bool:
         t, c = time.perf_counter(), time.thread_time()
         try:
-            self.store.write_steps([record for record, _ in batch])
+            self.store.write_steps([p.record() for p in batch])
+        except DataError as exc:  # rows the store refuses: trying again cannot help
+            self._report(f"the store refused {len(batch)} step(s): {exc}")
+            self._drop_all(batch)
+            return True
         except Exception as exc:  # noqa: BLE001 - a trainer's logging never raises into it
             self.failures += 1
             self._report(f"commit of {len(batch)} step(s) failed, kept and retried: {exc}")
@@ -98,7 +118,7 @@ class SdkWriter:
                 return True
             return False
         self.cpu_s += time.thread_time() - c
-        self.commits.append((len(batch), sum(n for _, n in batch), time.perf_counter() - t))
+        self.commits.append((len(batch), sum(p.rows for p in batch), time.perf_counter() - t))
         return True
 
     _close_deadline: float | None = None
@@ -110,28 +130,26 @@ class SdkWriter:
             except Exception:  # noqa: BLE001
                 pass
 
-    def _drop_all(self, batch: list[tuple[StepRecord, int]]) -> None:
-        for record, _ in batch:
-            self.dropped.append((record.run_id, int(record.step)))
-        self._report(f"gave up on {len(batch)} step(s) the store did not take: "
-                     f"{[int(r.step) for r, _ in batch][:10]}")
+    def _drop_all(self, batch: list[_Pending]) -> None:
+        self.dropped.extend(p.step for p in batch)
+        self._report(f"gave up on {len(batch)} step(s) the store did not take: {[p.step for p in batch][:10]}")
 
-    def submit(self, record: StepRecord) -> None:
-        """Hand a whole step to the writer; blocks while the queue is full (see the module docstring)."""
+    def submit(self, make: Callable[[], StepRecord], rows: int, step: int) -> None:
+        """Hand a whole step (`make()` builds its record, on the writer's thread) to the writer; blocks while
+        the queue is full (see the module docstring)."""
         if self._thread is None:
             raise RuntimeError("SdkWriter: submit after close")
-        rows = record_rows(record)
         with self._cond:
             start = time.monotonic()
             while self._pending_rows + rows > self.max_queued_rows and self._pending:
                 left = start + self.block_s - time.monotonic()
                 if left <= 0:
-                    old, n = self._pending.popleft()
-                    self._pending_rows -= n
-                    self._drop_all([(old, n)])
+                    old = self._pending.popleft()
+                    self._pending_rows -= old.rows
+                    self._drop_all([old])
                     continue
                 self._cond.wait(left)
-            self._pending.append((record, rows))
+            self._pending.append(_Pending(make, rows, step))
             self._pending_rows += rows
             self._cond.notify_all()
 
