@@ -4,6 +4,7 @@ committed. Real subprocesses (tests/sdk/sdk_trainer.py), a real store."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -21,6 +22,7 @@ from waiting import wait_until
 from workbench.sdk.rows import RANK_IDX_STRIDE
 from workbench.errors import StoreError
 from workbench.store import open_store
+from workbench.store.export import REIMPORT_MAP
 
 TRAINER = Path(__file__).with_name("sdk_trainer.py")
 
@@ -31,6 +33,12 @@ def _start(store: Path, run_id: str, steps: int, **kw) -> subprocess.Popen:
         args += [f"--{key.replace('_', '-')}", str(value)]
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+
+
+def _cli(*args: str) -> str:
+    proc = subprocess.run([sys.executable, "-m", "workbench.cli", *args], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
 
 
 def _finish(proc: subprocess.Popen) -> str:
@@ -83,6 +91,16 @@ def test_two_ranks_round_trip(tmp_path):
     assert step_rows["step"].to_list() == list(range(steps))  # rank 0's rows only, each once
     assert step_rows["loss"].to_list() == pytest.approx([1.0 / (s + 1) for s in range(steps)])
     assert run["status"] == "finished" and run["source"] == "sdk"
+    # an export of them, imported back with `workbench import jsonl`, gives the same rows
+    out = store.parent / "sft"
+    card = json.loads(_cli("export", run_id, str(out), "--store", str(store), "--json"))
+    assert card["counts"]["rows"] == rollouts.height
+    _cli("import", "jsonl", str(out / "data.jsonl"), "--map", REIMPORT_MAP, "--name", "back", "--store", str(store))
+    with open_store(store, read_only=True) as s:
+        back_id = s.runs_from("jsonl", "back")["run_id"][0]
+        back = s.rollouts(back_id, limit=10**6)
+    same = ["step", "prompt_id", "response", "reward", "correct", "advantage", "length", "token_ids", "token_logprobs"]
+    assert back.select(same).sort("response").equals(rollouts.select(same).sort("response"))
 
 
 def _committed(store: Path, run_id: str, *, before_first: bool = False) -> dict[int, int]:

@@ -106,3 +106,50 @@ def bench_sdk(*, steps: int = 40, block: int = 5, rollouts: int = 512, tokens: i
         "samples": {"with": len(timed[True]), "without": len(timed[False])},
         "problems": run.problems,
     }
+
+
+def bench_export(rollouts: int = 1_000_000, *, kind: str = "sft", fmt: str = "jsonl", workdir: str | None = None,
+                 batch_steps: int = 32, seed: int = 0) -> dict[str, Any]:
+    """Build a synthetic run of `rollouts` rollouts (`workbench.store.synthetic`: 512 per step, 200 tokens
+    each, token ids and entropies), then run `workbench export` on it in a child process: its rollouts/s
+    (the export's own clock, from the card) and peak RSS (the child's maximum resident set)."""
+    import json
+    import os
+    import resource
+    import subprocess
+    import sys
+
+    from workbench.store import open_store
+    from workbench.store.synthetic import Shape, SyntheticRun
+
+    tmp = tempfile.TemporaryDirectory(prefix="bench-export-", dir=workdir)
+    try:
+        root = Path(tmp.name)
+        t0 = time.perf_counter()
+        with open_store(root / "store", upkeep_every=0) as store:
+            run_id = store.create_run("bench-export", {"bench": "export"}, seed, status="finished")
+            syn = SyntheticRun(run_id, Shape(), seed=seed)
+            steps = -(-rollouts // Shape().rollouts_per_step)
+            for start in range(0, steps, batch_steps):
+                store.write_steps([syn.step(s) for s in range(start, min(steps, start + batch_steps))])
+            from workbench.store.maintenance import compact
+
+            compact(store)
+        build_s = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "workbench.cli", "export", run_id, str(root / "out"),
+                               "--kind", kind, "--format", fmt, "--store", str(root / "store"), "--json"],
+                              capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        wall = time.perf_counter() - t1
+        if proc.returncode != 0:
+            raise RuntimeError(f"export failed: {proc.stderr.strip()[-2000:]}")
+        peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        card = json.loads(proc.stdout)
+        return {"rollouts": card["counts"]["rows"] if kind == "sft" else steps * Shape().rollouts_per_step,
+                "kind": kind, "format": fmt, "rows_out": card["counts"]["rows"],
+                "export_s": round(sum(f["seconds"] for f in card["files"].values()), 2),
+                "rollouts_per_s": card["rollouts_per_s"], "child_wall_s": round(wall, 2),
+                "peak_rss_mb": round(peak_kb / 1024, 1), "bytes_out": sum(f["bytes"] for f in card["files"].values()),
+                "store_build_s": round(build_s, 1)}
+    finally:
+        tmp.cleanup()
