@@ -34,6 +34,9 @@ def export_cmd(
                                                "e.g. \"length < 512 AND finish_reason = 'stop'\".")] = None,
     no_tokens: Annotated[bool, typer.Option("--no-tokens", help="Leave out token ids and log-probs.")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace what OUT holds.")] = False,
+    memory_limit: Annotated[str, typer.Option("--memory-limit", help="DuckDB's memory limit for the export "
+                                              "(the sets that rank rows spill to disk past it).")] = "512MB",
+    threads: Annotated[int, typer.Option("--threads", help="DuckDB threads reading the store.")] = 2,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -43,9 +46,9 @@ def export_cmd(
 
     filters = {"step_min": step_min, "step_max": step_max, "verdict": verdict, "reward_min": reward_min,
                "reward_max": reward_max, "entropy_min": entropy_min, "entropy_max": entropy_max, "prompt_id": prompt_id}
-    with open_store(store_path(store), read_only=True) as s:
+    with open_store(store_path(store), read_only=True, threads=threads) as s:
         card = export_run(s, run_id, out, kind=kind, fmt=fmt, filters=filters, sql=sql, k=k, tokens=not no_tokens,
-                          overwrite=overwrite, tool_error=tool_error)
+                          overwrite=overwrite, tool_error=tool_error, memory_limit=memory_limit)
     if as_json:
         print_json(card)
         return
@@ -61,13 +64,16 @@ def bench_export_cmd(
     kind: Annotated[str, typer.Option("--kind", help="sft | rejection | pairs.")] = "sft",
     fmt: Annotated[str, typer.Option("--format", help="jsonl | parquet | both.")] = "jsonl",
     workdir: Annotated[Optional[Path], typer.Option("--workdir", help="Where the temporary store and set go.")] = None,
+    keep_store: Annotated[bool, typer.Option("--keep-store", help="Build the store once in --workdir and reuse it.")] = False,
+    no_tokens: Annotated[bool, typer.Option("--no-tokens", help="Export without token ids and log-probs.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Build a synthetic run of --rollouts rollouts, export it in a child process, print rollouts/s and the
     child's peak RSS."""
     from workbench.experiments.sdk_bench import bench_export
 
-    out = bench_export(rollouts, kind=kind, fmt=fmt, workdir=str(workdir) if workdir else None)
+    out = bench_export(rollouts, kind=kind, fmt=fmt, workdir=str(workdir) if workdir else None,
+                       keep_store=keep_store, tokens=not no_tokens)
     if as_json:
         print_json(out)
         return

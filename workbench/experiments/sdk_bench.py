@@ -109,47 +109,58 @@ def bench_sdk(*, steps: int = 40, block: int = 5, rollouts: int = 512, tokens: i
 
 
 def bench_export(rollouts: int = 1_000_000, *, kind: str = "sft", fmt: str = "jsonl", workdir: str | None = None,
-                 batch_steps: int = 32, seed: int = 0) -> dict[str, Any]:
+                 batch_steps: int = 32, seed: int = 0, tokens: bool = True, keep_store: bool = False) -> dict[str, Any]:
     """Build a synthetic run of `rollouts` rollouts (`workbench.store.synthetic`: 512 per step, 200 tokens
     each, token ids and entropies), then run `workbench export` on it in a child process: its rollouts/s
-    (the export's own clock, from the card) and peak RSS (the child's maximum resident set)."""
-    import json
-    import os
-    import resource
-    import subprocess
-    import sys
-
+    (the export's own clock, from the card) and peak RSS (the child's maximum resident set). With
+    `workdir`, the store is built once as `workdir/export-store-<rollouts>` and reused by later runs
+    (`keep_store`), so several kinds and formats are measured on one store."""
     from workbench.store import open_store
+    from workbench.store.maintenance import compact
     from workbench.store.synthetic import Shape, SyntheticRun
 
     tmp = tempfile.TemporaryDirectory(prefix="bench-export-", dir=workdir)
     try:
         root = Path(tmp.name)
+        store_dir = Path(workdir) / f"export-store-{rollouts}" if keep_store and workdir else root / "store"
         t0 = time.perf_counter()
-        with open_store(root / "store", upkeep_every=0) as store:
-            run_id = store.create_run("bench-export", {"bench": "export"}, seed, status="finished")
-            syn = SyntheticRun(run_id, Shape(), seed=seed)
-            steps = -(-rollouts // Shape().rollouts_per_step)
-            for start in range(0, steps, batch_steps):
-                store.write_steps([syn.step(s) for s in range(start, min(steps, start + batch_steps))])
-            from workbench.store.maintenance import compact
-
-            compact(store)
-        build_s = time.perf_counter() - t0
-        t1 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "workbench.cli", "export", run_id, str(root / "out"),
-                               "--kind", kind, "--format", fmt, "--store", str(root / "store"), "--json"],
-                              capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        wall = time.perf_counter() - t1
-        if proc.returncode != 0:
-            raise RuntimeError(f"export failed: {proc.stderr.strip()[-2000:]}")
-        peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-        card = json.loads(proc.stdout)
-        return {"rollouts": card["counts"]["rows"] if kind == "sft" else steps * Shape().rollouts_per_step,
-                "kind": kind, "format": fmt, "rows_out": card["counts"]["rows"],
-                "export_s": round(sum(f["seconds"] for f in card["files"].values()), 2),
-                "rollouts_per_s": card["rollouts_per_s"], "child_wall_s": round(wall, 2),
-                "peak_rss_mb": round(peak_kb / 1024, 1), "bytes_out": sum(f["bytes"] for f in card["files"].values()),
-                "store_build_s": round(build_s, 1)}
+        with open_store(store_dir, upkeep_every=0) as store:
+            runs = store.runs_from("bench", "bench-export")
+            if runs.height:  # built by an earlier run (keep_store)
+                run_id = runs["run_id"][0]
+            else:
+                run_id = store.create_run("bench-export", {"bench": "export"}, seed, status="finished", source="bench")
+                syn = SyntheticRun(run_id, Shape(), seed=seed)
+                steps = -(-rollouts // Shape().rollouts_per_step)
+                for start in range(0, steps, batch_steps):
+                    store.write_steps([syn.step(s) for s in range(start, min(steps, start + batch_steps))])
+                compact(store)
+        return _export_child(run_id, root, store_dir, kind, fmt, tokens, rollouts, time.perf_counter() - t0)
     finally:
         tmp.cleanup()
+
+
+def _export_child(run_id: str, root: Path, store_dir: Path, kind: str, fmt: str, tokens: bool, rollouts: int,
+                  build_s: float) -> dict[str, Any]:
+    """`workbench export` of the run in a child process; its figures and peak RSS."""
+    import json
+    import resource
+    import subprocess
+    import sys
+
+    t1 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "workbench.cli", "export", run_id, str(root / "out"), "--kind", kind,
+                           "--format", fmt, "--store", str(store_dir), "--json", *([] if tokens else ["--no-tokens"])],
+                          capture_output=True, text=True)
+    wall = time.perf_counter() - t1
+    if proc.returncode != 0:
+        raise RuntimeError(f"export failed: {proc.stderr.strip()[-2000:]}")
+    peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # this process's only child
+    card = json.loads(proc.stdout)
+    seconds = sum(f["seconds"] for f in card["files"].values())
+    selected = -(-rollouts // 512) * 512  # whole synthetic steps of 512
+    return {"rollouts_selected": selected, "kind": kind, "format": fmt, "tokens": tokens,
+            "rows_out": card["counts"]["rows"], "export_s": round(seconds, 2),
+            "rollouts_per_s": round(selected / seconds, 1) if seconds else None,
+            "child_wall_s": round(wall, 2), "peak_rss_mb": round(peak_kb / 1024, 1),
+            "bytes_out": sum(f["bytes"] for f in card["files"].values()), "store_build_s": round(build_s, 1)}

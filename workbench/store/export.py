@@ -1,6 +1,6 @@
-"""The export's SQL: a run's selected rollouts as training sets, streamed out of the store in Arrow batches
-(DuckDB's streaming result; no sort of the whole selection for the SFT set, so memory stays flat), and
-written by a second, in-memory DuckDB with `COPY ... TO` (JSON lines or Parquet).
+"""The export's SQL: a run's selected rollouts as training sets, written out of the store by DuckDB's
+`COPY (query) TO` (JSON lines or Parquet): a streaming sink, so memory stays within DuckDB's limit
+however many rollouts the selection holds (the SFT set needs no sort at all).
 
 Three sets (`KINDS`):
 
@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import duckdb
-import pyarrow as pa
 
 from workbench.correctness import Rule
 from workbench.errors import DataError
@@ -95,7 +94,7 @@ def export_query(kind: str, run_id: str, filters: dict[str, Any], *, rule: Rule,
 
 
 class Tally:
-    """What passed through a stream: rows, correct rows, steps seen."""
+    """What an export wrote: rows, correct rows, first and last step."""
 
     def __init__(self) -> None:
         self.rows = 0
@@ -103,57 +102,31 @@ class Tally:
         self.step_min: int | None = None
         self.step_max: int | None = None
 
-    def add(self, batch: pa.RecordBatch) -> None:
-        import pyarrow.compute as pc
-
-        self.rows += batch.num_rows
-        if batch.num_rows == 0:
-            return
-        names = batch.schema.names
-        if "correct" in names:
-            self.correct += int(pc.sum(batch.column("correct")).as_py() or 0)
-        if "step" in names:
-            lo, hi = pc.min_max(batch.column("step")).values()
-            self.step_min = lo.as_py() if self.step_min is None else min(self.step_min, lo.as_py())
-            self.step_max = hi.as_py() if self.step_max is None else max(self.step_max, hi.as_py())
-
 
 def copy_out(store: Any, query: str, params: list[Any], path: Path, fmt: str, *,
-             batch_rows: int = 16_384, memory_limit: str | None = None) -> tuple[Tally, float]:
-    """Stream `query`'s rows from the store into `path` (`fmt`: jsonl or parquet); (tally, seconds)."""
+             memory_limit: str | None = None) -> tuple[Tally, float]:
+    """Stream `query`'s rows from the store into `path` (`fmt`: jsonl or parquet) with DuckDB's `COPY ... TO`
+    (a streaming sink: memory bounded by `memory_limit`, not by the selection); then count what went out
+    (rows, correct rows, steps) with a second pass that reads only those columns. (tally, seconds)."""
     if fmt not in FORMATS:
         raise DataError(f"--format {fmt!r}: must be one of {', '.join(FORMATS)}")
     lake = store._lake
-    tally = Tally()
     t0 = time.perf_counter()
+    options = "FORMAT JSON" if fmt == "jsonl" else "FORMAT PARQUET, COMPRESSION ZSTD, ROW_GROUP_SIZE 16384"
     with lake.reading(), lake.cursor() as cur:
-        if memory_limit:
-            cur.execute(f"SET memory_limit = '{_size(memory_limit)}'")
         try:
-            result = cur.execute(query, params).fetch_record_batch(batch_rows)
-        except duckdb.Error as exc:
-            raise lake.error(exc, "export") from exc
-
-        def batches() -> Iterator[pa.RecordBatch]:
-            for batch in result:
-                tally.add(batch)
-                yield batch
-
-        reader = pa.RecordBatchReader.from_batches(result.schema, batches())
-        out = duckdb.connect()
-        try:
-            out.execute("SET threads = 1")
             if memory_limit:
-                out.execute(f"SET memory_limit = '{_size(memory_limit)}'")
-            out.register("export_rows", reader)
-            target = quote_literal(str(path))
-            options = "FORMAT JSON" if fmt == "jsonl" else "FORMAT PARQUET, COMPRESSION ZSTD, ROW_GROUP_SIZE 16384"
-            out.execute(f"COPY (SELECT * FROM export_rows) TO '{target}' ({options})")
+                cur.execute(f"SET memory_limit = '{_size(memory_limit)}'")
+            cur.execute(f"COPY ({query}) TO '{quote_literal(str(path))}' ({options})", params)
+            seconds = time.perf_counter() - t0
+            names = [d[0] for d in cur.execute(f"SELECT * FROM ({query}) LIMIT 0", params).description]
+            correct = "sum(correct::INTEGER)" if "correct" in names else "NULL"
+            row = cur.execute(f"SELECT count(*), {correct}, min(step), max(step) FROM ({query})", params).fetchone()
         except duckdb.Error as exc:
-            raise DataError(f"export to {path}: {str(exc).splitlines()[0]}") from exc
-        finally:
-            out.close()
-    return tally, time.perf_counter() - t0
+            raise lake.error(exc, f"export to {path}") from exc
+    tally = Tally()
+    tally.rows, tally.correct, tally.step_min, tally.step_max = int(row[0]), int(row[1] or 0), row[2], row[3]
+    return tally, seconds
 
 
 def _size(text: str) -> str:
