@@ -54,7 +54,7 @@ def export_cmd(
         return
     c = card["counts"]
     sys.stdout.write(f"{card['kind']}: {c['rows']} rows (steps {c['steps'][0]}..{c['steps'][1]}) into {out}, "
-                     f"{card['rollouts_per_s']} rows/s\n")
+                     f"{card['rows_per_s']} rows/s\n")
     if card.get("reimport"):
         sys.stdout.write(f"import it back: {card['reimport']}\n")
 

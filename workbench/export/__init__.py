@@ -76,7 +76,7 @@ def export_run(store: Any, run_id: str, out: str | Path, *, kind: str = "sft", f
         "counts": {"rows": tally.rows, "correct": tally.correct if kind != "pairs" else None,
                    "steps": [tally.step_min, tally.step_max]},
         "files": files,
-        "rollouts_per_s": round(tally.rows * len(formats) / seconds, 1) if seconds else None,
+        "rows_per_s": round(tally.rows * len(formats) / seconds, 1) if seconds else None,
     }
     if kind == "sft" and "jsonl" in formats:
         card["reimport"] = f"workbench import jsonl {out / 'data.jsonl'} --map {REIMPORT_MAP}"
