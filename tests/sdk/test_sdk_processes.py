@@ -27,12 +27,12 @@ from workbench.store.export import REIMPORT_MAP
 TRAINER = Path(__file__).with_name("sdk_trainer.py")
 
 
-def _start(store: Path, run_id: str, steps: int, **kw) -> subprocess.Popen:
+def _start(store: Path, run_id: str, steps: int, env: dict[str, str] | None = None, **kw) -> subprocess.Popen:
     args = [sys.executable, str(TRAINER), str(store), run_id, str(steps)]
     for key, value in kw.items():
         args += [f"--{key.replace('_', '-')}", str(value)]
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), **(env or {})})
 
 
 def _cli(*args: str) -> str:
@@ -137,6 +137,12 @@ def test_sigkill_three_times_then_restart(tmp_path):
         assert set(seen) <= set(now), "a committed step was lost"
         seen = now
     assert max(seen) < steps - 1, "the trainer finished before the last kill: give it more steps"
+    # and once inside a commit: SIGKILL between the rows' INSERT and COMMIT of the third commit (faults.py)
+    proc = _start(store, run_id, steps, ckpt=ckpt, sleep=0.1, env={"WORKBENCH_FAULT": "commit:3"})
+    starts.append(proc.communicate(timeout=300)[0].splitlines()[0])
+    assert proc.returncode == -signal.SIGKILL
+    now = _committed(store, run_id)
+    assert all(n == PER_RANK for n in now.values()) and set(seen) <= set(now), now
     starts.append(_finish(_start(store, run_id, steps, ckpt=ckpt, sleep=0.0)).splitlines()[0])
     # a restart began at its checkpoint, at or before the last committed step: those steps were skipped
     resumed = [re.match(r"rank 0 starts at step (\d+) \(store has (\w+)\)", line).groups() for line in starts]
