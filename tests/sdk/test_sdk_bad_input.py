@@ -146,3 +146,15 @@ def test_token_columns_match_what_was_logged(tmp_path):
         assert row["entropy_max"] == float(e.max())
         assert row["logprob_sum"] == pytest.approx(-float(e.astype(np.float64).sum()), rel=1e-6)
     assert [r["correct"] for r in rows] == [True, False, False, True]  # the verdicts given, not the rule
+
+
+def test_the_default_guards_watch_an_sdk_run(tmp_path):
+    """Every group's rewards agree for 6 steps: the zero-signal guard (5-step window) raises an alert."""
+    path = tmp_path / "store"
+    run = workbench.init(store=path, name="flat", heartbeat_s=0)
+    for step in range(6):
+        _log(run, step, rewards=[1.0] * 4)
+    run.finish()
+    with open_store(path, read_only=True) as s:
+        alerts = s.alerts(run.run_id)
+    assert "zero_signal" in alerts["guard"].to_list(), alerts

@@ -25,6 +25,7 @@ the dashboard, notebooks, guards (alerts) and `workbench replay` read them like 
   step's `steps` row (its metrics); every rank writes its own rollouts (`worker` = `rank-<r>`, `idx` from
   r x 1,000,000). Step summaries (reward mean, ...) are computed from the rollouts only in a
   single-process run; with several ranks, log them with `log_step`.
+- Rank 0 runs the default guards over each committed step, alert only (as for imported runs).
 - Bad input (lengths that disagree, a NaN reward, text that is not UTF-8, a step that goes backwards) and
   a store that fails a commit are warnings (`SdkWarning`, recorded as `events` rows of kind
   `sdk_bad_input`), never an exception into the trainer; `init(on_error="raise")` raises them instead.

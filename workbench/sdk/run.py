@@ -244,7 +244,7 @@ def init(store: Any = None, name: str = "sdk-run", config: dict[str, Any] | None
          run_id: str | None = None, resume: bool = True, rank: int | None = None, world_size: int | None = None,
          seed: int = 0, correct_if: str | None = None, on_error: str = "warn", commit_max_rows: int = 16384,
          max_queued_rows: int = 65536, block_s: float = 300.0, wait_s: float = 60.0,
-         heartbeat_s: float = 5.0, writer_nice: int = 5) -> Run:
+         heartbeat_s: float = 5.0, writer_nice: int = 5, guards: bool = True) -> Run:
     """Open (or continue) a run in a store and start its background writer; see the package docstring."""
     from workbench.store import open_store
 
@@ -290,9 +290,14 @@ def init(store: Any = None, name: str = "sdk-run", config: dict[str, Any] | None
             store.close()
         raise
     holder: dict[str, Run] = {}
-    writer = SdkWriter(store, commit_max_rows=commit_max_rows, max_queued_rows=max_queued_rows, block_s=block_s, nice=writer_nice,
-                       on_error=lambda m: holder["run"]._store_problem(m) if "run" in holder else None,
-                       name=f"sdk-writer-{rank}")
+    watch = None
+    if rank == 0 and guards:  # the default guards over every committed step, alert only (as for imports)
+        from workbench.integrations.guards import ImportWatch
+
+        watch = ImportWatch(store, found, new_run=last is None)
+    writer = SdkWriter(store, commit_max_rows=commit_max_rows, max_queued_rows=max_queued_rows, block_s=block_s,
+                       nice=writer_nice, on_error=lambda m: holder["run"]._store_problem(m) if "run" in holder else None,
+                       name=f"sdk-writer-{rank}", after_commit=watch.observe_records if watch is not None else None)
     run = Run(store, found, rank=rank, world_size=world_size, rule=rule, last_step=last, on_error=on_error,
               writer=writer, owns_store=owns, heartbeat_s=heartbeat_s)
     holder["run"] = run

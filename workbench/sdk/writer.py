@@ -45,12 +45,13 @@ class SdkWriter:
 
     def __init__(self, store: Any, *, commit_max_rows: int = 16384, max_queued_rows: int = 65536,
                  block_s: float = 300.0, retry_max_s: float = 5.0, nice: int = 0,
-                 on_error: Callable[[str], None] | None = None, name: str = "sdk-writer") -> None:
+                 on_error: Callable[[str], None] | None = None, name: str = "sdk-writer",
+                 after_commit: Callable[[list[StepRecord]], None] | None = None) -> None:
         self.store = store
         self.commit_max_rows = max(1, int(commit_max_rows))
         self.max_queued_rows = max(self.commit_max_rows, int(max_queued_rows))
         self.block_s, self.retry_max_s, self.nice = float(block_s), float(retry_max_s), int(nice)
-        self.on_error = on_error
+        self.on_error, self.after_commit = on_error, after_commit
         self.commits: list[tuple[int, int, float]] = []
         """(steps, rollouts, seconds) of each commit."""
         self.dropped: list[int] = []
@@ -117,8 +118,13 @@ class SdkWriter:
                     self._drop_all(batch)
                 return True
             return False
-        self.cpu_s += time.thread_time() - c
         self.commits.append((len(batch), sum(p.rows for p in batch), time.perf_counter() - t))
+        if self.after_commit is not None:  # the guards (alert only); their failure never undoes the commit
+            try:
+                self.after_commit([p.record() for p in batch])
+            except Exception as exc:  # noqa: BLE001
+                self._report(f"the guards over the committed step(s) failed: {exc}")
+        self.cpu_s += time.thread_time() - c
         return True
 
     _close_deadline: float | None = None
