@@ -117,7 +117,6 @@ def _committed(store: Path, run_id: str, *, before_first: bool = False) -> dict[
     return {step: n.get(step, 0) for step in steps}
 
 
-@pytest.mark.slow
 def test_sigkill_three_times_then_restart(tmp_path):
     store, run_id, steps, ckpt = tmp_path / "store", "killed-job", 80, tmp_path / "ckpt"
     rng = random.Random(os.getpid())
