@@ -10,8 +10,9 @@ absorb), so a logging step is measured in the steady state: its own calls plus t
 the previous step beside it. The rollouts are built before the clock starts (they are the trainer's
 data, not the SDK's work).
 
-Reported: median step seconds with and without logging, the overhead (ratio - 1), the median seconds of
-the SDK calls on the trainer's thread, the writer thread's CPU seconds per step, and the commits.
+Reported: median step seconds with and without logging, the overhead (ratio - 1), the process's CPU
+seconds per step on each side (every thread: torch's, the writer's, DuckDB's), the median seconds of the
+SDK calls on the trainer's thread, the writer thread's CPU seconds per step, and the commits.
 """
 
 from __future__ import annotations
@@ -71,13 +72,14 @@ def bench_sdk(*, steps: int = 40, block: int = 5, rollouts: int = 512, tokens: i
     run = workbench.init(store=store, name="bench-sdk", config={"rollouts": rollouts, "tokens": tokens})
     train_step()  # warm up the kernels and the allocator
     timed: dict[bool, list[float]] = {True: [], False: []}
+    cpu: dict[bool, list[float]] = {True: [], False: []}
     calls: list[float] = []
     cpu0 = run.writer_cpu_s
     logged = 0
     try:
         for s in range(steps):
             logging_on = (s // block) % 2 == 0
-            t0 = time.perf_counter()
+            t0, p0 = time.perf_counter(), time.process_time()
             loss = train_step()
             if logging_on:
                 c0 = time.perf_counter()
@@ -88,6 +90,7 @@ def bench_sdk(*, steps: int = 40, block: int = 5, rollouts: int = 512, tokens: i
             dt = time.perf_counter() - t0
             if s % block:
                 timed[logging_on].append(dt)
+                cpu[logging_on].append(time.process_time() - p0)
         run.flush()
     finally:
         run.finish()
@@ -99,6 +102,8 @@ def bench_sdk(*, steps: int = 40, block: int = 5, rollouts: int = 512, tokens: i
         "device": device, "torch_threads": torch.get_num_threads(), "rollouts_per_step": rollouts, "tokens_per_rollout": tokens, "steps": steps, "block": block,
         "step_s_without_logging": round(without, 4), "step_s_with_logging": round(with_log, 4),
         "overhead": round(with_log / without - 1.0, 4),
+        "process_cpu_s_without_logging": round(statistics.median(cpu[False]), 4),
+        "process_cpu_s_with_logging": round(statistics.median(cpu[True]), 4),
         "sdk_call_s_median": round(statistics.median(calls), 5) if calls else None,
         "writer_cpu_s_per_logged_step": round((run.writer_cpu_s - cpu0) / max(logged, 1), 4),
         "commits": len(commits), "steps_per_commit": round(sum(c[0] for c in commits) / max(len(commits), 1), 2),
