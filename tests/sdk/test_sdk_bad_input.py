@@ -158,3 +158,22 @@ def test_the_default_guards_watch_an_sdk_run(tmp_path):
     with open_store(path, read_only=True) as s:
         alerts = s.alerts(run.run_id)
     assert "zero_signal" in alerts["guard"].to_list(), alerts
+
+
+def test_a_script_that_never_calls_finish_still_commits(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import sys, workbench\n"
+            "run = workbench.init(store=sys.argv[1], name='noend', heartbeat_s=0)\n"
+            "run.log_step(0, {'train/loss': 1.0})\n"
+            "for s in range(1, 4):\n"
+            "    run.log_rollouts(s, ['p'], ['r'], [1.0])\n"
+            "print(run.run_id)\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "store")], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    run_id = proc.stdout.strip()
+    with open_store(tmp_path / "store", read_only=True) as s:
+        assert s.run(run_id)["status"] == "finished"
+        assert s.run_steps(run_id)["step"].to_list() == [0, 1, 2, 3] and s.count_rollouts(run_id) == 3

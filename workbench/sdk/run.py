@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
@@ -54,6 +55,7 @@ class Run:
         self._finished = False
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
+        atexit.register(self._at_exit)  # a script that ends without finish() still commits what it logged
         if rank == 0 and heartbeat_s > 0:
             self._beat = threading.Thread(target=self._heartbeat, args=(heartbeat_s,), daemon=True,
                                           name=f"sdk-heartbeat-{run_id}")
@@ -181,6 +183,7 @@ class Run:
             self._seal()
             self._finished = True
         self._stop.set()
+        atexit.unregister(self._at_exit)
         self._writer.close(timeout_s)
         leftover = self._events
         if self._writer.dropped:
@@ -196,6 +199,13 @@ class Run:
             self._store_problem(f"finish: could not record the run's end: {exc}")
         if self._owns_store:
             self.store.close()
+
+    def _at_exit(self) -> None:
+        if not self._finished:
+            try:
+                self.finish()
+            except Exception as exc:  # noqa: BLE001 - the interpreter is ending
+                log.warning("workbench run %s: finishing at exit failed: %s", self.run_id, exc)
 
     def __enter__(self) -> Run:
         return self
