@@ -177,3 +177,17 @@ def test_a_script_that_never_calls_finish_still_commits(tmp_path):
     with open_store(tmp_path / "store", read_only=True) as s:
         assert s.run(run_id)["status"] == "finished"
         assert s.run_steps(run_id)["step"].to_list() == [0, 1, 2, 3] and s.count_rollouts(run_id) == 3
+
+
+def test_step_metrics_take_tensors_and_leave_out_text(tmp_path):
+    import torch
+
+    path = tmp_path / "store"
+    run = workbench.init(store=path, name="metrics", heartbeat_s=0)
+    with pytest.warns(SdkWarning, match=r"metric\(s\) \['note'\] are not numbers"):
+        run.log_step(0, {"train/loss": torch.tensor(0.5), "train/grad_norm": np.float32(2.0), "note": "x",
+                         "alloc/allocator": "mine"})
+    run.finish()
+    with open_store(path, read_only=True) as s:
+        row = s.run_steps(run.run_id).to_dicts()[0]
+    assert (row["loss"], row["grad_norm"], row["allocator"]) == (0.5, 2.0, "mine")

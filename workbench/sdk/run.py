@@ -16,7 +16,9 @@ from workbench.correctness import parse_rule, rule_config, run_rule
 from workbench.errors import DataError, StoreError, WorkbenchError
 from workbench.sdk.rows import build, summary
 from workbench.sdk.writer import SdkWriter
+from workbench.metrics import TEXT_COLUMNS
 from workbench.store import StepRecord
+from workbench.store.records import STEP_METRIC_KEYS
 
 log = logging.getLogger("workbench.sdk")
 
@@ -113,7 +115,12 @@ class Run:
                 self._problem(f"log_step: metrics must be a dict with string keys; step {step} kept without them",
                               step=step, exc=DataError("log_step: metrics must be a dict with string keys"))
                 return
-            self._metrics.update(metrics or {})
+            kept = {k: _scalar(v) for k, v in (metrics or {}).items()}
+            bad = sorted(k for k, v in kept.items() if not _number(v) and v is not None and k not in TEXT_KEYS)
+            if bad:
+                self._problem(f"log_step step {step}: metric(s) {bad} are not numbers; left out", step=step,
+                              exc=DataError(f"log_step: metric {bad[0]!r} is not a number"))
+            self._metrics.update({k: v for k, v in kept.items() if k not in bad})
 
     def log_rollouts(self, step: int, prompts: Any, responses: Any, rewards: Any, *,
                      reward_terms: dict[str, Any] | None = None, stage: int = 0, policy_version: int | None = None,
@@ -228,6 +235,24 @@ class Run:
                 self.store.heartbeat(self.run_id)
             except Exception as exc:  # noqa: BLE001 - never into the trainer
                 log.debug("heartbeat of run %s failed: %s", self.run_id, exc)
+
+
+TEXT_KEYS = frozenset(k for column in TEXT_COLUMNS for k in STEP_METRIC_KEYS.get(column, (column,)))
+"""Step metrics that may hold text (the allocator's name, ...): every other one must be a number."""
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float))  # bool included: stored as 0/1
+
+
+def _scalar(value: Any) -> Any:
+    """A one-element tensor or numpy value as a Python number (what the steps row stores)."""
+    if hasattr(value, "item") and getattr(value, "size", 1) in (1, None) or hasattr(value, "numel"):
+        try:
+            return value.item()
+        except (ValueError, RuntimeError):
+            return value
+    return value
 
 
 def _allocations(table: pa.Table) -> list[dict[str, Any]]:
