@@ -4,4 +4,4 @@ entry points `plugins.py` reads). Commands are thin: they parse, call one librar
 Heavy imports (torch, duckdb, streamlit) happen inside the commands so that `workbench --help` stays
 fast."""
 
-MODULES = ["store", "organism", "model", "engine", "allocators", "control", "app", "analysis", "integrations", "badinput", "guards", "playground"]
+MODULES = ["store", "organism", "model", "engine", "allocators", "control", "app", "analysis", "integrations", "badinput", "guards", "playground", "sdk"]

@@ -21,11 +21,16 @@ LOGGED = "metric/"
 """Prefix of a frame column holding a step metric the trainer logged (one value per step file)."""
 
 
+def prompt_id(text: str) -> str:
+    """A prompt's stable id: the first 16 hex digits of BLAKE2b of its text (the same text gets the same
+    id in every step, run and process, so the Prompt page's history works)."""
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=8).hexdigest()
+
+
 def prompt_ids(texts: pl.Series) -> pl.Series:
-    """Stable prompt ids: the first 16 hex digits of BLAKE2b of the prompt text (the same text gets
-    the same id in every step, run and process, so the Prompt page's history works)."""
+    """`prompt_id` of each text of a column."""
     uniq = texts.unique(maintain_order=True)
-    ids = [hashlib.blake2b(t.encode("utf-8"), digest_size=8).hexdigest() for t in uniq.to_list()]
+    ids = [prompt_id(t) for t in uniq.to_list()]
     mapping = pl.DataFrame({"prompt": uniq, "prompt_id": ids})
     return pl.DataFrame({"prompt": texts}).join(mapping, on="prompt", how="left", maintain_order="left")["prompt_id"]
 

@@ -131,6 +131,17 @@ class ReaderMixin:
         return self._lake.read("SELECT run_id, config FROM runs WHERE source = ? AND name = ? "
                                "ORDER BY created_at DESC, run_id", [source, name])
 
+    def last_logged_step(self, run_id: str, *, worker: str | None = None) -> int | None:
+        """The run's last stored step (None: none); with `worker`, the last step holding a rollout of that
+        worker (a data-parallel rank logging through the SDK, `rank-<r>`)."""
+        if worker is None:
+            frame = self._lake.read("SELECT max(step) AS last FROM steps WHERE run_id = ?", [run_id])
+        else:
+            frame = self._lake.read("SELECT max(step) AS last FROM rollouts WHERE run_id = ? AND worker = ?",
+                                    [run_id, worker])
+        last = frame["last"][0]
+        return None if last is None else int(last)
+
     def run(self, run_id: str) -> dict[str, Any]:
         """One run's row as a dict (`config` decoded from JSON); StoreError if there is no such run."""
         frame = self._lake.read("SELECT * FROM runs WHERE run_id = ?", [run_id])

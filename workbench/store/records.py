@@ -47,6 +47,9 @@ class StepRecord:
     rollout's stage, prompt_id and idx; single-turn rollouts have none."""
     tool_calls: pa.Table | list[dict[str, Any]] = field(default_factory=list)
     """Episodes: one row per tool call, keyed as `turns`."""
+    step_row: bool = True
+    """False: a share of a step whose `steps` row another process writes (a data-parallel rank of a run
+    logged through `workbench.sdk`): its rows go in, no `steps` row, no already-stored-step check."""
 
 
 STEP_METRIC_KEYS: dict[str, tuple[str, ...]] = {column: tuple(dict.fromkeys((column, name)))

@@ -65,14 +65,15 @@ class WriterMixin:
     # -- runs ------------------------------------------------------------------------------
     def create_run(self, name: str, config: dict[str, Any], seed: int, *, parent_run_id: str | None = None,
                    pid: int | None = None, host: str | None = None, code_version: str | None = None,
-                   log_path: str | None = None, status: str = "created", source: str | None = None) -> str:
-        """Register a new run; returns its id (`<name>-<UTC time>-<4 hex>`, readable and unique).
-        `source` names the engine that produced it (None: this workbench's; "verl", "trl", ... for
-        imported runs)."""
+                   log_path: str | None = None, status: str = "created", source: str | None = None,
+                   run_id: str | None = None) -> str:
+        """Register a new run; returns its id (`<name>-<UTC time>-<4 hex>`, readable and unique, unless
+        `run_id` gives one: the processes of one job agree on it). `source` names the engine that
+        produced it (None: this workbench's; "verl", "trl", ... for imported runs; "sdk")."""
         _check_status(status)
         now = now_utc()
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-")[:40] or "run"
-        run_id = f"{slug}-{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+        run_id = run_id or f"{slug}-{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
         row = {"run_id": run_id, "name": name, "created_at": now, "updated_at": now, "status": status,
                "config": config, "seed": int(seed), "pid": pid if pid is not None else os.getpid(),
                "host": host or socket.gethostname(), "heartbeat_at": now, "parent_run_id": parent_run_id,
@@ -133,8 +134,9 @@ class WriterMixin:
             seen[key] = i
         batch = _StepBatch(records)
         by_run: dict[str, list[int]] = {}
-        for run_id, step in seen:
-            by_run.setdefault(run_id, []).append(step)
+        for record in records:
+            if record.step_row:  # a rank's share of a step (SDK) has no steps row to check
+                by_run.setdefault(record.run_id, []).append(int(record.step))
         for run_id, steps in by_run.items():
             self._check_new_steps(run_id, steps)
 
@@ -145,7 +147,7 @@ class WriterMixin:
         first = records[0]
         what = (f"write step {first.step} of run {first.run_id}" if len(records) == 1
                 else f"write {len(records)} steps ({batch.rollout_rows} rollouts) of run(s) "
-                     f"{', '.join(sorted(by_run))}")
+                     f"{', '.join(sorted({r.run_id for r in records}))}")
         self._lake.write(tx, what, timeout_s=timeout_s, on_retry=on_retry)
         for run_id, steps in by_run.items():
             top = max(steps)
@@ -341,7 +343,8 @@ class _StepBatch:
                 rows = getattr(record, table)
                 if isinstance(rows, pa.Table) or rows:
                     episodes[table].append((rollouts_to_arrow(rows, run_id, step, table), run_id, step))
-            steps.append(rows_to_arrow("steps", [step_row(run_id, step, record.metrics)], {}))
+            if record.step_row:
+                steps.append(rows_to_arrow("steps", [step_row(run_id, step, record.metrics)], {}))
             small["allocations"].append(rows_to_arrow("allocations", record.allocations, fill))
             small["prompt_stats"].append(rows_to_arrow("prompt_stats", record.prompt_stats, fill))
             small["evals"].append(rows_to_arrow("evals", record.evals, fill))
@@ -349,7 +352,7 @@ class _StepBatch:
             prompts_by_run.setdefault(run_id, []).extend(record.prompts)
         self.rollouts, self.rollout_consts = _concat_filled(rollouts)
         self.rollout_rows = self.rollouts.num_rows
-        self.steps = _concat(steps)
+        self.steps = _concat(steps) if steps else rows_to_arrow("steps", [], {})
         self.small = {table: _concat(parts) for table, parts in small.items()}
         self.episodes = {table: _concat_filled(parts) for table, parts in episodes.items() if parts}
         self.prompts = {}

@@ -1,0 +1,32 @@
+"""`workbench bench sdk` and `workbench bench export` at a tiny size: they run and their figures add up."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def _bench(*args: str) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "workbench.cli", "bench", *args, "--json"], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_bench_sdk_measures_both_sides():
+    out = _bench("sdk", "--steps", "8", "--block", "2", "--rollouts", "64", "--tokens", "16", "--hidden", "64",
+                 "--batch", "64")
+    assert out["samples"] == {"with": 2, "without": 2}
+    assert out["step_s_with_logging"] > 0 and out["step_s_without_logging"] > 0
+    ratio = out["step_s_with_logging"] / out["step_s_without_logging"] - 1  # of the rounded medians
+    assert out["overhead"] == pytest.approx(ratio, abs=1e-4 / out["step_s_without_logging"] + 1e-4)
+    assert out["commits"] >= 1 and out["problems"] == []
+
+
+def test_bench_export_counts_what_it_wrote(tmp_path):
+    out = _bench("export", "--rollouts", "1024", "--workdir", str(tmp_path))
+    assert out["rollouts_selected"] == out["rows_out"] == 1024
+    assert out["peak_rss_mb"] > 0 and out["bytes_out"] > 1024 * 200
