@@ -160,8 +160,10 @@ def test_eta_one_runs_ahead_and_records_its_staleness(store_dir, tiny_config, pa
     assert spans == (table["segments"] > 1).to_list()
     if not partial:  # no partial rollouts: one version each
         assert not any(spans)
-    else:  # new weights reached the generator mid-batch: some rollout was cut and continued under them
-        assert any(spans)
+    # With partial rollouts, whether new weights reach the generator mid-batch in a real run depends on the
+    # two sides' timing (on a loaded machine the generator often finishes first): the cut and its
+    # continuation are tested deterministically below (test_partial_rollout_continues_...), here only that
+    # every span the run recorded is consistent (its segments, at most one version).
     assert ((table["version_end"] - table["version_start"]) <= 1).all()
     for key in ("timing_s/generator_busy", "timing_s/trainer_idle", "rollout/staleness_max"):
         assert key in seen[-1], key

@@ -302,7 +302,7 @@ def _app():
     import typer
 
     app = typer.Typer()
-    cmd.register(app, typer.Typer())
+    cmd.register(app)
     app.command("noop")(lambda: None)
     return app
 

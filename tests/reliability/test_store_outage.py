@@ -39,9 +39,10 @@ def proxied_s3():
             yield server, proxy
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def pg_server():
-    """A PostgreSQL server in a temp dir of its own (as root it runs as `postgres`), to stop and start."""
+    """A PostgreSQL server in a temp dir of its own (as root it runs as `postgres`), to stop and start; one
+    per test, so that each test's catalog is its own (a catalog keeps the data path it was created with)."""
     from workbench.store.pglocal import local_postgres_server, server_bin
 
     if server_bin() is None:

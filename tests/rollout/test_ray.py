@@ -121,7 +121,7 @@ def test_engine_run_with_two_workers_equals_in_process(ray_runtime, store_dir, t
     with open_store(store_dir) as st:
         a = run(tiny_config(**base), store=st)
         b = run(tiny_config(**base, rollout__backend="ray", rollout__workers=2, rollout__start_timeout_s=300),
-                store=st, store_dir=store_dir, on_step=kill_a_worker)
+                store=st, on_step=kill_a_worker)
         ra, rb = _rollouts(st, a), _rollouts(st, b)
         assert ra.height == rb.height == 3 * 32
         assert ra["token_ids"].to_list() == rb["token_ids"].to_list()

@@ -34,7 +34,8 @@ class RunWriter(Protocol):
 
     def create_run(self, name: str, config: dict[str, Any], seed: int, *, parent_run_id: str | None = None,
                    pid: int | None = None, host: str | None = None, code_version: str | None = None,
-                   log_path: str | None = None, status: str = "created", source: str | None = None) -> str: ...
+                   log_path: str | None = None, status: str = "created", source: str | None = None,
+                   run_id: str | None = None) -> str: ...
 
     def set_run_status(self, run_id: str, status: str, *, error: str | None = None,
                        pid: int | None = None) -> None: ...
