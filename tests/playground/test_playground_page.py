@@ -75,6 +75,7 @@ def test_a_control_session_samples_checkpoints_side_by_side(trained, policy_at, 
     assert len(at.dataframe) == 3  # a pass@k table per checkpoint
 
 
+@pytest.mark.slow  # it reads what the control session of the test before (slow: it samples) computed
 def test_a_read_only_session_cannot_sample_and_sees_what_was_computed(trained, monkeypatch):
     root, rid = trained
     gate = Gate(open_without_token=False)
