@@ -43,9 +43,10 @@ class Worker:
     """The call it is serving (a zygote.Running), or None while it waits."""
 
 
-def fork_worker(limits: ToolLimits, serve_one) -> Worker:  # noqa: ANN001 - zygote.call_tool, passed in
-    """A new worker with `limits`, serving requests with `serve_one(name, arguments, limits)`
-    (OSError when no process or pipe can be had)."""
+def fork_with_pipes(child) -> tuple[int, int, int]:  # noqa: ANN001 - child(request_r, result_w), never returns
+    """Fork a child that runs `child(request_r, result_w)` (it must end with `os._exit`); in the parent, the
+    child's pid, the request pipe's write end and the result pipe's read end. OSError, with every descriptor
+    closed, when no process or pipe can be had."""
     request_r, request_w = os.pipe()
     try:
         result_r, result_w = os.pipe()
@@ -60,9 +61,16 @@ def fork_worker(limits: ToolLimits, serve_one) -> Worker:  # noqa: ANN001 - zygo
             os.close(fd)
         raise
     if pid == 0:
-        _serve(request_r, result_w, limits, serve_one)
+        child(request_r, result_w)
     os.close(request_r)
     os.close(result_w)
+    return pid, request_w, result_r
+
+
+def fork_worker(limits: ToolLimits, serve_one) -> Worker:  # noqa: ANN001 - zygote.call_tool, passed in
+    """A new worker with `limits`, serving requests with `serve_one(name, arguments, limits)`
+    (OSError when no process or pipe can be had)."""
+    pid, request_w, result_r = fork_with_pipes(lambda r, w: _serve(r, w, limits, serve_one))
     return Worker(pid, request_w, result_r, limits)
 
 

@@ -35,7 +35,7 @@ from typing import Any
 from workbench.tools import guard
 from workbench.tools.base import (ERROR_KINDS, TOOLS, Tool, ToolError, ToolFailure, ToolLimits, ToolResult,
                                   set_call_limits, truncate)
-from workbench.tools.workers import Worker, fork_worker, hand_over
+from workbench.tools.workers import Worker, fork_with_pipes, fork_worker, hand_over
 
 ENTRY = "from workbench.tools.zygote import main; main()"
 
@@ -130,24 +130,7 @@ def _child(request_fd: int, write_fd: int) -> None:
 
 def _fork() -> Spare:
     """A new child waiting for its call (OSError when no process or pipe can be had)."""
-    request_r, request_w = os.pipe()
-    try:
-        result_r, result_w = os.pipe()
-    except OSError:
-        os.close(request_r)
-        os.close(request_w)
-        raise
-    try:
-        pid = os.fork()
-    except OSError:
-        for fd in (request_r, request_w, result_r, result_w):
-            os.close(fd)
-        raise
-    if pid == 0:
-        _child(request_r, result_w)
-    os.close(request_r)
-    os.close(result_w)
-    return Spare(pid, request_w, result_r)
+    return Spare(*fork_with_pipes(_child))
 
 
 def _start(req: dict[str, Any], sel: selectors.BaseSelector, spares: deque[Spare], workers: list[Worker],
