@@ -34,7 +34,7 @@ def worker(*, start: bool = True) -> Worker | None:
     with _LOCK:
         w = _WORKERS.get(key)
         if (w is None or not w.alive()) and start:
-            w = _WORKERS[key] = Worker(*key)
+            w = _WORKERS[key] = Worker(key[0])
         return w
 
 

@@ -180,7 +180,7 @@ def test_the_seconds_limit_stops_the_decoding(trained, policy_at):
 def test_sample_run_reads_the_run_from_the_store(trained):
     root, rid = trained
     with open_store(str(root), read_only=True) as st:
-        out = sample_run(st, root, SampleRequest(rid, 4, prompt="1+1=", answer="2", n=2, max_new_tokens=3))
+        out = sample_run(st, SampleRequest(rid, 4, prompt="1+1=", answer="2", n=2, max_new_tokens=3))
     assert out["checkpoint"] == 4 and out["answer"] == "2" and all(s["length"] <= 3 for s in out["samples"])
 
 

@@ -16,7 +16,7 @@ from workbench.playground.worker import MAX_QUEUED, WORKER_NICE, Worker
 @pytest.fixture
 def worker(trained):
     root, _ = trained
-    w = Worker(str(root), root)
+    w = Worker(str(root))
     yield w
     w.close()
 
@@ -56,7 +56,7 @@ def test_requests_are_cancelled_and_the_queue_is_bounded(trained):
     """A request cancelled while its model loads stops before decoding; one cancelled while queued
     never starts; a full queue refuses the next request; the others are served."""
     root, rid = trained
-    w = Worker(str(root), root)
+    w = Worker(str(root))
     try:
         first = w.submit(SampleRequest(rid, 3, prompt="1+1=", n=2))  # checkpoint 3: loaded on demand
         queued = [w.submit(SampleRequest(rid, 0, prompt="1+1=", n=1)) for _ in range(MAX_QUEUED - 1)]

@@ -54,7 +54,7 @@ def register(app: typer.Typer) -> None:
         request.check(limits)  # one line before the store or a model is opened
         handle = store_handle(store)
         with handle.open(read_only=True) as st:
-            result = sample_run(st, handle.folder(), request, limits, threads=threads)
+            result = sample_run(st, request, limits, threads=threads)
         if as_json:
             print_json(result)
             return

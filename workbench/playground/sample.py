@@ -327,11 +327,11 @@ def pass_at_k_table(n: int, correct: int) -> dict[str, dict[str, float]]:
     return out
 
 
-def sample_run(store: Any, store_dir: str | Path, request: SampleRequest, limits: Limits = Limits(), *,
-               threads: int = 1) -> dict[str, Any]:
-    """One request from the command line: read the run from `store` (an open Store), load its
-    checkpoint, sample. Refuses a bad request before loading anything."""
+def sample_run(store: Any, request: SampleRequest, limits: Limits = Limits(), *, threads: int = 1) -> dict[str, Any]:
+    """One request from the command line: read the run from `store` (an open Store; its checkpoints are in
+    the store's local folder, `store.handle.folder()`), load its checkpoint, sample. Refuses a bad request
+    before loading anything."""
     request.check(limits)
     cfg = run_config(store.run(request.run_id))
-    policy = load_policy(store_dir, request.run_id, cfg, request.checkpoint, threads=threads)
+    policy = load_policy(store.handle.folder(), request.run_id, cfg, request.checkpoint, threads=threads)
     return sample(policy, request, limits)

@@ -37,7 +37,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from workbench.errors import ConfigError, WorkbenchError
@@ -52,17 +51,22 @@ IDLE_S = 300.0
 class Worker:
     """The dashboard's side: starts the worker process and follows its requests (see the module)."""
 
-    def __init__(self, store: str | Path, store_dir: str | Path | None = None, *, limits: Limits = Limits(),
-                 idle_s: float = IDLE_S) -> None:
+    def __init__(self, store: Any, *, limits: Limits = Limits(), idle_s: float = IDLE_S) -> None:
+        """`store`: a store directory, an `s3://` URL, an open Store or its `StoreHandle` (one value: the
+        worker reads runs from it and checkpoints from its local folder)."""
+        from workbench.store.handle import StoreHandle
+
+        handle = StoreHandle.at(store)
         self.limits = limits
         self._lock = threading.Lock()
         self._states: dict[str, dict[str, Any]] = {}
         self._ids = itertools.count(1)
-        args = [sys.executable, "-m", "workbench.playground.worker", "--store", str(store),
-                "--store-dir", str(store_dir or store), "--idle-s", str(idle_s),
+        args = [sys.executable, "-m", "workbench.playground.worker", "--store", handle.spec,
+                "--store-dir", str(handle.folder()), "--idle-s", str(idle_s),
                 "--limits", json.dumps(asdict(limits))]
         self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     text=True, bufsize=1, env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
+                                     text=True, bufsize=1,
+                                     env={**os.environ, **handle.child_env(), "OMP_WAIT_POLICY": "PASSIVE"})
         self._reader = threading.Thread(target=self._read, daemon=True, name="playground-reader")
         self._reader.start()
 
