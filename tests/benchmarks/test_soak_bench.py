@@ -38,7 +38,8 @@ def test_half_a_minute_of_load_on_one_store(organism_models, tmp_path):
     assert pages["pages"]["live"]["n"] >= 1
     for name, p in pages["pages"].items():  # where each page's time went: the store's reads, CPU
         if p["n"]:
-            assert 0 < pages["read_ms_p50"][name] <= 1.05 * p["p95_ms"], (name, pages["read_ms_p50"])
+            # 0 where every look at the page was answered from the dashboard's cache (no store read)
+            assert 0 <= pages["read_ms_p50"][name] <= 1.05 * p["p95_ms"], (name, pages["read_ms_p50"])
             assert pages["cpu_ms_p50"][name] > 0
     assert pages["ratio"]["overall"]["p50_ms"] == pytest.approx(
         pages["overall"]["p50_ms"] / pages["idle"]["overall"]["p50_ms"], abs=0.01)
