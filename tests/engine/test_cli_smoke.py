@@ -46,3 +46,19 @@ def test_bad_config_rejected_before_anything_starts(store_dir):
     assert out.returncode == 1
     assert "optim.lr" in out.stderr
     assert not (store_dir / "catalog.sqlite").exists()
+
+
+def test_workbench_demo_trains_with_its_progress_bar_and_says_how_to_query(store_dir, tiny_config, tmp_path):
+    """The README's main job, `workbench demo` (the path with the progress bar, not `--quiet`), in a folder
+    whose `configs/organism.toml` is the tiny run, without the dashboard."""
+    from workbench.config_docs import to_toml
+
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "organism.toml").write_text(to_toml(tiny_config(eval__every=0)))
+    out = subprocess.run([sys.executable, "-m", "workbench.cli", "demo", "--no-app", "--steps", "2", "--store",
+                          str(store_dir)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "Query it: `workbench runs --store" in out.stdout
+    with open_store(str(store_dir)) as st:
+        (rid,) = st.list_runs()["run_id"].to_list()
+        assert st.run(rid)["status"] == "finished" and st.run_steps(rid)["step"].to_list() == [1, 2]

@@ -208,7 +208,7 @@ def demo(
         raise ConfigError(f"--model: {model!r} is not allowed ('organism' or 'smollm2')")
     typer.echo(f"Training {cfg.name} ({cfg.steps} steps, allocator {cfg.allocator.name}) "
                f"into {root}; {what}.")
-    rid = _run_foreground(cfg, root, None)
+    rid = _run_foreground(cfg, store_handle(store), None)
     _summary(root, rid)
     if not no_app and importlib.util.find_spec("streamlit") is not None:
         from workbench.commands.app import exec_app
