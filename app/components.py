@@ -9,7 +9,7 @@ from typing import Any
 import polars as pl
 import streamlit as st
 
-from app import permissions, data
+from app import data, permissions, run_tokens
 
 CURRENT_RUN = "current_run"
 """Session key holding the run the user last picked on any page (the default on the others)."""
@@ -156,30 +156,30 @@ def rollout_groups(page: str, run_id: str, frame, *, link_prompt: bool = True, t
     `term` when given, and with `pipelined` each rollout's version span, staleness and weight. With
     `chat_template`, each prompt as the model saw it (the template's turns and markers) and the
     responses' special tokens (the end of turn); without, the question and the text only."""
-    from app import derive, shape_view
+    from app import rollout_view, shape_view
     from app.terms_view import term_range
 
     if frame.is_empty():
         st.info("No rollouts match these filters.")
         return
-    decode = data.token_decoder(run_id)
+    decode = run_tokens.token_decoder(run_id)
     ents = [h for hs in frame["token_entropy"].to_list() if hs for h in hs] if "token_entropy" in frame.columns else []
     h_max = max(1e-6, sorted(ents)[int(0.98 * (len(ents) - 1))]) if ents else 2.0
-    groups = derive.group_rollouts(frame)
+    groups = rollout_view.group_rollouts(frame)
     span = term_range(frame.to_dicts(), term) if term and "reward_terms" in frame.columns else (0.0, 0.0)
     gap_max = None
     if colour_gap:  # one scale for the page, as the entropy's
         from workbench.analysis.pipeline import token_logprob_gaps
 
-        gap_max = derive.gap_scale([g for r in frame.iter_rows(named=True) for g in token_logprob_gaps(
+        gap_max = rollout_view.gap_scale([g for r in frame.iter_rows(named=True) for g in token_logprob_gaps(
             r.get("token_logprobs"), r.get("token_trainer_logprobs"))])
     texts = data.prompt_texts(run_id, tuple(sorted({g[1] for g in groups})))
     if chat_template:
-        templated = data.chat_prompts(run_id, tuple(sorted(set(texts.values()))))
+        templated = run_tokens.chat_prompts(run_id, tuple(sorted(set(texts.values()))))
         texts = {pid: templated.get(t, t) for pid, t in texts.items()}
     for i, (step, prompt_id, rows) in enumerate(groups):
         with st.container(border=True):
-            st.html(derive.group_header(step, prompt_id, rows, texts.get(prompt_id)))
+            st.html(rollout_view.group_header(step, prompt_id, rows, texts.get(prompt_id)))
             if link_prompt:
                 left, right = st.columns(2)
                 left.page_link("app_pages/prompt.py", label="this prompt's story", icon=":material/timeline:",
@@ -187,7 +187,7 @@ def rollout_groups(page: str, run_id: str, frame, *, link_prompt: bool = True, t
                 right.page_link("app_pages/playground.py", label="sample it in the Playground",
                                 icon=":material/science:",
                                 query_params={"run": run_id, "prompt": str(prompt_id), "step": str(step)})
-            table = derive.group_html(rows, decode, h_max, term=term, term_span=span, pipelined=pipelined,
+            table = rollout_view.group_html(rows, decode, h_max, term=term, term_span=span, pipelined=pipelined,
                                       gap_max=gap_max, special=chat_template)
             if shape_view.is_tree_group(rows):  # a tree-shaped run (issue #32): the tree, the table folded
                 st.html(tree_view(rows, decode, h_max, gap_max, chat_template))
@@ -201,7 +201,7 @@ def rollout_groups(page: str, run_id: str, frame, *, link_prompt: bool = True, t
                if gap_max is None else
                f"token colour: trainer − behaviour log-prob, red ≤ −{gap_max:.3g} < white 0 < green ≥ +{gap_max:.3g} "
                "nats (98th percentile of |gap| on this page, at least "
-               f"{derive.GAP_FLOOR:g}); grey: the update did not compute the token's trainer log-prob")
+               f"{rollout_view.GAP_FLOOR:g}); grey: the update did not compute the token's trainer log-prob")
     st.caption(colours
                + (f" · reward terms cell coloured by {term}: red < 0 < green, scaled by the largest |value| on "
                   f"this page ({max(abs(span[0]), abs(span[1])):.3g}); grey: the rollout has no {term}" if term else ""))
@@ -228,19 +228,19 @@ def conversations(run_id: str, rows: list[dict], decode, h_max: float, special: 
 
 def tree_view(rows: list[dict], decode, h_max: float, gap_max: float | None, special: bool) -> str:
     """A tree-shaped group drawn as a tree (`app.shape_view.tree_html`), its tokens coloured as the table's."""
-    from app import derive, shape_view
+    from app import rollout_view, shape_view
     from workbench.analysis.pipeline import token_logprob_gaps
 
     def pieces_of(row: dict) -> list[str]:
-        return derive.token_pieces(row.get("response") or "", row.get("token_ids"), decode, special=special)
+        return rollout_view.token_pieces(row.get("response") or "", row.get("token_ids"), decode, special=special)
 
     def tokens_of(row: dict, start: int) -> str:
         pieces, ents = pieces_of(row), list(row.get("token_entropy") or [])
         start = start if len(pieces) == row.get("length") else 0  # no per-token pieces: the whole text
         gaps = (token_logprob_gaps(row.get("token_logprobs"), row.get("token_trainer_logprobs"))
                 if gap_max is not None else None)
-        return derive.token_html(pieces[start:], ents[start:] if len(ents) == len(pieces) else None, h_max,
-                                 gaps=None if gaps is None else list(gaps)[start:], gap_max=gap_max or derive.GAP_FLOOR)
+        return rollout_view.token_html(pieces[start:], ents[start:] if len(ents) == len(pieces) else None, h_max,
+                                 gaps=None if gaps is None else list(gaps)[start:], gap_max=gap_max or rollout_view.GAP_FLOOR)
 
     return shape_view.tree_html(rows, pieces_of, tokens_of)
 

@@ -23,7 +23,7 @@ MASKED_STYLE = "color:#9ca3af;text-decoration:line-through;text-decoration-color
 
 
 def _pieces(turn: Turn, decode: Callable[..., str] | None, special: bool) -> list[str]:
-    from app.derive import token_pieces
+    from app.rollout_view import token_pieces
 
     return token_pieces(turn.text, turn.token_ids, decode, special=special)
 
@@ -31,7 +31,7 @@ def _pieces(turn: Turn, decode: Callable[..., str] | None, special: bool) -> lis
 def _turn_tokens(turn: Turn, trained: list[bool], decode, h_max: float, special: bool) -> str:
     """The turn's tokens, one span each: trained ones coloured by their entropy, the rest greyed and struck
     through (the loss never sees them); the text alone where the tokens cannot be split into pieces."""
-    from app.derive import entropy_colour
+    from app.rollout_view import entropy_colour
 
     pieces = _pieces(turn, decode, special)
     ents = list(turn.entropy or [])

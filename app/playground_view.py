@@ -7,7 +7,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from app.derive import token_html
+from app.rollout_view import token_html
 
 INITIAL_LABEL = "initial model"
 

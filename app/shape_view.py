@@ -85,7 +85,7 @@ class BranchMark:
 
 def branch_mark(node: TreeNode, pieces: list[str], parent_pieces: list[str] | None) -> BranchMark | None:
     """The branch point of `node` (None for a root): its token and entropy at `branch_at`. `pieces` are
-    the row's tokens as they read (`app.derive.token_pieces`), `parent_pieces` the parent's."""
+    the row's tokens as they read (`app.rollout_view.token_pieces`), `parent_pieces` the parent's."""
     at = node.branch_at
     if at is None or at < 0:
         return None

@@ -8,7 +8,7 @@ a pipelined run; paged."""
 
 import streamlit as st
 
-from app import components, data, drill
+from app import components, data, drill, run_tokens
 from workbench.analysis import term_names
 from workbench.analysis.pipeline import is_pipelined, pipeline_by_step
 from workbench.episodes import FINISH_REASONS
@@ -130,6 +130,6 @@ v1, v2 = st.columns([3, 2])
 if "token_trainer_logprobs" in frame.columns and frame["token_trainer_logprobs"].null_count() < frame.height:
     colour_gap = v1.radio("colour tokens by", COLOURS, horizontal=True, key=f"{PAGE}_colour") == COLOURS[1]
 # a chat model's prompts as it saw them (system turn, role markers) and its end-of-turn tokens, or the text only
-template = data.uses_chat_template(run_id) and v2.toggle("show the chat template", key=f"{PAGE}_template")
+template = run_tokens.uses_chat_template(run_id) and v2.toggle("show the chat template", key=f"{PAGE}_template")
 components.rollout_groups(PAGE, run_id, frame, term=term, pipelined=pipelined, colour_gap=colour_gap,
                           chat_template=template)

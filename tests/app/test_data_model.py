@@ -13,7 +13,7 @@ from workbench.store import open_store
 def test_the_dashboard_finds_a_skewed_runs_organism_where_the_engine_puts_it(tmp_path, monkeypatch):
     import streamlit as st
 
-    from app import data
+    from app import run_tokens
 
     cfg = RunConfig.from_dict({"task": {"kind": "arithmetic", "profile": "skewed"}})
     path = tmp_path / "store"
@@ -23,9 +23,9 @@ def test_the_dashboard_finds_a_skewed_runs_organism_where_the_engine_puts_it(tmp
     monkeypatch.setenv("WORKBENCH_STORE", str(path))
     st.cache_data.clear()
     st.cache_resource.clear()
-    got, model = data._model_dir(rid)
+    got, model = run_tokens._model_dir(rid)
     skewed = organism_dir(path, OrganismRecipe.from_dict({"task": cfg.to_dict()["task"]}))
     assert got == skewed == run_model_dir(cfg, path, build=False) and model["path"] == "organism"
     assert skewed != organism_dir(path)  # the default recipe's directory: what the dashboard read before
-    assert data._model_dir(plain)[0] == organism_dir(path)
+    assert run_tokens._model_dir(plain)[0] == organism_dir(path)
     assert not (path / "models").exists()  # a reader builds nothing

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 import polars as pl
 import pytest
 
-from app import derive
+from app import derive, rollout_view
 
 
 def test_passk_by_step_is_the_unbiased_estimator_averaged_over_prompts():
@@ -87,34 +87,34 @@ def test_the_evaluation_before_the_first_step_sits_at_zero_tokens():
 
 
 def test_token_html_escapes_every_piece():
-    pieces = derive.token_pieces("<script>alert(1)</script>", list(range(25)), None)
+    pieces = rollout_view.token_pieces("<script>alert(1)</script>", list(range(25)), None)
     assert len(pieces) == 25  # one character per token when the lengths agree
-    out = derive.token_html(pieces, [0.1] * 25)
+    out = rollout_view.token_html(pieces, [0.1] * 25)
     assert "<script>" not in out and "&lt;" in out and "&gt;" in out
     assert out.count("<span ") == 25
     # a tokenizer wins over the character split
-    assert derive.token_pieces("ab", [7, 8], lambda ids, special: "".join(f"<{i}>" for i in ids)) == ["<7>", "<8>"]
+    assert rollout_view.token_pieces("ab", [7, 8], lambda ids, special: "".join(f"<{i}>" for i in ids)) == ["<7>", "<8>"]
     # lengths that disagree and no tokenizer: the whole response, uncoloured
-    assert derive.token_pieces("abc", [1], None) == ["abc"]
-    assert "<span>abc</span>" in derive.token_html(["abc"], [0.5, 0.7])
+    assert rollout_view.token_pieces("abc", [1], None) == ["abc"]
+    assert "<span>abc</span>" in rollout_view.token_html(["abc"], [0.5, 0.7])
 
 
 def test_group_html_escapes_fields_and_groups_keep_order():
     rows = [{"step": 3, "prompt_id": "p<1>", "idx": i, "stage": 0, "policy_version": 3, "reward": 1.0,
              "verdict": "'; DROP TABLE rollouts; --", "advantage": 0.5, "length": 2, "entropy_mean": 0.2,
              "response": "<b", "token_ids": [1, 2], "token_entropy": [0.1, 1.9]} for i in range(2)]
-    out = derive.group_html(rows)
+    out = rollout_view.group_html(rows)
     assert ">&lt;</span>" in out and "<b" not in out
     assert "&#x27;; DROP TABLE rollouts; --" in out
     assert "+0.500" in out
-    groups = derive.group_rollouts(pl.DataFrame(rows + [{**rows[0], "prompt_id": "q"}]))
+    groups = rollout_view.group_rollouts(pl.DataFrame(rows + [{**rows[0], "prompt_id": "q"}]))
     assert [(g[0], g[1], len(g[2])) for g in groups] == [(3, "p<1>", 2), (3, "q", 1)]
-    assert "&lt;1&gt;" in derive.group_header(3, "p<1>", rows, "1+1=")
+    assert "&lt;1&gt;" in rollout_view.group_header(3, "p<1>", rows, "1+1=")
 
 
 def test_entropy_colour_runs_white_to_red():
-    assert derive.entropy_colour(0.0, 2.0) == "rgb(255,255,255)"
-    assert derive.entropy_colour(5.0, 2.0) == "rgb(255,105,35)"
+    assert rollout_view.entropy_colour(0.0, 2.0) == "rgb(255,255,255)"
+    assert rollout_view.entropy_colour(5.0, 2.0) == "rgb(255,105,35)"
 
 
 def test_entropy_window_and_quantiles():
@@ -199,7 +199,7 @@ def test_subword_tokens_read_as_text(kind):
     response = "the cat = 10\nthe mat" if kind == "metaspace" else "the cat – 10 😀\nthe mat"
     ids = tok.encode(response).ids
     decode = lambda part, special=True: tok.decode(list(part), skip_special_tokens=not special)  # noqa: E731
-    pieces = derive.token_pieces(response, ids, decode)
+    pieces = rollout_view.token_pieces(response, ids, decode)
     assert len(pieces) == len(ids)
     assert "".join(pieces) == tok.decode(ids)
     assert not any(mark in "".join(pieces) for mark in "ĠĊ▁�")
@@ -216,8 +216,8 @@ def test_special_tokens_shown_or_left_out():
     tok = _bpe("bytes", "bytes", ["10 is the answer"] * 20)
     ids = tok.encode("10").ids + [tok.token_to_id("<|im_end|>")]
     decode = lambda part, special=True: tok.decode(list(part), skip_special_tokens=not special)  # noqa: E731
-    assert derive.token_pieces("10", ids, decode, special=True)[-1] == "<|im_end|>"
-    assert derive.token_pieces("10", ids, decode, special=False)[-1] == ""
-    html_out = derive.group_html([{"idx": 0, "response": "10", "token_ids": ids, "token_entropy": [0.1] * len(ids)}],
+    assert rollout_view.token_pieces("10", ids, decode, special=True)[-1] == "<|im_end|>"
+    assert rollout_view.token_pieces("10", ids, decode, special=False)[-1] == ""
+    html_out = rollout_view.group_html([{"idx": 0, "response": "10", "token_ids": ids, "token_entropy": [0.1] * len(ids)}],
                                  decode, special=True)
     assert "&lt;|im_end|&gt;" in html_out

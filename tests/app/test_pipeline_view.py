@@ -10,7 +10,7 @@ import pytest
 
 import synth
 from apptest import goto
-from app import derive, pipeline_charts
+from app import pipeline_charts, rollout_view
 from workbench.analysis.pipeline import pipeline_by_step, staleness_histogram
 from workbench.store import StepRecord, open_store
 
@@ -93,20 +93,20 @@ def test_the_correction_curves_and_the_histogram_carry_the_values(lake):
 
 
 def test_version_span_and_the_gap_colouring():
-    assert derive.version_span({"version_start": 3, "version_end": 3, "segments": 1}) == "v3"
-    assert derive.version_span({"version_start": 3, "version_end": 4, "segments": 2}) == "v3→v4 (2 segments)"
-    assert derive.version_span({"version_start": None}) == "–"
-    assert derive.gap_scale([0.001, None, -0.002]) == derive.GAP_FLOOR  # float rounding stays white
-    assert derive.gap_scale([0.5, -1.0]) == 0.5  # 98th percentile of |gap| (index 0 of two)
-    out = derive.token_html(["<a>", "b"], [0.1, 0.2], gaps=[-0.25, None], gap_max=0.25)
+    assert rollout_view.version_span({"version_start": 3, "version_end": 3, "segments": 1}) == "v3"
+    assert rollout_view.version_span({"version_start": 3, "version_end": 4, "segments": 2}) == "v3→v4 (2 segments)"
+    assert rollout_view.version_span({"version_start": None}) == "–"
+    assert rollout_view.gap_scale([0.001, None, -0.002]) == rollout_view.GAP_FLOOR  # float rounding stays white
+    assert rollout_view.gap_scale([0.5, -1.0]) == 0.5  # 98th percentile of |gap| (index 0 of two)
+    out = rollout_view.token_html(["<a>", "b"], [0.1, 0.2], gaps=[-0.25, None], gap_max=0.25)
     assert "&lt;a&gt;" in out and "trainer − behaviour = -0.2500 nats" in out
     assert "background:rgb(255,100,100)" in out  # the full red of the scale: the trainer finds it less likely
     assert "trainer log-prob not stored" in out and "background:rgb(235,235,235)" in out
     rows = [{"idx": 0, "response": "ab", "token_ids": [5, 6], "token_logprobs": [-0.5, -0.1], "token_trainer_logprobs": [-0.25, -0.1],
              "version_start": 1, "version_end": 2, "segments": 2, "staleness": 1, "is_weight_mean": 0.8}]
-    table = derive.group_html(rows, pipelined=True, gap_max=0.25)
+    table = rollout_view.group_html(rows, pipelined=True, gap_max=0.25)
     assert "v1→v2 (2 segments)" in table and "IS weight" in table and "trainer − behaviour = +0.2500" in table
-    assert "versions" not in derive.group_html(rows) and "H=" not in derive.group_html(rows)
+    assert "versions" not in rollout_view.group_html(rows) and "H=" not in rollout_view.group_html(rows)
 
 
 @pytest.fixture

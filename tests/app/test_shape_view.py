@@ -7,7 +7,7 @@ import re
 import numpy as np
 import polars as pl
 
-from app import derive, shape_view
+from app import rollout_view, shape_view
 from workbench.engine.steplog import _parent_as_idx
 
 
@@ -50,7 +50,7 @@ def test_branch_marks_give_the_token_its_entropy_and_the_parents_token():
 
 def test_tree_html_draws_the_shared_prefix_once_and_marks_every_branch():
     out = shape_view.tree_html(GROUP, lambda r: list(r["response"]),
-                               lambda r, start: derive.token_html(list(r["response"])[start:],
+                               lambda r, start: rollout_view.token_html(list(r["response"])[start:],
                                                                   r["token_entropy"][start:]))
     nodes = re.findall(r'data-tree-node="(\d+)" data-depth="(\d+)"', out)
     assert nodes == [("0", "0"), ("1", "1"), ("2", "2"), ("3", "1"), ("4", "0")]  # nested, depth-first
@@ -67,7 +67,7 @@ def test_tree_html_draws_the_shared_prefix_once_and_marks_every_branch():
 def test_tree_html_escapes_what_it_shows():
     rows = [_row(0, "<b>"), dict(_row(1, "<i>", 0, 1), verdict="<script>")]
     out = shape_view.tree_html(rows, lambda r: list(r["response"]),
-                               lambda r, start: derive.token_html(list(r["response"])[start:], None))
+                               lambda r, start: rollout_view.token_html(list(r["response"])[start:], None))
     assert "<script>" not in out and "<b>" not in out and "<i>" not in out
     assert 'data-branch-token="i"' in out
 
@@ -79,23 +79,23 @@ def test_a_reused_prefix_is_shaded_and_the_rejection_marked():
     assert shape_view.reused_split({"shape": "tree", "reused_tokens": 2}) == (0, None, None, False)
     assert shape_view.reused_split({"shape": "speculative", "reused_tokens": None, "draft_rejected_at": None,
                                     "draft_tokens": None}) == (0, None, None, False)  # a row with no draft
-    out = derive.token_html(list("abcd"), [0.1] * 4, reused=(2, 2, 3))
+    out = rollout_view.token_html(list("abcd"), [0.1] * 4, reused=(2, 2, 3))
     assert "draft: 2 of 3 tokens reused, rejected at t2" in out
     band = re.search(r'<span data-reused="2"[^>]*>(.*?)</span></span>(.*)</div>', out)
     assert band and re.findall(r">(\w)</span>", band.group(1) + "</span>") == ["a", "b"]
     assert 'data-draft-rejected="2"' in band.group(2) and "c" in band.group(2) and "d" in band.group(2)
-    whole = derive.token_html(list("ab"), [0.1] * 2, reused=(2, None, 2))  # a draft kept whole: no rejection mark
+    whole = rollout_view.token_html(list("ab"), [0.1] * 2, reused=(2, None, 2))  # a draft kept whole: no rejection mark
     assert 'data-reused="2"' in whole and "data-draft-rejected" not in whole and "kept whole" in whole
-    first = derive.token_html(list("ab"), [0.1] * 2, reused=(0, 0, 2))  # rejected at once: no band, the mark
+    first = rollout_view.token_html(list("ab"), [0.1] * 2, reused=(0, 0, 2))  # rejected at once: no band, the mark
     assert "data-reused" not in first and 'data-draft-rejected="0"' in first
-    assert "data-reused" not in derive.token_html(list("ab"), [0.1] * 2)
+    assert "data-reused" not in rollout_view.token_html(list("ab"), [0.1] * 2)
 
 
 def test_group_html_shades_a_speculative_rows_prefix_only_when_tokens_line_up():
     row = {"idx": 0, "response": "abc", "token_ids": [5, 6, 7], "token_entropy": [0.1] * 3, "length": 3,
            "shape": "speculative", "reused_tokens": 1, "draft_rejected_at": 1, "draft_tokens": 2}
-    assert 'data-reused="1"' in derive.group_html([row])
-    assert "data-reused" not in derive.group_html([dict(row, length=5)])  # one piece for the whole text
+    assert 'data-reused="1"' in rollout_view.group_html([row])
+    assert "data-reused" not in rollout_view.group_html([dict(row, length=5)])  # one piece for the whole text
 
 
 def test_lenient_rows_are_drawn_as_not_the_current_policys_samples():
@@ -106,11 +106,11 @@ def test_lenient_rows_are_drawn_as_not_the_current_policys_samples():
     row = {"idx": 0, "response": "abc", "token_ids": [5, 6, 7], "token_entropy": [0.1] * 3, "length": 3,
            "shape": "speculative", "reused_tokens": 2, "draft_rejected_at": 2, "draft_tokens": 3,
            "draft_mode": "lenient"}
-    lenient, exact = derive.group_html([row]), derive.group_html([dict(row, draft_mode="exact")])
+    lenient, exact = rollout_view.group_html([row]), rollout_view.group_html([dict(row, draft_mode="exact")])
     assert shape_view.LENIENT_STYLE in lenient and shape_view.REUSED_STYLE not in lenient
     assert 'data-draft-mode="lenient"' in lenient and "not a sample of the current policy" in lenient
     assert shape_view.REUSED_STYLE in exact and "lenient" not in exact and 'data-draft-mode="exact"' in exact
-    first = derive.group_html([dict(row, reused_tokens=0, draft_rejected_at=0)])  # rejected at once: still said
+    first = rollout_view.group_html([dict(row, reused_tokens=0, draft_rejected_at=0)])  # rejected at once: still said
     assert 'data-draft-mode="lenient"' in first and "not a sample of the current policy" in first
     frame = pl.DataFrame([row, dict(row, idx=1, draft_mode=None)])
     assert "not samples of the current policy" in shapes_legend(frame)

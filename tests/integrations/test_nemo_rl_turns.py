@@ -67,10 +67,10 @@ def test_validation_groups_by_prompt(store, run):
 
 
 def test_the_rollouts_page_shows_the_observations_under_the_response(store):
-    from app import derive
+    from app import rollout_view
 
     rid = import_path(store, "nemo-rl", NEMO / "multiturn")["run_id"]
     rows = store.rollouts(rid, step_min=1, step_max=1, limit=4).to_dicts()
-    page = derive.group_html(rows)
+    page = rollout_view.group_html(rows)
     assert page.count("environment: Environment: check your sum") == 4
     assert page.count("environment: Environment: ") == 8

@@ -141,7 +141,7 @@ def _dashboard_agrees(store, rid: str, plain: dict, evals: pl.DataFrame) -> None
     pytest.importorskip("streamlit")
     import streamlit as st
 
-    from app import data, derive
+    from app import data, derive, rollout_view
 
     st.cache_data.clear()
     st.cache_resource.clear()
@@ -154,7 +154,7 @@ def _dashboard_agrees(store, rid: str, plain: dict, evals: pl.DataFrame) -> None
     rows = data.rollouts(rid, (("prompt_id", pid),), 100, 0).to_dicts()  # Rollouts page
     want = sum(bool(r["correct"]) for r in rows)
     assert int(visits["correct"].sum()) == want
-    header = derive.group_header(1, pid, [r for r in rows if r["step"] == 1], None)
+    header = rollout_view.group_header(1, pid, [r for r in rows if r["step"] == 1], None)
     assert f" {sum(r['correct'] for r in rows if r['step'] == 1)}/" in header
     passk = data.passk(rid)  # Run page: pass@1 per evaluated step, the mean over prompts of c / n
     for step in (0, 2):

@@ -164,7 +164,7 @@ def test_rollouts_page_reads_its_tokens(smollm2_dir):
     newline, an en dash of three byte tokens whole on its last one, <|im_end|> shown or left out."""
     from tokenizers import Tokenizer
 
-    from app.derive import token_pieces
+    from app.rollout_view import token_pieces
 
     tok = Tokenizer.from_file(str(smollm2_dir / "tokenizer.json"))
     response = "3 + 7 = 10.\nThe answer \u2013 ten \U0001F600"

@@ -75,7 +75,7 @@ def _ride_out(open_it, folder, cfg, stop, start) -> dict:
             said = read_statuses(folder)
             if said:
                 seen["statuses"].extend(said.values())
-            time.sleep(0.5)
+            back.wait(0.5)  # the next look, or at once when the store is back
 
     def on_step(step: int, metrics: dict) -> None:
         if step == OUTAGE_AFTER and seen["outage"] is None:

@@ -7,7 +7,6 @@ the outage. The 60 s outages of whole organism runs are in tests/reliability/tes
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
@@ -85,7 +84,7 @@ def test_bound_pause_and_resume_when_the_store_is_back(proxied_s3, tmp_path):
             third.start()
             wait_until(lambda: read_statuses(folder).get(run_id, {}).get("state") == "paused", 30,
                        "the status to say paused")
-            time.sleep(0.5)
+            third.join(0.5)  # a window in which submit must not return (the thing under test)
             assert third.is_alive(), "submit returned at the bound while the store was down"
             assert "paused at the bound of 3" in read_statuses(folder)[run_id]["message"]
         finally:
