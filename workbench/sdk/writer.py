@@ -1,10 +1,11 @@
 """The SDK's background writer: whole steps committed off the trainer's thread, several per transaction
 when they come faster than the store commits (group commit, `Store.write_steps`).
 
-Unlike the engine's `GroupWriter` (`workbench/store/group.py`), which hands a failed commit back to a
-loop that can roll back and regenerate, a trainer logging through the SDK has no such path: a commit
-that fails (the store is locked past the lake's own retries, or unreachable) is kept and tried again
-with backoff, and the failure is reported as a warning (`errors`), never raised into the trainer.
+Unlike the engine's `GroupWriter` (`workbench/store/group.py`), which rides out an unreachable store but
+hands any other failed commit back to a loop that can roll back and regenerate, a trainer logging through
+the SDK has no such path: a commit that fails for any reason (the store locked past the lake's own
+retries, or unreachable) is kept and tried again with backoff, and the failure is reported as a warning
+(`errors`), never raised into the trainer.
 
 - Back-pressure: `submit` blocks while more than `max_queued_rows` rollouts wait. When the store stays
   unreachable, a `submit` that has waited `block_s` gives up on the OLDEST waiting step, counts it in
