@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from workbench.commands.common import JsonOpt, StoreOpt, print_json
+from workbench.commands.common import JsonOpt, StoreOpt, print_json, print_result
 
 
 def bench_control(
@@ -21,11 +21,7 @@ def bench_control(
     from benchmarks.control_bench import run_bench
 
     result = run_bench(store)
-    if as_json:
-        print_json(result)
-    else:
-        for k, v in result.items():
-            typer.echo(f"{k}: {v}")
+    print_result(result, as_json)
 
 def bench_priority_cmd(
     threads: Annotated[int, typer.Option("--threads", help="Torch threads of the training loop.")] = 2,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from workbench.commands.common import JsonOpt, StoreOpt, print_json, store_path
+from workbench.commands.common import JsonOpt, StoreOpt, print_result, store_path
 
 
 def register(bench: typer.Typer) -> None:
@@ -28,8 +28,4 @@ def register(bench: typer.Typer) -> None:
             if value < 1:
                 raise ConfigError(f"bench episodes: {name} must be >= 1, got {value}")
         result = run_bench(str(store_path(store)), samples=samples, seed=seed, threads=threads)
-        if as_json:
-            print_json(result)
-        else:
-            for key, value in result.items():
-                typer.echo(f"{key}: {value}")
+        print_result(result, as_json)

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from workbench.commands.common import JsonOpt, StoreOpt, print_json
+from workbench.commands.common import JsonOpt, StoreOpt, print_result
 
 
 def bench_guards(
@@ -26,11 +26,7 @@ def bench_guards(
 
     result = run_bench(store, steps=steps or None, seeds=seeds, organism=organism,
                        profiles=tuple(profile or PROFILES), faults=tuple(fault or FAULTS))
-    if as_json:
-        print_json(result)
-    else:
-        for k, v in result.items():
-            typer.echo(f"{k}: {v}")
+    print_result(result, as_json)
 
 def bench_guard_cost(
     rollouts: int = typer.Option(512, "--rollouts", help="Rollouts per step."),
@@ -42,11 +38,7 @@ def bench_guard_cost(
     from benchmarks.guard_cost import guard_cost
 
     result = guard_cost(rollouts_per_step=rollouts, steps=steps)
-    if as_json:
-        print_json(result)
-    else:
-        for k, v in result.items():
-            typer.echo(f"{k}: {v}")
+    print_result(result, as_json)
 
 
 def register(bench: typer.Typer) -> None:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from workbench.commands.common import JsonOpt, print_json
+from workbench.commands.common import JsonOpt, print_result
 
 
 def bench_import_cmd(
@@ -26,11 +25,7 @@ def bench_import_cmd(
 
     out = bench_import(rollouts, prompts_per_step=prompts_per_step, group=group, response_chars=response_chars,
                        workdir=str(workdir) if workdir else None)
-    if as_json:
-        print_json(out)
-        return
-    for k, v in out.items():
-        sys.stdout.write(f"{k}: {v}\n")
+    print_result(out, as_json)
 
 
 def register(bench: typer.Typer) -> None:

@@ -3,13 +3,12 @@ export` (a synthetic run exported in a child process): benchmarks/sdk_bench.py."
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from workbench.commands.common import JsonOpt, print_json
+from workbench.commands.common import JsonOpt, print_result
 
 
 def bench_export_cmd(
@@ -27,11 +26,7 @@ def bench_export_cmd(
 
     out = bench_export(rollouts, kind=kind, fmt=fmt, workdir=str(workdir) if workdir else None,
                        keep_store=keep_store, tokens=not no_tokens)
-    if as_json:
-        print_json(out)
-        return
-    for key, v in out.items():
-        sys.stdout.write(f"{key}: {v}\n")
+    print_result(out, as_json)
 
 
 def bench_sdk_cmd(
@@ -51,11 +46,7 @@ def bench_sdk_cmd(
 
     out = bench_sdk(steps=steps, block=block, rollouts=rollouts, tokens=tokens, hidden=hidden, batch=batch,
                     device=device, torch_threads=torch_threads)
-    if as_json:
-        print_json(out)
-        return
-    for k, v in out.items():
-        sys.stdout.write(f"{k}: {v}\n")
+    print_result(out, as_json)
 
 
 def register(bench: typer.Typer) -> None:

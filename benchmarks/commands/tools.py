@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from workbench.commands.common import JsonOpt, print_json
+from workbench.commands.common import JsonOpt, print_result
 
 
 def register(bench: typer.Typer) -> None:
@@ -30,8 +30,4 @@ def register(bench: typer.Typer) -> None:
             if value < lo:
                 raise WorkbenchError(f"bench tools: {name} must be >= {lo}, got {value}")
         result = run_bench(calls=calls, batch=batch, rounds=rounds, fresh=fresh, parallel=parallel)
-        if as_json:
-            print_json(result)
-        else:
-            for key, value in result.items():
-                typer.echo(f"{key}: {value}")
+        print_result(result, as_json)

@@ -54,6 +54,15 @@ def print_json(obj: Any) -> None:
     sys.stdout.flush()
 
 
+def print_result(result: dict[str, Any], as_json: bool) -> None:
+    """A command's result: the JSON with `--json`, else one `key: value` line per entry."""
+    if as_json:
+        print_json(result)
+        return
+    for key, value in result.items():
+        sys.stdout.write(f"{key}: {value}\n")
+
+
 def int_list(option: str, text: str) -> list[int]:
     """`"1,2"` -> `[1, 2]` for a comma-separated option; one line naming `option` when it is not that."""
     from workbench.errors import ConfigError
