@@ -21,11 +21,14 @@ import json
 import shutil
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.correctness import run_rule
 from workbench.errors import DataError
 from workbench.store.export import FORMATS, KINDS, REIMPORT_MAP, copy_out, export_query
+
+if TYPE_CHECKING:
+    from workbench.store.store import Store
 
 __all__ = ["KINDS", "FORMATS", "export_run"]
 
@@ -40,7 +43,7 @@ def _prepare(out: Path, overwrite: bool) -> None:
     out.mkdir(parents=True, exist_ok=True)
 
 
-def export_run(store: Any, run_id: str, out: str | Path, *, kind: str = "sft", fmt: str = "jsonl",
+def export_run(store: Store, run_id: str, out: str | Path, *, kind: str = "sft", fmt: str = "jsonl",
                filters: dict[str, Any] | None = None, sql: str | None = None, k: int = 1,
                tokens: bool = True, overwrite: bool = False, tool_error: bool | None = None,
                memory_limit: str | None = None) -> dict[str, Any]:

@@ -32,9 +32,12 @@ import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from workbench.errors import ConfigError, DataError, WorkbenchError
+
+if TYPE_CHECKING:
+    from workbench.store.store import Store
 
 INITIAL = 0
 """The checkpoint "step" of the initial model (before the first update)."""
@@ -327,7 +330,7 @@ def pass_at_k_table(n: int, correct: int) -> dict[str, dict[str, float]]:
     return out
 
 
-def sample_run(store: Any, request: SampleRequest, limits: Limits = Limits(), *, threads: int = 1) -> dict[str, Any]:
+def sample_run(store: Store, request: SampleRequest, limits: Limits = Limits(), *, threads: int = 1) -> dict[str, Any]:
     """One request from the command line: read the run from `store` (an open Store; its checkpoints are in
     the store's local folder, `store.handle.folder()`), load its checkpoint, sample. Refuses a bad request
     before loading anything."""

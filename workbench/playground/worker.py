@@ -37,10 +37,13 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.errors import ConfigError, WorkbenchError
 from workbench.playground.sample import Limits, SampleRequest
+
+if TYPE_CHECKING:
+    from workbench.store.handle import StoreLike
 
 WORKER_NICE = 5
 MAX_QUEUED = 8
@@ -51,7 +54,7 @@ IDLE_S = 300.0
 class Worker:
     """The dashboard's side: starts the worker process and follows its requests (see the module)."""
 
-    def __init__(self, store: Any, *, limits: Limits = Limits(), idle_s: float = IDLE_S) -> None:
+    def __init__(self, store: StoreLike, *, limits: Limits = Limits(), idle_s: float = IDLE_S) -> None:
         """`store`: a store directory, an `s3://` URL, an open Store or its `StoreHandle` (one value: the
         worker reads runs from it and checkpoints from its local folder)."""
         from workbench.store.handle import StoreHandle

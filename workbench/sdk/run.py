@@ -8,7 +8,7 @@ import os
 import threading
 import time
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -19,6 +19,11 @@ from workbench.sdk.writer import SdkWriter
 from workbench.metrics import TEXT_COLUMNS
 from workbench.store import StepRecord
 from workbench.store.records import STEP_METRIC_KEYS
+
+if TYPE_CHECKING:
+    from workbench.store.handle import StoreLike
+    from workbench.store.protocols import ImportStore
+    from workbench.store.store import Store
 
 log = logging.getLogger("workbench.sdk")
 
@@ -34,7 +39,7 @@ class SdkWarning(UserWarning):
 class Run:
     """A run that a training loop logs into. Made by `workbench.init`; see the package docstring."""
 
-    def __init__(self, store: Any, run_id: str, *, rank: int, world_size: int, rule: Any, last_step: int | None,
+    def __init__(self, store: Store, run_id: str, *, rank: int, world_size: int, rule: Any, last_step: int | None,
                  on_error: str, writer: SdkWriter, owns_store: bool, heartbeat_s: float) -> None:
         self.store, self.run_id, self.rank, self.world_size = store, run_id, rank, world_size
         self.rule, self.on_error = rule, on_error
@@ -275,7 +280,7 @@ def _env_int(name: str, default: int) -> int:
         return default
 
 
-def init(store: Any = None, name: str = "sdk-run", config: dict[str, Any] | None = None, *,
+def init(store: StoreLike | None = None, name: str = "sdk-run", config: dict[str, Any] | None = None, *,
          run_id: str | None = None, resume: bool = True, rank: int | None = None, world_size: int | None = None,
          seed: int = 0, correct_if: str | None = None, on_error: str = "warn", commit_max_rows: int = 16384,
          max_queued_rows: int = 65536, block_s: float = 300.0, wait_s: float = 60.0,
@@ -357,7 +362,7 @@ def _wait_for_run(path: Any, name: str, run_id: str | None, wait_s: float, rank:
         time.sleep(0.2)
 
 
-def _find_run(store: Any, name: str, run_id: str | None, resume: bool) -> str | None:
+def _find_run(store: ImportStore, name: str, run_id: str | None, resume: bool) -> str | None:
     if run_id is not None:
         try:
             store.run(run_id)

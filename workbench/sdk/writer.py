@@ -19,11 +19,14 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from workbench.errors import DataError
 from workbench.store.group import lower_thread_priority
 from workbench.store.records import StepRecord
+
+if TYPE_CHECKING:
+    from workbench.store.protocols import RunWriter
 
 
 class _Pending:
@@ -44,7 +47,7 @@ class _Pending:
 class SdkWriter:
     """Commits submitted steps on a background thread (see the module docstring)."""
 
-    def __init__(self, store: Any, *, commit_max_rows: int = 16384, max_queued_rows: int = 65536,
+    def __init__(self, store: RunWriter, *, commit_max_rows: int = 16384, max_queued_rows: int = 65536,
                  block_s: float = 300.0, retry_max_s: float = 5.0, nice: int = 0,
                  on_error: Callable[[str], None] | None = None, name: str = "sdk-writer",
                  after_commit: Callable[[list[StepRecord]], None] | None = None) -> None:

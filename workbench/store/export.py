@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 
@@ -30,6 +30,9 @@ from workbench.errors import DataError
 from workbench.store.extensions import quote_literal
 from workbench.store.reader import rollout_where
 from workbench.store.store import check_read_only_sql
+
+if TYPE_CHECKING:
+    from workbench.store.store import Store
 
 KINDS = ("sft", "rejection", "pairs")
 FORMATS = ("jsonl", "parquet")
@@ -103,7 +106,7 @@ class Tally:
         self.step_max: int | None = None
 
 
-def copy_out(store: Any, query: str, params: list[Any], path: Path, fmt: str, *,
+def copy_out(store: Store, query: str, params: list[Any], path: Path, fmt: str, *,
              memory_limit: str | None = None) -> tuple[Tally, float]:
     """Stream `query`'s rows from the store into `path` (`fmt`: jsonl or parquet) with DuckDB's `COPY ... TO`
     (a streaming sink: memory bounded by `memory_limit`, not by the selection); then count what went out
