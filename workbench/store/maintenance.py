@@ -167,7 +167,9 @@ def _read_stamp(fd: int) -> tuple[float, float, float]:
 def _write_stamp(fd: int, start: float, end: float, held: float) -> None:
     os.ftruncate(fd, 0)
     os.lseek(fd, 0, os.SEEK_SET)
-    os.write(fd, f"{start:.3f} {end:.3f} {held:.3f}\n".encode())
+    # exact (repr round-trips a float): a stamp rounded to milliseconds could read as starting before a round
+    # that was due within the same millisecond, which then ran again instead of being covered
+    os.write(fd, f"{start!r} {end!r} {held!r}\n".encode())
 
 
 def compact(store: Store, *, older_than_s: float = 3600.0) -> dict[str, Any]:
