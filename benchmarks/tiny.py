@@ -24,14 +24,41 @@ def small_organism_models(root: str | Path = SMALL_ORGANISMS) -> Path:
     return Path(root) / "models"
 
 
-def tiny_run(overrides: dict[str, Any] | None = None) -> Any:
+def small_tools_recipe() -> Any:
+    """The small organism of the "tools" task (episodes' tests): two levels, an addition it learns and
+    a multiplication it cannot compute in its head, warm-started to call the calculator in half of its
+    examples (seconds to build)."""
+    from workbench.models.organism import small_recipe
+    from workbench.tasks.arithmetic import ArithmeticTaskConfig
+
+    return small_recipe(task=ArithmeticTaskConfig(profile="tools", levels=("1+1", "2*2"), train_size=300,
+                                                  eval_per_level=8), max_positions=48, tool_share=0.5)
+
+
+def small_tools_models(root: str | Path = SMALL_ORGANISMS) -> Path:
+    """The shared `models/` folder (`small_organism_models`'), the small tools organism built in it too."""
+    from workbench.models.organism import ensure_organism
+
+    ensure_organism(root, small_tools_recipe())
+    return Path(root) / "models"
+
+
+TINY_EPISODES = {"rollout.shape": "episodes", "sampling.max_new_tokens": 12,
+                 "rollout.episodes": {"max_turns": 3, "max_model_tokens": 30, "max_total_tokens": 44},
+                 "tools": {"enabled": ["calculator"], "syntax": "calc", "max_calls": 2}}
+"""The tiny episodes run's settings (`tiny_run(..., tools=True)`)."""
+
+
+def tiny_run(overrides: dict[str, Any] | None = None, *, tools: bool = False) -> Any:
     """The tiny run's validated RunConfig. `overrides` uses dotted keys as `resolve_config` does
     (`{"eval.every": 0, "steps": 4}`; a whole section given as a dict replaces that section).
+    `tools`: the small tools organism running episodes with the calculator (`TINY_EPISODES`).
     ConfigError names a bad field."""
     from workbench.control.launch import resolve_config
     from workbench.models.organism import small_recipe
 
-    rec = small_recipe().to_dict()
+    rec = (small_tools_recipe() if tools else small_recipe()).to_dict()
+    overrides = {**TINY_EPISODES, **(overrides or {})} if tools else overrides
     base = {
         "name": "tiny",
         "steps": 3,

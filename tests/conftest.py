@@ -50,6 +50,28 @@ def organism_models() -> Path:
 
 
 @pytest.fixture(scope="session")
+def tools_organism(organism_models) -> Path:
+    """The small tools organism (`benchmarks.tiny.small_tools_recipe`) built into the same shared
+    `models/` folder, so `store_dir` and `new_store` stores find it; returns that folder."""
+    from benchmarks.tiny import small_tools_models
+
+    return _one_builder(organism_models.parent, "tools-organism-build",
+                        lambda: small_tools_models(organism_models.parent))
+
+
+@pytest.fixture(scope="session")
+def tiny_tools_config(tools_organism):
+    """tiny_tools_config(steps=2, ...): the tiny run on the small tools organism, running episodes with
+    the calculator (`benchmarks.tiny.tiny_run(..., tools=True)`), keys as `tiny_config`'s."""
+    from benchmarks.tiny import tiny_run
+
+    def make(**over):
+        return tiny_run({key.replace("__", "."): value for key, value in over.items()}, tools=True)
+
+    return make
+
+
+@pytest.fixture(scope="session")
 def smollm2_dir(organism_models) -> Path:
     """SmolLM2-135M-Instruct as a Hugging Face directory, converted from its GGUF once per machine into
     the same shared `models/` folder as the organism (so `store_dir` and `new_store` stores find it).

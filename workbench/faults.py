@@ -28,6 +28,7 @@ POINTS = {
     "checkpoint": "between writing a checkpoint to its temporary name and renaming it into place",
     "eval": "after an evaluation has generated and scored its samples, before they are handed on",
     "control": "while a control command is applied: the engine's setting changed, its outcome not yet stored",
+    "tool": "mid-episode: a tool call has run in the sandbox, its result not yet read by the model",
 }
 """Every kill point and where it sits."""
 

@@ -33,6 +33,7 @@ PRESENT = {
     "vllm": "with the vLLM backend",
     "speculative": "with `rollout.shape = \"speculative\"` (docs/rollout-shapes.md)",
     "tree": "with `rollout.shape = \"tree\"` (docs/rollout-shapes.md)",
+    "episodes": "with `rollout.shape = \"episodes\"` (docs/episodes.md)",
     "import": "on runs imported from other engines (`workbench import`)",
     "trl": "on runs logged live from TRL's trainer (`workbench.integrations.trl`)",
 }
@@ -71,6 +72,7 @@ _BATCH = "batch (workbench/engine/batch.py)"
 _PIPE = "pipeline (workbench/engine/pipeline.py)"
 _SPEC = "speculative shape (workbench/rollout/shapes/speculative.py)"
 _TREE = "tree shape (workbench/rollout/shapes/tree.py)"
+_EP = "episodes shape (workbench/rollout/shapes/episodes.py)"
 _IMPORT = "importer (workbench/integrations/records.py)"
 
 CATALOGUE: tuple[Metric, ...] = (
@@ -113,6 +115,25 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("rollout/shape/rejected", "drafts rejected before their end", "rollouts", _SPEC, "speculative"),
     Metric("rollout/shape/fresh_tokens", "tokens sampled fresh after the reused prefixes", "tokens", _SPEC,
            "speculative"),
+    # episodes/: multi-turn episodes with tools (docs/episodes.md), over the step's episodes
+    Metric("episodes/turns", "assistant turns per episode (mean)", "turns", _EP, "episodes"),
+    Metric("episodes/tool_calls", "tool calls per episode (mean)", "calls", _EP, "episodes"),
+    Metric("episodes/call_rate", "share of episodes that made at least one tool call", "1", _EP, "episodes"),
+    Metric("episodes/tool_error_rate", "share of the step's tool calls that failed (any error kind; 0 without "
+           "calls)", "1", _EP, "episodes"),
+    Metric("episodes/tool_s", "seconds the step's tool calls ran in the sandbox, summed over calls", "s", _EP,
+           "episodes"),
+    Metric("episodes/tool_wait_s", "seconds decoding stood still, every live row waiting for its tool (inside "
+           "timing_s/generate)", "s", _EP, "episodes"),
+    Metric("episodes/model_tokens", "tokens the model sampled per episode (mean): what a token budget counts",
+           "tokens", _EP, "episodes"),
+    Metric("episodes/tool_tokens", "tool-result tokens per episode (mean): read by the model, never trained on",
+           "tokens", _EP, "episodes"),
+    Metric("episodes/turn_limit_rate", "share of episodes ended by `rollout.episodes.max_turns`", "1", _EP,
+           "episodes"),
+    Metric("episodes/entropy_after_tool_delta", "median over the step's post-tool turns of the mean entropy of "
+           "their first 10 tokens minus the episode's first turn's (ARPO's observation: > 0 means entropy rises "
+           "after tool feedback); absent when no episode read a result", "nats", _EP, "episodes"),
     Metric("rollout/shape/drafts_dropped", "drafts dropped with their drafting weights past "
            "`rollout.speculative.max_draft_mb`", "rollouts", _SPEC, "speculative"),
     Metric("rollout/shape/verify_s", "seconds of the cached teacher-forced verification pass (inside "

@@ -1,5 +1,6 @@
 """`workbench bench episodes`: the organism's tool task at its warm start, with and without the calculator
-(benchmarks/episodes_bench.py)."""
+(benchmarks/episodes_bench.py); `workbench bench episodes-learning`: RL on it with and without the tool,
+over seeds (benchmarks/episodes_learning.py)."""
 
 from __future__ import annotations
 
@@ -28,4 +29,29 @@ def register(bench: typer.Typer) -> None:
             if value < 1:
                 raise ConfigError(f"bench episodes: {name} must be >= 1, got {value}")
         result = run_bench(str(store_path(store)), samples=samples, seed=seed, threads=threads)
+        print_result(result, as_json)
+
+    @bench.command("episodes-learning")
+    def bench_episodes_learning(
+        seeds: str = typer.Option("0,1,2", "--seeds", help="Comma-separated run seeds (each arm runs each)."),
+        steps: int = typer.Option(60, "--steps", help="Training steps per run."),
+        budget: int = typer.Option(2560, "--budget", help="Model tokens per step, both arms."),
+        threads: int = typer.Option(1, "--threads", help="torch threads per run."),
+        store: StoreOpt = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """RL on the tools organism with the calculator (episodes) and without it (single-turn), at the same
+        model-token budget: held-out pass@1's rise and the end-of-run difference with 90% t-intervals over
+        seeds, and the tool-call and tool error rates per step."""
+        from benchmarks.episodes_learning import bench_episodes_learning as run_bench
+        from workbench.errors import ConfigError
+
+        try:
+            seed_list = tuple(int(x) for x in seeds.split(",") if x.strip())
+        except ValueError:
+            raise ConfigError(f"bench episodes-learning: --seeds must be integers separated by commas, got {seeds!r}")
+        for name, value in (("--steps", steps), ("--budget", budget), ("--threads", threads), ("seeds", len(seed_list))):
+            if value < 1:
+                raise ConfigError(f"bench episodes-learning: {name} must be >= 1, got {value}")
+        result = run_bench(str(store_path(store)), seeds=seed_list, steps=steps, budget=budget, threads=threads)
         print_result(result, as_json)

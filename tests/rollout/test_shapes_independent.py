@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from workbench.config import RolloutConfig
+from workbench.config import RolloutConfig, RunConfig
 from workbench.rollout.base import SamplingParams
 from workbench.rollout.hf import HFBackend
 from workbench.rollout.shapes import IndependentShape, SpeculativeShape, TreeShape, make_shape
@@ -18,7 +18,7 @@ SAMPLE = SamplingParams(temperature=1.5, max_new_tokens=8)
 @pytest.mark.parametrize("name, cls", [("independent", IndependentShape), ("speculative", SpeculativeShape),
                                        ("tree", TreeShape)])
 def test_every_shape_keeps_the_contract(name, cls):
-    shape = make_shape(RolloutConfig(shape=name))
+    shape = make_shape(RunConfig(rollout=RolloutConfig(shape=name)))
     assert isinstance(shape, cls) and shape.name == name
     for method in ("generate", "state_dict", "load_state_dict", "take_metrics"):
         assert callable(getattr(shape, method)), method

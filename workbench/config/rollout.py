@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
 from workbench.checks import check
-from workbench.config.shapes import SpeculativeConfig, TreeConfig
+from workbench.config.shapes import EpisodesConfig, SpeculativeConfig, TreeConfig
 
 
 @dataclass(frozen=True)
@@ -43,17 +43,21 @@ class RolloutConfig:
     """vLLM: put the engine to sleep during the policy update (frees its KV cache and weights' memory
     for training) and wake it for generation, as TRL's colocate mode does."""
     # -- rollout shapes (issue #32; workbench/config/shapes.py, docs/rollout-shapes.md) --
-    shape: Literal["independent", "speculative", "tree"] = "independent"
+    shape: Literal["independent", "speculative", "tree", "episodes"] = "independent"
     """The shape of a prompt's group: "independent" samples, "speculative" (SPEC-RL: the prompt's
     previous rollouts as drafts, verified against the current policy, `[rollout.speculative]`) or
-    "tree" (LATR: branch at uncertain tokens, `[rollout.tree]`). The synchronous loop and
+    "tree" (LATR: branch at uncertain tokens, `[rollout.tree]`), or "episodes" (multi-turn, the model
+    calling the tools of `[tools]` and reading their results, `[rollout.episodes]`). The synchronous loop and
     `backend = "hf"` only (vLLM and Ray are refused at load)."""
     speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
     """Speculative rollouts' settings (rollout.shape = "speculative")."""
     tree: TreeConfig = field(default_factory=TreeConfig)
     """Tree rollouts' settings (rollout.shape = "tree")."""
+    episodes: EpisodesConfig = field(default_factory=EpisodesConfig)
+    """Episodes' limits (rollout.shape = "episodes")."""
     DOC_TABLES: ClassVar = [("### `[rollout.speculative]` (rollout.shape = \"speculative\")", SpeculativeConfig),
-                            ("### `[rollout.tree]` (rollout.shape = \"tree\")", TreeConfig)]
+                            ("### `[rollout.tree]` (rollout.shape = \"tree\")", TreeConfig),
+                            ("### `[rollout.episodes]` (rollout.shape = \"episodes\")", EpisodesConfig)]
 
     def __post_init__(self) -> None:
         check(self.workers >= 1, "rollout.workers", "an integer >= 1", self.workers)

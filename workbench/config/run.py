@@ -32,6 +32,7 @@ from workbench.errors import ConfigError
 # (workbench/guards/config.py).
 from workbench.guards.config import GuardConfig, guard_set
 from workbench.tasks.reward_config import RewardsConfig
+from workbench.tools.config import ToolsConfig
 from workbench.vllm_limits import temperature_problem, uses_vllm
 
 
@@ -70,6 +71,9 @@ class RunConfig:
     """The reward as a weighted sum of terms (the verifier, a format check, DAPO's overlong penalty, functions)."""
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     """Asynchronous generation: rollouts ahead of the policy, bounded staleness, off-policy correction."""
+    tools: ToolsConfig = field(default_factory=ToolsConfig)
+    """The tools an episode may call, how it writes calls and the limits every call runs under (read
+    when `rollout.shape = "episodes"`; docs/tools.md)."""
     guards: tuple[GuardConfig, ...] = ()
     """`[[guards]]`: rules over the run's metrics and rollouts that alert, pause, roll back or stop it
     (on top of the default presets; see docs/guards.md)."""

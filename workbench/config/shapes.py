@@ -1,5 +1,6 @@
-"""The rollout shapes' settings: `rollout.shape` and the `[rollout.speculative]` and `[rollout.tree]`
-tables (`docs/rollout-shapes.md` describes each shape against its paper)."""
+"""The rollout shapes' settings: `rollout.shape` and the `[rollout.speculative]`, `[rollout.tree]` and
+`[rollout.episodes]` tables (`docs/rollout-shapes.md` describes each shape against its paper,
+`docs/episodes.md` the episodes)."""
 
 from __future__ import annotations
 
@@ -78,6 +79,33 @@ class TreeConfig:
         check(all(0 <= v <= 1 for v in self.eta_values), w + "eta_values", "shares in [0, 1]", self.eta_values)
 
 
+@dataclass(frozen=True)
+class EpisodesConfig:
+    """Multi-turn episodes with tool calls (rollout.shape = "episodes"; the tools themselves, the call
+    syntax and the calls an episode may make: `[tools]`). The first limit an episode reaches ends it,
+    and its finish reason names the limit (docs/episodes.md)."""
+
+    max_turns: int = 4
+    """Assistant turns per episode (finish reason `turns`), 1-64."""
+    turn_tokens: int = 0
+    """Tokens the model may sample in one assistant turn (finish reason `length`); 0: `sampling.max_new_tokens`."""
+    max_model_tokens: int = 64
+    """Tokens the model samples over the whole episode (finish reason `model_tokens`); what a token budget
+    counts."""
+    max_total_tokens: int = 128
+    """Model tokens plus tool-result tokens (finish reason `total_tokens`): the longest row the update sees."""
+
+    def __post_init__(self) -> None:
+        w = "rollout.episodes."
+        check(1 <= self.max_turns <= 64, w + "max_turns", "an integer in [1, 64]", self.max_turns)
+        check(0 <= self.turn_tokens <= 65536, w + "turn_tokens", "an integer in [0, 65536] (0: sampling.max_new_tokens)",
+              self.turn_tokens)
+        check(1 <= self.max_model_tokens <= 1 << 20, w + "max_model_tokens", "an integer in [1, 1048576]",
+              self.max_model_tokens)
+        check(self.max_model_tokens <= self.max_total_tokens <= 1 << 20, w + "max_total_tokens",
+              "an integer in [max_model_tokens, 1048576]", self.max_total_tokens)
+
+
 SHAPE_BACKENDS = ("hf",)
 """The rollout backends a speculative or tree shape runs on today: the in-process one, whose model is the
 trainer's (vLLM's engine and Ray's workers hold copies of their own, that the shapes' teacher-forced
@@ -89,6 +117,10 @@ def shape_problem(shape: str, pipeline_enabled: bool, backend: str = "hf") -> st
     if shape != "independent" and backend not in SHAPE_BACKENDS:
         return (f"rollout.shape = {shape!r} runs on rollout.backend = \"hf\" only, not {backend!r} yet (set "
                 "rollout.backend = \"hf\", or rollout.shape = \"independent\")")
+    if shape == "episodes" and pipeline_enabled:
+        return ("rollout.shape = \"episodes\" runs in the synchronous loop only: the pipeline's partial rollouts "
+                "would install new weights between an episode's turns, and an exact correction across a tool "
+                "turn is not built (set pipeline.max_staleness = 0, or rollout.shape = \"independent\")")
     if shape != "independent" and pipeline_enabled:
         return (f"rollout.shape = {shape!r} runs in the synchronous loop only: its teacher-forced passes use the "
                 "trainer's weights, which an asynchronous generator runs ahead of (set pipeline.max_staleness = 0, "

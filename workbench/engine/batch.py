@@ -25,6 +25,7 @@ from workbench.engine.evaluate import decode
 from workbench.engine.setup import Setup, StepState
 from workbench.engine.steplog import Rollouts
 from workbench.engine.timing import PhaseTimer
+from workbench.episodes import episode_from_rows, episode_rows
 from workbench.faults import fault_point
 from workbench.rollout.base import SamplingParams, group_seed
 from workbench.rollout.shapes import IndependentShape, WeightFeed
@@ -95,7 +96,8 @@ def rollout_stage(s: Setup, rows: list[int], stage: int, temperature: float, gen
         fault_point("generate")
         texts = decode(s.tokenizer, batch)
     with timer("verify"):  # the verifier's verdicts and the reward's terms (`[rewards]`)
-        scored = score(s.cfg.rewards, s.task, [s.prompts.train[i] for i in rows], texts, batch.lengths.cpu().numpy(),
+        model_tokens = (batch.lengths if shaped.loss_mask is None else shaped.loss_mask.sum(1)).cpu().numpy()
+        scored = score(s.cfg.rewards, s.task, [s.prompts.train[i] for i in rows], texts, model_tokens,
                        batch.finished.cpu().numpy(), max_new_tokens=cfg.max_new_tokens)
     return Rollouts(
         tokens=batch.tokens.cpu(), logprobs=batch.logprobs.float().cpu(), entropy=batch.entropy.float().cpu(),
@@ -108,7 +110,8 @@ def rollout_stage(s: Setup, rows: list[int], stage: int, temperature: float, gen
         version_start=np.full(n, version, dtype=np.int64),
         version_end=shaped.version_end if shaped.version_end is not None else np.full(n, version, dtype=np.int64),
         segments=shaped.segments if shaped.segments is not None else np.ones(n, dtype=np.int32),
-        shape=shaped.columns,
+        shape=shaped.columns, loss_mask=None if shaped.loss_mask is None else shaped.loss_mask.cpu().bool(),
+        episodes=shaped.episodes, finish_reasons=shaped.finish_reasons,
     )
 
 
@@ -116,6 +119,7 @@ def reused_row(reuse: dict[str, dict[str, Any]], prompt_id: str, prompt: int, st
     """The cached earlier correct response of a prompt, as one off-policy row."""
     c = reuse[prompt_id]
     t = len(c["tokens"])
+    mask = c.get("mask")
     return Rollouts(
         tokens=torch.tensor([c["tokens"]], dtype=torch.long),
         logprobs=torch.tensor([c["logprobs"]], dtype=torch.float32),
@@ -128,6 +132,9 @@ def reused_row(reuse: dict[str, dict[str, Any]], prompt_id: str, prompt: int, st
         workers=[c.get("worker", "local")],
         version_start=np.array([c.get("version", -1)]), version_end=np.array([c.get("version", -1)]),
         segments=np.ones(1, dtype=np.int32),
+        loss_mask=None if mask is None else torch.tensor([mask], dtype=torch.bool),
+        episodes=None if c.get("episode") is None else [episode_from_rows(*c["episode"])],
+        finish_reasons=None if c.get("finish_reason") is None else [c["finish_reason"]],
     )
 
 
@@ -180,7 +187,7 @@ def collect(run: RunContext, step: int, version: int | None = None, *,
                                  seeds=stage_seeds(cfg.seed, step, stage, rows), version=version, feed=feed)
             parts.append(part)
             _pool(results, part, s, stage)
-            spent = len(rows) if budget.kind == "rollouts" else int(part.lengths.sum())
+            spent = len(rows) if budget.kind == "rollouts" else int(part.model_tokens().sum())  # never tool tokens
             ctx.budget = dataclasses.replace(ctx.budget, used=ctx.budget.used + spent)
         for row in alloc_rows[-len(grants):] if grants else []:
             row["budget_left"] = ctx.budget.left
@@ -221,23 +228,25 @@ def _fold_in(s: Setup, state: StepState, r: Rollouts, results: dict[str, GroupRe
     pids = [s.prompts.train[int(i)].id for i in r.prompt]
     group_of = {pid: g for g, pid in enumerate(results)}
     gidx = np.asarray([group_of[p] for p in pids], dtype=np.int64)  # one pass, not one per group
+    model_tokens = r.model_tokens()  # episodes: the model's tokens, never a tool result's
     for g, pid in enumerate(results):
         k = (gidx == g) & onp
-        state.stats[pid].update(r.rewards[k].tolist(), step, int(r.lengths[torch.as_tensor(k)].sum()),
+        state.stats[pid].update(r.rewards[k].tolist(), step, int(model_tokens[torch.as_tensor(k)].sum()),
                                 s.cfg.allocator.stats_decay, correct=ok[k].tolist())
     _remember_correct(state.reuse, r, pids)
-    tokens = int(r.lengths[torch.as_tensor(onp)].sum())
+    tokens = int(model_tokens[torch.as_tensor(onp)].sum())
     state.tokens_per_rollout = 0.9 * state.tokens_per_rollout + 0.1 * tokens / max(int(onp.sum()), 1)
     return tokens
 
 
 def _pool(results: dict[str, GroupResult], part: Rollouts, s: Setup, stage: int) -> None:
+    model_tokens = part.model_tokens()
     for i, (p, rew, ok) in enumerate(zip(part.prompt, part.rewards, part.correct_mask())):
         pid = s.prompts.train[int(p)].id
         g = results.setdefault(pid, GroupResult(pid, []))
         g.rewards.append(float(rew))
         g.oks.append(bool(ok))
-        g.tokens += int(part.lengths[i])
+        g.tokens += int(model_tokens[i])
         g.stages.append(stage)
 
 
@@ -250,6 +259,10 @@ def _remember_correct(reuse: dict[str, dict[str, Any]], r: Rollouts, pids: list[
                               policy_version=int(r.policy_version[i]), temperature=float(r.temperature[i]),
                               response=r.responses[i], reward=float(r.rewards[i]), verdict=r.verdicts[i],
                               correct=True, worker=r.workers[i], version=int(r.version_start[i]))
+        if r.loss_mask is not None:  # episodes: a reused episode keeps its tool tokens out of the loss
+            ep = (r.episodes or [None] * r.n)[i]
+            reuse[pids[i]].update(mask=r.train_mask()[i, :n].tolist(), finish_reason=(r.finish_reasons or
+                                  r.default_finish())[i], episode=None if ep is None else episode_rows(ep))
 
 
 def _stats_row(st: PromptStats) -> dict[str, Any]:

@@ -7,7 +7,7 @@ least once), both at the eval temperature, and greedy accuracy.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -23,17 +23,21 @@ def decode(tokenizer: Any, batch: GenerationBatch) -> list[str]:
     return tokenizer.batch_decode([t[:n] for t, n in zip(tokens, lengths)], skip_special_tokens=True)
 
 
+Generate = Callable[..., GenerationBatch]
+"""(prompts, sampling, generator=) -> a GenerationBatch: a backend's `generate`, or an episodes run's
+(`EpisodeShape.generate_flat`: the episodes' turns laid end to end, tools run as in training)."""
+
+
 def generate_chunked(
     backend: RolloutBackend,
     prompts: Sequence[Sequence[int]],
     sampling: SamplingParams,
     generator: torch.Generator | None,
     chunk: int,
+    generate: Generate | None = None,
 ) -> list[GenerationBatch]:
-    return [
-        backend.generate(prompts[i:i + chunk], sampling, generator=generator)
-        for i in range(0, len(prompts), chunk)
-    ]
+    gen = generate or backend.generate
+    return [gen(prompts[i:i + chunk], sampling, generator=generator) for i in range(0, len(prompts), chunk)]
 
 
 def evaluate(
@@ -49,14 +53,16 @@ def evaluate(
     greedy: bool,
     generator: torch.Generator | None,
     chunk: int = 2048,
+    generate: Generate | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, float]]:
-    """Rows for the store's `evals` table and `eval/` metrics."""
+    """Rows for the store's `evals` table and `eval/` metrics; `generate` (default: the backend's)
+    makes the samples (an episodes run evaluates episodes, with its tools)."""
     sampling = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens)
     repeated = [ids for ids in token_ids for _ in range(samples)]
     correct = np.zeros(len(prompts), dtype=np.int64)
     length_sum = np.zeros(len(prompts), dtype=np.float64)
     row = 0
-    for batch in generate_chunked(backend, repeated, sampling, generator, chunk):
+    for batch in generate_chunked(backend, repeated, sampling, generator, chunk, generate):
         for text, n in zip(decode(tokenizer, batch), batch.lengths.tolist()):
             p = row // samples
             correct[p] += bool(task.verify(text, prompts[p]).correct)
@@ -66,7 +72,7 @@ def evaluate(
     if greedy:
         gs = SamplingParams(temperature=1.0, top_k=1, max_new_tokens=max_new_tokens)
         row = 0
-        for batch in generate_chunked(backend, token_ids, gs, generator, chunk):
+        for batch in generate_chunked(backend, token_ids, gs, generator, chunk, generate):
             for text in decode(tokenizer, batch):
                 greedy_ok[row] = bool(task.verify(text, prompts[row]).correct)
                 row += 1

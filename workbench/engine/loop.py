@@ -70,7 +70,7 @@ from workbench.engine.context import RunContext, RunState, apply_controls
 from workbench.engine.guards import guard_step
 from workbench.engine.producer import Producer, make_producer
 from workbench.engine.setup import Setup, build_setup
-from workbench.engine.steplog import StepWriter, rollouts_table
+from workbench.engine.steplog import StepWriter, episode_rows_of, rollouts_table
 from workbench.engine.timing import PhaseTimer
 from workbench.engine.update import policy_update, weights_finite
 from workbench.errors import WorkbenchError
@@ -112,6 +112,7 @@ def train(cfg: RunConfig, *, store: RunStore, run_id: str, resume: bool = False,
     finally:
         parts.writer.close()
         parts.backend.close()  # Ray workers (and a local Ray runtime the run started)
+        getattr(parts.shape, "close", lambda: None)()  # episodes: the tools' sandbox process
 
 
 def _loop(ctx: RunContext, resume: bool) -> str:
@@ -278,7 +279,7 @@ def record(ctx: RunContext, batch: Batch, upd: Update, evaluated: tuple[list[dic
     with timer("log"):
         metrics = _step_metrics(s, batch, upd)
         metrics.update(eval_metrics)
-        table = None
+        table, episodes = None, None
         if cfg.logging.rollouts and r.n and logs_rollouts(cfg.logging.rollouts_block, batch.step):
             table = rollouts_table(run_id, batch.step, r, prompt_ids=s.prompts.train_ids, idx=_idx(upd.gidx),
                                    advantage=upd.adv, used=upd.used, token_ids=cfg.logging.token_ids,
@@ -286,6 +287,8 @@ def record(ctx: RunContext, batch: Batch, upd: Update, evaluated: tuple[list[dic
                                    token_logprobs=cfg.logging.token_logprobs,
                                    is_weight=upd.is_weight)
             table = table.append_column("worker", pa.array(r.workers, pa.string()))
+            if r.episodes is not None:  # episodes: their turns and tool calls, in the same transaction
+                episodes = episode_rows_of(run_id, batch.step, r, prompt_ids=s.prompts.train_ids, idx=_idx(upd.gidx))
     metrics.update(timer.metrics())  # timing_s/log: building the rows (the commit overlaps the next step)
     metrics.update(s.backend.take_metrics())  # Ray workers: perf/worker/<name>/rollouts_per_s, ...
     metrics.update(batch.metrics)  # Ray workers behind the pipeline's generator
@@ -301,7 +304,7 @@ def record(ctx: RunContext, batch: Batch, upd: Update, evaluated: tuple[list[dic
     metrics["perf/rollouts_per_s"] = batch.n_onp / max(metrics["timing_s/step"], 1e-9)
     metrics["perf/gen_tokens_per_s"] = batch.tokens / max(metrics.get("timing_s/generate", 0.0), 1e-9)
     s.writer.write(batch.step, metrics, table, batch.alloc_rows, batch.prompt_rows, eval_rows,
-                   prompts, events)  # the store skips known prompts
+                   prompts, events, episodes)  # the store skips known prompts
     return metrics, table
 
 
@@ -323,7 +326,7 @@ def _idx(gidx: np.ndarray) -> np.ndarray:
 def _step_metrics(s: Setup, batch: Batch, upd: Update) -> dict[str, Any]:
     r, n_onp, tokens = batch.rollouts, batch.n_onp, batch.tokens
     onp = ~r.off_policy
-    mask = r.mask() & torch.as_tensor(onp).unsqueeze(1)
+    mask = r.train_mask() & torch.as_tensor(onp).unsqueeze(1)  # sampled tokens (never a tool result's)
     ent = float((r.entropy * mask).sum() / mask.sum().clamp(min=1))
     tok = r.entropy[mask].float()  # per-token quantiles: the dashboard's entropy band over the whole run
     levels = torch.tensor([0.1, 0.5, 0.9], device=tok.device)
@@ -365,7 +368,8 @@ def _evaluate(s: Setup, step: int) -> tuple[list[dict[str, Any]], dict[str, floa
     try:
         out = evaluate(s.backend, s.tokenizer, s.task, s.prompts.eval, s.prompts.eval_tok, samples=e.samples,
                        temperature=e.temperature, max_new_tokens=s.cfg.sampling.max_new_tokens, greedy=e.greedy,
-                       generator=_generator(s.device, s.cfg.seed, step, 0xE7A1))
+                       generator=_generator(s.device, s.cfg.seed, step, 0xE7A1),
+                       generate=getattr(s.shape, "generate_flat", None))  # episodes: evaluated as episodes
     finally:
         s.model.train()
     fault_point("eval")

@@ -182,9 +182,12 @@ def build_setup(cfg: RunConfig, *, store_dir: str | Path, run_id: str,
     optimizer = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=o.betas, eps=o.eps,
                                   weight_decay=o.weight_decay, foreach=True)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg, cfg.steps * cfg.algorithm.updates_per_step))
+    backend = backend_for_run(cfg, model, tokenizer, device, str(path))
+    shape = make_shape(cfg, tokenizer)
+    if hasattr(shape, "bind"):  # episodes: evaluation samples episodes with the run's backend
+        shape.bind(backend)
     return Setup(
-        cfg=cfg, device=device, model=model, tokenizer=tokenizer,
-        backend=backend_for_run(cfg, model, tokenizer, device, str(path)), shape=make_shape(cfg.rollout), task=task,
+        cfg=cfg, device=device, model=model, tokenizer=tokenizer, backend=backend, shape=shape, task=task,
         prompts=Prompts.encode(tokenizer, train, evals, cfg.model.chat_template), pad_id=int(pad_id),
         optimizer=optimizer, scheduler=scheduler, sampler=PromptSampler(len(train), cfg.seed),
         ckpt_dir=checkpoint_dir(store_dir, run_id), writer=writer, ref_model=ref,

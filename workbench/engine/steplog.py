@@ -79,9 +79,28 @@ class Rollouts:
     the update that trained the row (NaN rows: not in a forward pass); set by the policy update when
     `logging.token_logprobs` is on, else None."""
 
+    loss_mask: torch.Tensor | None = None
+    """[N, T] bool: the tokens the model sampled, the only ones the loss sees (episodes: never a tool
+    result's); None: every token within the row's length."""
+    episodes: list | None = None
+    """[N] each row's `workbench.episodes.Episode` (None for a row that is not one); None: no episodes."""
+    finish_reasons: list[str] | None = None
+    """[N] why each row ended when it is not just stop / length (episodes: turns, tool_calls,
+    model_tokens, total_tokens; `workbench.episodes.FINISH_REASONS`); None: from `finished`."""
+
     @property
     def n(self) -> int:
         return int(self.tokens.shape[0])
+
+    def train_mask(self) -> torch.Tensor:
+        """[N, T] bool: the tokens the loss sees (within the length, and sampled by the model)."""
+        mask = self.mask()
+        return mask if self.loss_mask is None else mask & _pad_to(self.loss_mask, mask.shape[1], False).bool()
+
+    def model_tokens(self) -> torch.Tensor:
+        """[N] int64 tokens the model sampled per row (episodes: tool results left out): what a token
+        budget and the per-prompt statistics count."""
+        return self.lengths if self.loss_mask is None else self.train_mask().sum(1).long()
 
     @staticmethod
     def empty() -> "Rollouts":
@@ -117,7 +136,16 @@ class Rollouts:
             workers=[w for p in parts for w in p.workers],
             version_start=_cat_or_none(parts, "version_start"), version_end=_cat_or_none(parts, "version_end"),
             segments=_cat_or_none(parts, "segments"), shape=_cat_shape(parts),
+            loss_mask=(torch.cat([_pad_to(p.train_mask(), width, False) for p in parts])
+                       if any(p.loss_mask is not None for p in parts) else None),
+            episodes=([e for p in parts for e in (p.episodes or [None] * p.n)]
+                      if any(p.episodes is not None for p in parts) else None),
+            finish_reasons=([f for p in parts for f in (p.finish_reasons or p.default_finish())]
+                            if any(p.finish_reasons is not None for p in parts) else None),
         )
+
+    def default_finish(self) -> list[str]:
+        return ["stop" if f else "length" for f in self.finished.tolist()]
 
     def mask(self) -> torch.Tensor:
         return torch.arange(self.tokens.shape[1]).unsqueeze(0) < self.lengths.unsqueeze(1)
@@ -170,6 +198,23 @@ def _parent_as_idx(parent: np.ndarray, idx: np.ndarray, prompt: np.ndarray, stag
     return out
 
 
+def episode_rows_of(run_id: str, step: int, r: Rollouts, *, prompt_ids: list[str],
+                    idx: np.ndarray) -> tuple[list[dict], list[dict]]:
+    """The step's `turns` and `tool_calls` rows (episodes; none for other rows), keyed as their rollouts."""
+    from workbench.episodes import episode_rows
+
+    turns: list[dict] = []
+    calls: list[dict] = []
+    for i, ep in enumerate(r.episodes or []):
+        if ep is None:
+            continue
+        t, c = episode_rows(ep, {"run_id": run_id, "step": step, "stage": int(r.stage[i]),
+                                 "prompt_id": prompt_ids[int(r.prompt[i])], "idx": int(idx[i])})
+        turns += t
+        calls += c
+    return turns, calls
+
+
 def rollouts_table(
     run_id: str,
     step: int,
@@ -195,12 +240,13 @@ def rollouts_table(
     tokens = r.tokens.cpu()
     lengths = r.lengths.cpu().long()
     mask = r.mask()
+    sampled = r.train_mask()  # episodes: the figures are over the model's tokens, never a tool result's
     ent = r.entropy.cpu().float()
-    lengths_f = lengths.clamp(min=1).float()
-    ent_mean = (ent * mask).sum(1) / lengths_f
-    ent_max = torch.where(mask, ent, torch.zeros_like(ent)).amax(1) if ent.shape[1] else torch.zeros(n)
-    logprob_sum = (r.logprobs.cpu().float() * mask).sum(1)
-    finish = np.where(r.finished.cpu().numpy(), "stop", "length")
+    lengths_f = r.model_tokens().cpu().clamp(min=1).float()
+    ent_mean = (ent * sampled).sum(1) / lengths_f
+    ent_max = torch.where(sampled, ent, torch.zeros_like(ent)).amax(1) if ent.shape[1] else torch.zeros(n)
+    logprob_sum = (r.logprobs.cpu().float() * sampled).sum(1)
+    finish = np.asarray(r.finish_reasons if r.finish_reasons is not None else r.default_finish(), dtype=object)
     cols = {
         "run_id": pa.array([run_id] * n, pa.string()),
         "step": pa.array(np.full(n, step, dtype=np.int64)),
@@ -227,6 +273,10 @@ def rollouts_table(
         "off_policy": pa.array(r.off_policy.astype(bool)),
         "used_in_update": pa.array(used.astype(bool)),
     }
+    if r.episodes is not None:  # episodes (issue #40): the counts beside the turns
+        summary = [ep.summary() if ep is not None else None for ep in r.episodes]
+        for name in ("turns", "tool_calls", "tool_errors", "tool_tokens"):
+            cols[name] = pa.array([x[name] if x is not None else None for x in summary], pa.int32())
     if token_logprobs:
         cols["token_logprobs"] = _list_array(r.logprobs.cpu().float(), mask, lengths, pa.float32())
         cols["token_trainer_logprobs"] = _trainer_array(r.trainer_logprobs, mask, lengths)
@@ -318,7 +368,7 @@ class StepWriter:
 
     def write(self, step: int, metrics: dict, rollouts: pa.Table | None, allocations: list[dict],
               prompt_stats: list[dict], evals: list[dict], prompts: list[dict],
-              events: list[dict] | None = None) -> None:
+              events: list[dict] | None = None, episodes: tuple[list[dict], list[dict]] | None = None) -> None:
         import time
 
         from workbench.store import StepRecord
@@ -327,6 +377,7 @@ class StepWriter:
             run_id=self.run_id, step=step, metrics=metrics,
             rollouts=rollouts if rollouts is not None else [], allocations=allocations,
             prompt_stats=prompt_stats, evals=evals, prompts=prompts, events=events or [],
+            turns=episodes[0] if episodes else [], tool_calls=episodes[1] if episodes else [],
         )
         if self._group is None:
             t = time.monotonic()

@@ -54,7 +54,7 @@ def policy_update(s: Setup, r: Rollouts, adv: np.ndarray, used: np.ndarray, sign
     if a.updates_per_step > 1:
         used_rows = rng.permutation(used_rows)
     train_rows = used_rows if a.kl_coef > 0 else used_rows[signal[used_rows]]
-    mask_all = r.mask().float()
+    mask_all = r.train_mask().float()  # the tokens the loss sees (episodes: never a tool result's)
     old = r.logprobs.clone()  # behaviour logprobs; on-policy rows are replaced below
     if a.updates_per_step > 1:
         old_onp = _logprobs(s, r, train_rows[~r.off_policy[train_rows]], grad=False)
@@ -97,6 +97,10 @@ def _micro_step(s: Setup, r: Rollouts, micro: list[int], old: torch.Tensor, adv:
     batch = batch.to(dev)
     logp, _ = grouped_logprobs(s.model, batch, pad_token_id=s.pad_id, temperature=t)
     width = logp.shape[1]
+    # What the loss sees: the response's tokens the model sampled. Tool-result tokens of an episode stay
+    # in the attention (`batch.response_mask`) but out of the loss, its normaliser and its metrics.
+    loss_mask = batch.response_mask if r.loss_mask is None else \
+        batch.response_mask * r.train_mask()[micro, :width].to(dev, batch.response_mask.dtype)
     if out.trainer_logprobs is not None:  # what the trainer makes of the sampled tokens, for the store
         out.trainer_logprobs[micro, :width] = logp.detach().float().cpu()
     onp = torch.as_tensor(~r.off_policy[micro], device=dev).unsqueeze(1)
@@ -108,7 +112,7 @@ def _micro_step(s: Setup, r: Rollouts, micro: list[int], old: torch.Tensor, adv:
     if stale is not None:
         behav = r.logprobs[micro, :width].to(dev)
         old_m, adv_m, cm, w_row = correct(
-            old_m, behav, adv_m, batch.response_mask, torch.as_tensor(stale[micro] & ~r.off_policy[micro], device=dev),
+            old_m, behav, adv_m, loss_mask, torch.as_tensor(stale[micro] & ~r.off_policy[micro], device=dev),
             mode=pc.correction, level=pc.correction_level, cap=pc.is_cap)
         sums.is_max = max(sums.is_max, cm.pop("train/is_weight_max"))
         out.row_weight[micro] = w_row.cpu().double().numpy()
@@ -116,11 +120,11 @@ def _micro_step(s: Setup, r: Rollouts, micro: list[int], old: torch.Tensor, adv:
     if s.ref_model is not None:
         with torch.no_grad():
             ref, _ = grouped_logprobs(s.ref_model, batch, pad_token_id=s.pad_id, temperature=t)
-    loss, m = get_policy_loss(a.loss)(logp, old_m, adv_m, batch.response_mask, clip_low=a.clip_low,
+    loss, m = get_policy_loss(a.loss)(logp, old_m, adv_m, loss_mask, clip_low=a.clip_low,
                                       clip_high=a.clip_high, aggregation=a.aggregation, ref_logprobs=ref,
                                       kl_coef=a.kl_coef, max_tokens=s.cfg.sampling.max_new_tokens, normalizer=norm)
     loss.backward()
-    w = float(batch.response_mask.sum())
+    w = float(loss_mask.sum())
     sums.weights += w
     for k, v in {**m, **cm}.items():
         sums.totals[k] = sums.totals.get(k, 0.0) + v * w

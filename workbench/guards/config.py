@@ -52,8 +52,8 @@ class GuardConfig:
     preset replaces it."""
     preset: str = ""
     """A preset by name (nan, entropy_collapse, entropy_blowup, length_blowup, reward_collapse,
-    truncation, degenerate_text, reward_hacking, zero_signal; see docs/guards.md); the fields set here
-    override its rule, window and action."""
+    truncation, degenerate_text, reward_hacking, zero_signal, tool_errors, turn_limit; see docs/guards.md);
+    the fields set here override its rule, window and action."""
     rule: str = ""
     """A one-line condition over step metrics or the step's rollouts, e.g.
     "rollout/entropy_mean < 0.5 * baseline(rollout/entropy_mean, 10)" (grammar in docs/guards.md)."""

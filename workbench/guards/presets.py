@@ -70,9 +70,18 @@ PRESETS: dict[str, Preset] = {
         "rollout/zero_signal_frac > 0.95", 5, "alert",
         "nearly every group's rewards agree, so it carries no gradient: the rollout budget is wasted",
         "DAPO (Yu et al. 2025), dynamic sampling", ZERO_SIGNAL_HINT),
+    "tool_errors": Preset(
+        "episodes/tool_error_rate > 0.5 and episodes/tool_calls >= 0.1", 3, "alert",
+        "most tool calls fail (malformed or unterminated calls, unknown tools, timeouts): the model reads "
+        "errors instead of results, and a reward for the final answer stops teaching the tool",
+        "rStar2-Agent (Shang et al. 2025), verl #4814"),
+    "turn_limit": Preset(
+        "episodes/turn_limit_rate > 0.5", 3, "alert",
+        "most episodes end at `rollout.episodes.max_turns` without answering: the model calls tools in a loop",
+        "TRL max_tool_calling_iterations, verifiers #119"),
 }
-"""Every preset by name."""
+"""Every preset by name (the episodes' two read metrics only episode runs record: quiet elsewhere)."""
 
 DEFAULT = ("nan", "entropy_collapse", "entropy_blowup", "reward_collapse", "truncation", "degenerate_text",
-           "zero_signal")
+           "zero_signal", "tool_errors", "turn_limit")
 """Presets on for every run unless a `[[guards]]` entry of the same name turns one off."""

@@ -9,7 +9,8 @@ How it works (one `torch.inference_mode` loop over a `DynamicCache`, as `HFBacke
      trained on); after its last token the row's logits start the next assistant turn;
    - waiting for its tool, or done: a pad token with attention mask 0 (the column is invisible to it).
    Position ids advance only on real tokens, so a row sees exactly the positions it would see alone.
-3. A sampled token in `call_end_ids` ends the turn with a tool call: the turn's text goes to `run_tool`
+3. A sampled token in `call_end_ids` (or, for a closing tag of several tokens, a turn whose tokens
+   `ends_call` accepts) ends the turn with a tool call: the turn's text goes to `run_tool`
    on a thread pool at once (the calculator's sandbox is a process of its own), and the row waits; the
    others go on decoding. When every live row waits, the loop blocks on the first result.
 4. Sampling draws come from per-row streams indexed by the row's own count of sampled tokens
@@ -108,7 +109,8 @@ def _uniform_table(seeds: Sequence[int] | None, n: int, steps: int) -> torch.Ten
 def decode_episodes(backend: HFBackend, prompts: Sequence[Sequence[int]], sampling: SamplingParams, *,
                     limits: EpisodeLimits, call_end_ids: Sequence[int], run_tool: ToolRunner,
                     result_tokens: ResultTokens, seeds: Sequence[int] | None = None,
-                    generator: torch.Generator | None = None, max_workers: int = 8) -> EpisodeBatch:
+                    generator: torch.Generator | None = None, max_workers: int = 8,
+                    ends_call: Callable[[list[int]], bool] | None = None) -> EpisodeBatch:
     """Sample one episode per prompt (token ids, BOS included); see the module docstring."""
     validate_sampling(sampling)
     if seeds is not None and len(seeds) != len(prompts):
@@ -121,6 +123,7 @@ def decode_episodes(backend: HFBackend, prompts: Sequence[Sequence[int]], sampli
         with torch.inference_mode(), ThreadPoolExecutor(max_workers=max_workers) as pool:
             loop = _Loop(backend, prompts, sampling, limits, set(int(i) for i in call_end_ids), run_tool,
                          result_tokens, _uniform_table(seeds, len(prompts), limits.max_model_tokens), generator, pool)
+            loop.ends_call = ends_call
             loop.run()
     finally:
         model.train(was_training)
@@ -152,6 +155,7 @@ class _Loop:
         self.waiting_since: dict[int, float] = {}
         self.chunk: dict[int, list[int]] = {}
         self.blocked_s = 0.0
+        self.ends_call: Callable[[list[int]], bool] | None = None
         state = backend._prefill(prompts)
         self.cache, self.logits, self.mask, self.next_pos = state.cache, state.logits, state.mask, state.next_pos
         self.rows = list(range(n))  # working-batch row -> output row
@@ -214,7 +218,7 @@ class _Loop:
         if tok in self.eos:
             self._end(r, "stop")
             return None
-        if tok in self.call_end:
+        if tok in self.call_end or (self.ends_call is not None and self.ends_call(turn.tokens)):
             turn.finish_reason = "tool_call"
             turn.seconds = self._now() - turn.started_s
             over = ("model_tokens" if self.sampled[r] >= lim.max_model_tokens else

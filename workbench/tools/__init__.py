@@ -9,7 +9,7 @@ a failure is a result, never a crash (docs/tools.md).
 - `calculator`, `python_tool`: the built-in tools.
 - `guard`: the walls put up around each call; `zygote`: the sandbox's process; `sandbox`: its client.
 - `parsers`: finding a call in decoded text (`<calc>...</calc>`, `<tool_call>{...}</tool_call>`).
-- `config`: the `[tools]` section (not yet mounted in the run config); `turns`: one round of calls
+- `config`: the run config's `[tools]` section; `turns`: one round of calls
   for a batch of episodes (parse, run at once, what each row reads next).
 """
 

@@ -1,6 +1,6 @@
 """The `[tools]` section: which tools an episode may call, how it writes calls, how many it may make,
-and the limits every call runs under. Ready to be mounted in the run config (not yet: see
-docs/tools.md), loaded on its own with `load_tools_config`:
+and the limits every call runs under: the run config's `[tools]`
+(read when `rollout.shape = "episodes"`), or loaded on its own with `load_tools_config`:
 
     [tools]
     enabled = ["calculator", "python"]
@@ -19,7 +19,7 @@ the config loads, naming the field (`tools.enabled[1]`, `tools.limits.memory_mb`
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from workbench.checks import build_config, check_choice, check_int, require
 from workbench.tools.base import TOOLS, ToolLimits
@@ -42,6 +42,7 @@ class ToolsConfig:
     """Calls run at once (1-256): a batch's calls share this many sandboxed child processes."""
     limits: ToolLimits = field(default_factory=ToolLimits)
     """The limits of every call (`[tools.limits]`)."""
+    DOC_TABLES: ClassVar = [("### `[tools.limits]`", ToolLimits)]
 
     def __post_init__(self) -> None:
         require(isinstance(self.enabled, tuple) and len(self.enabled) > 0, "tools.enabled",

@@ -68,6 +68,9 @@ class Syntax:
     """(body text, tools allowed) -> a ParsedCall of kind call, malformed or unknown_tool."""
     result_open: str
     result_close: str
+    show_errors: bool = True
+    """Whether the model reads an error's kind and message; False: an empty result (the organism's
+    calc syntax: its alphabet holds digits and operators only). The store records the error either way."""
 
     @property
     def stop_strings(self) -> tuple[str, ...]:
@@ -76,7 +79,7 @@ class Syntax:
 
     def format_result(self, result: ToolResult) -> str:
         """The text appended after a call for the model to read (an error says its kind)."""
-        text = f"error ({result.kind}): {result.text}" if result.error else result.text
+        text = result.text if not result.error else f"error ({result.kind}): {result.text}" if self.show_errors else ""
         return f"{self.result_open}{text}{self.result_close}"
 
 
@@ -121,7 +124,7 @@ def _hermes_body(body: str, tools: Collection[str]) -> ParsedCall:
     return ParsedCall("call", name=call["name"], arguments=arguments)
 
 
-SYNTAXES.add("calc", Syntax("calc", "<calc>", "</calc>", _calc_body, "<result>", "</result>"))
+SYNTAXES.add("calc", Syntax("calc", "<calc>", "</calc>", _calc_body, "<result>", "</result>", show_errors=False))
 SYNTAXES.add("hermes", Syntax("hermes", "<tool_call>", "</tool_call>", _hermes_body,
                               "<tool_response>", "</tool_response>"))
 

@@ -89,11 +89,17 @@ class Shaped:
     """[N] the policy version each row ended under (partial rollouts); None: the version it started at."""
     segments: np.ndarray | None = None
     """[N] how many weight versions each row was generated under (partial rollouts); None: one each."""
+    loss_mask: torch.Tensor | None = None
+    """[N, T] bool: the tokens the model sampled (episodes: never a tool result's); None: every token."""
+    episodes: list[Any] | None = None
+    """The rows as `workbench.episodes.Episode`s (the episodes shape); None: single-turn rows."""
+    finish_reasons: list[str] | None = None
+    """Why each row ended, where more than stop / length can (episodes); None: from `batch.finished`."""
 
 
 class Shape(Protocol):
     """How a prompt's group is generated: the engine's one generate seam (`make_shape`). Independent
-    sampling is a shape like the others; multi-turn episodes enter here next."""
+    sampling is a shape like the others, and so are multi-turn episodes."""
 
     name: str
 
