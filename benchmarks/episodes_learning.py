@@ -47,14 +47,15 @@ def arm_overrides(arm: str, steps: int, budget: int) -> dict[str, Any]:
     return over
 
 
-def _one(arm: str, seed: int, store_dir: str, steps: int, budget: int, threads: int) -> dict[str, Any]:
-    from workbench.config import load_config
+def _one(arm: str, seed: int, store_dir: str, steps: int, budget: int, threads: int,
+         extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One run of `arm` (tool | no_tool) at `seed`; its figures. `extra`: more overrides (dotted keys)."""
+    from workbench.control.launch import resolve_config
     from workbench.engine import run
     from workbench.store import open_store
 
-    over = arm_overrides(arm, steps, budget)
-    cfg = load_config(CONFIG, [f"{k}={_toml(v)}" for k, v in over.items()] +
-                      [f"seed={seed}", f"name=\"tools-{arm}-s{seed}\"", f"model.threads={threads}"])
+    over = {**arm_overrides(arm, steps, budget), "seed": seed, "model.threads": threads, **(extra or {})}
+    cfg = resolve_config(str(CONFIG), over, name=f"tools-{arm}-s{seed}")
     t = time.perf_counter()
     rid = run(cfg, store=store_dir)
     wall = time.perf_counter() - t
@@ -78,17 +79,19 @@ def _one(arm: str, seed: int, store_dir: str, steps: int, budget: int, threads: 
     return out
 
 
-def _toml(v: Any) -> str:
-    return ("true" if v else "false") if isinstance(v, bool) else f'"{v}"' if isinstance(v, str) else str(v)
-
-
 def bench_episodes_learning(store_dir: str, *, seeds: tuple[int, ...] = (0, 1, 2), steps: int = 60,
-                            budget: int = 2560, threads: int = 1) -> dict[str, Any]:
-    """Both arms for every seed (module docstring); one JSON-able dict."""
+                            budget: int = 2560, no_tool_budget: int | None = None,
+                            threads: int = 1, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Both arms for every seed (module docstring); one JSON-able dict. `no_tool_budget` (default:
+    `budget`) gives the arm without the tool another model-token budget: its answers are shorter and the
+    allocator's estimate of a rollout's tokens starts at `sampling.max_new_tokens`, so at the same budget
+    it spends fewer tokens (the JSON's `model_tokens_ratio_tool_to_no_tool`); a larger one shows the
+    difference is not for want of tokens."""
     runs: dict[str, dict[int, dict[str, Any]]] = {"tool": {}, "no_tool": {}}
     for seed in seeds:
         for arm in runs:
-            runs[arm][seed] = _one(arm, seed, store_dir, steps, budget, threads)
+            b = budget if arm == "tool" else (no_tool_budget or budget)
+            runs[arm][seed] = _one(arm, seed, store_dir, steps, b, threads, extra)
     tool, none = runs["tool"], runs["no_tool"]
     diff = [tool[s]["pass1_end"] - none[s]["pass1_end"] for s in seeds]
     summary = {
@@ -103,5 +106,5 @@ def bench_episodes_learning(store_dir: str, *, seeds: tuple[int, ...] = (0, 1, 2
     ci = summary["end_diff_ci90"]
     summary["end_diff_excludes_0"] = bool(ci is not None and ci[0] > 0)
     return {"config": "configs/organism-tools.toml", "seeds": list(seeds), "steps": steps,
-            "budget_model_tokens_per_step": budget, "load": list(os.getloadavg()), "summary": summary,
+            "budget_model_tokens_per_step": budget, "no_tool_budget_per_step": no_tool_budget or budget, "load": list(os.getloadavg()), "summary": summary,
             "tool": {str(s): v for s, v in tool.items()}, "no_tool": {str(s): v for s, v in none.items()}}

@@ -135,6 +135,29 @@ def entropy() -> list:
             "px.bar(ends.unpivot(index=[\"label\", \"allocator\"], on=[\"entropy_start\", \"entropy_end\"]),\n"
             "       x=\"label\", y=\"value\", color=\"variable\", barmode=\"group\", hover_data=[\"allocator\"],\n"
             "       labels={\"value\": \"entropy (nats)\"}, title=\"Entropy at the start and end of each run\")"),
+        new_markdown_cell("## Around tool calls (episodes)\nARPO's observation (Dong et al. 2025): the entropy of the "
+                          "first tokens the model writes after a tool result, against its episode's first turn. "
+                          "Above 0 the model is less sure after reading the tool's feedback: where ARPO branches. "
+                          "Runs without episodes (`rollout.shape = \"episodes\"` records them) have no rows here."),
+        new_code_cell(
+            "from workbench.analysis.episodes import entropy_after_tools\n\n"
+            "after_k = 10  # tokens after the result, and of the first turn\n"
+            "turns = stack(store, runs, lambda st, rid: st.episode_turns(rid) if st.has_episodes(rid) else pl.DataFrame())\n"
+            "around = entropy_after_tools(turns, k=after_k) if turns.height else pl.DataFrame()\n"
+            "if around.is_empty():\n"
+            "    print(\"no episode in these runs read a tool result\")\n"
+            "else:\n"
+            "    around = with_labels(around.drop(\"label\", \"allocator\", strict=False), runs)\n"
+            "    summary = around.group_by(\"label\").agg(pl.len().alias(\"turns_after_a_tool\"),\n"
+            "                                              pl.col(\"dh\").median().alias(\"dh_median\"),\n"
+            "                                              (pl.col(\"dh\") > 0).mean().alias(\"share_above_0\"))\n"
+            "    display(summary)\n"
+            "    display(px.histogram(around, x=\"dh\", color=\"label\", barmode=\"overlay\", nbins=40,\n"
+            "                         labels={\"dh\": f\"entropy after a tool result - first turn's (first {after_k} tokens, nats)\"},\n"
+            "                         title=\"Entropy after tool results, over episodes\"))\n"
+            "    per = around.group_by(\"label\", \"step\").agg(pl.col(\"dh\").median()).sort(\"step\")\n"
+            "    display(px.line(per, x=\"step\", y=\"dh\", color=\"label\", labels={\"dh\": \"median (nats)\"},\n"
+            "                    title=\"Entropy after tool results over training (median per step)\"))"),
     ]
 
 

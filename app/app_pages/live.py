@@ -9,6 +9,7 @@ import streamlit as st
 
 from app import permissions, charts, components, data, derive, pipeline_charts
 from workbench.analysis import term_names, terms_by_step
+from workbench.analysis.episodes import episodes_by_step
 from workbench.errors import StoreUnreachable
 from workbench.analysis.pipeline import idle_fractions, pipeline_by_step, staleness_histogram
 
@@ -78,6 +79,20 @@ def curves(run_id: str) -> None:
         events.append(st.plotly_chart(charts.line_chart(terms_by_step(steps), [(f"reward/{n}", n) for n in names],
                                                         "reward terms (mean per step, unweighted)", y="value",
                                                         changes=changes), key=f"{PAGE}_terms", **drill))
+    ep = episodes_by_step(steps)
+    if not ep.is_empty():  # episodes: how the tools were used, and where the tokens went
+        events.append(left.plotly_chart(charts.line_chart(
+            ep, [("call_rate", "episodes that call a tool"), ("tool_error_rate", "tool calls that fail"),
+                 ("turn_limit_rate", "episodes ended by the turn limit")], "tool use", y="fraction",
+            y_range=(-0.02, 1.02)), key=f"{PAGE}_tools", **drill))
+        events.append(right.plotly_chart(charts.line_chart(
+            ep, [("model_tokens", "model tokens"), ("tool_tokens", "tool-result tokens (not trained on)")],
+            "tokens per episode", y="tokens"), key=f"{PAGE}_episode_tokens", **drill))
+        if ep["entropy_after_tool_delta"].is_not_null().any():
+            events.append(st.plotly_chart(charts.line_chart(
+                ep, [("entropy_after_tool_delta", "first 10 tokens after a tool result - first turn's")],
+                "entropy after tool results (ARPO's observation: above 0 = it rises)", y="nats"),
+                key=f"{PAGE}_entropy_after_tool", **drill))
     for event in events:
         components.drill_to_step(run_id, event)
     if not steps.is_empty():

@@ -36,6 +36,8 @@ def register(bench: typer.Typer) -> None:
         seeds: str = typer.Option("0,1,2", "--seeds", help="Comma-separated run seeds (each arm runs each)."),
         steps: int = typer.Option(60, "--steps", help="Training steps per run."),
         budget: int = typer.Option(2560, "--budget", help="Model tokens per step, both arms."),
+        no_tool_budget: int = typer.Option(0, "--no-tool-budget",
+                                           help="Model tokens per step of the arm without the tool (0: --budget)."),
         threads: int = typer.Option(1, "--threads", help="torch threads per run."),
         store: StoreOpt = None,
         as_json: JsonOpt = False,
@@ -50,8 +52,10 @@ def register(bench: typer.Typer) -> None:
             seed_list = tuple(int(x) for x in seeds.split(",") if x.strip())
         except ValueError:
             raise ConfigError(f"bench episodes-learning: --seeds must be integers separated by commas, got {seeds!r}")
-        for name, value in (("--steps", steps), ("--budget", budget), ("--threads", threads), ("seeds", len(seed_list))):
+        for name, value in (("--steps", steps), ("--budget", budget), ("--threads", threads), ("seeds", len(seed_list)),
+                            ("--no-tool-budget", no_tool_budget or 1)):
             if value < 1:
                 raise ConfigError(f"bench episodes-learning: {name} must be >= 1, got {value}")
-        result = run_bench(str(store_path(store)), seeds=seed_list, steps=steps, budget=budget, threads=threads)
+        result = run_bench(str(store_path(store)), seeds=seed_list, steps=steps, budget=budget,
+                           no_tool_budget=no_tool_budget or None, threads=threads)
         print_result(result, as_json)

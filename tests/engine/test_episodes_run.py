@@ -53,9 +53,10 @@ def test_an_episodes_run_calls_the_tool_trains_on_model_tokens_only_and_stores_t
     # every rollout row is its episode: the response's tokens are the turns' after the prompt, in order
     for r in rows.to_dicts():
         ep = eps[(r["step"], r["stage"], r["prompt_id"], r["idx"])]
-        assert ep.response_token_ids() == r["token_ids"] and r["turns"] == len(ep.turns)
+        sampled = [tok for t in ep.response_turns if t.role == "assistant" for tok in t.token_ids]
+        assert sampled == r["token_ids"] and r["turns"] == len(ep.turns)  # the rollout row: the model's tokens
         assert r["tool_calls"] == len(ep.tool_calls) and r["tool_tokens"] == ep.tool_tokens
-        assert r["length"] == ep.model_tokens + ep.tool_tokens
+        assert r["length"] == ep.model_tokens == len(r["token_entropy"])
         assert r["finish_reason"] in {"stop", "length", "turns", "tool_calls", "model_tokens", "total_tokens"}
         for t in ep.response_turns:
             if t.role == "tool":
@@ -73,8 +74,9 @@ def test_an_episodes_run_calls_the_tool_trains_on_model_tokens_only_and_stores_t
     assert len(SEEN_MASKS) == len(steps) >= 1
     for step, (shape, mask) in zip(steps, SEEN_MASKS):
         width = shape[1]
-        want = sorted(tuple(eps[(r["step"], r["stage"], r["prompt_id"], r["idx"])].loss_mask()) + (False,) *
-                      (width - r["length"]) for r in trained.filter(pl.col("step") == step).to_dicts())
+        mine = [eps[(r["step"], r["stage"], r["prompt_id"], r["idx"])] for r in trained.filter(pl.col("step") == step)
+                .to_dicts()]
+        want = sorted(tuple(ep.loss_mask()) + (False,) * (width - len(ep.loss_mask())) for ep in mine)
         assert sorted(tuple(bool(x) for x in row) for row in mask) == want
     assert any(not all(m) for m in (ep.loss_mask() for ep in eps.values()))  # some tool tokens were left out
     # metrics: every episodes/ entry of the catalogue is recorded (the entropy delta where a turn followed a result)

@@ -378,3 +378,26 @@ def test_committed_notebooks_are_json_with_stable_cell_ids():
         data = json.loads((NOTEBOOKS_DIR / name).read_text())
         ids = [c["id"] for c in data["cells"]]
         assert len(set(ids)) == len(ids)
+
+
+@pytest.mark.slow
+def test_the_entropy_notebook_draws_entropy_around_tool_calls(new_store, tiny_tools_config, tmp_path):
+    """On a real episodes run (the small tools organism with the calculator): the section "Around tool
+    calls" summarises ARPO's observation per run and draws its histogram."""
+    from workbench.engine import run
+    from workbench.store import open_store
+
+    path = new_store(tmp_path / "store")
+    rid = run(tiny_tools_config(steps=2, eval__every=0, eval__at_start=False, checkpoint__every=0), store=str(path))
+    with open_store(path, read_only=True) as st:
+        from workbench.analysis.episodes import entropy_after_tools
+        n = entropy_after_tools(st.episode_turns(rid), k=10).height
+    nb = execute("entropy.ipynb", path, [rid])
+    titles = [json.dumps(o.get("data", {}).get("application/vnd.plotly.v1+json", {}).get("layout", {}).get("title"))
+              for c in nb.cells for o in c.get("outputs", [])]
+    text = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+    if n:  # the run's episodes read tool results (the warm start calls in half its examples)
+        assert any("Entropy after tool results, over episodes" in t for t in titles)
+        assert any("over training" in t for t in titles)
+    else:
+        assert "no episode in these runs read a tool result" in text

@@ -5,6 +5,7 @@ model's entropy rises right after a tool result (Dong et al. 2025, arXiv 2507.19
     turns = store.episode_turns(run_id, step_min=0, step_max=50)
     entropy_after_tools(turns, k=10)    # one row per tool result that the model went on after
     episode_stats(store.episode_tool_calls(run_id), rollouts)  # calls, errors, turns per step
+    episodes_by_step(store.run_steps(run_id))   # the run's `episodes/...` step metrics, one column each
 
 The entropy of a window is the mean of its tokens' entropies (nats); ARPO compares the first k tokens
 after a tool result (k = 10-50 in the paper, 20 in its code) with the first k of the episode's first
@@ -16,6 +17,24 @@ from __future__ import annotations
 import polars as pl
 
 KEY = ["run_id", "step", "stage", "prompt_id", "idx"]
+
+EPISODE_METRICS = {"episodes/call_rate": "call_rate", "episodes/tool_error_rate": "tool_error_rate",
+                   "episodes/turn_limit_rate": "turn_limit_rate", "episodes/tool_calls": "tool_calls",
+                   "episodes/turns": "turns", "episodes/model_tokens": "model_tokens",
+                   "episodes/tool_tokens": "tool_tokens", "episodes/tool_s": "tool_s",
+                   "episodes/entropy_after_tool_delta": "entropy_after_tool_delta"}
+"""The episodes' step metrics (workbench/metrics.py) and their columns in `episodes_by_step`."""
+
+
+def episodes_by_step(steps: pl.DataFrame) -> pl.DataFrame:
+    """One row per step of a steps frame that recorded episode metrics: `step` and one Float64 column per
+    `EPISODE_METRICS` entry (null where a step did not record it); empty for a run without episodes."""
+    from workbench.analysis.terms import metric_columns
+
+    if steps.is_empty() or "step" not in steps.columns or "metrics" not in steps.columns:
+        return pl.DataFrame()
+    wide = pl.concat([steps.select("step"), metric_columns(steps, EPISODE_METRICS)], how="horizontal")
+    return wide.filter(pl.col("call_rate").is_not_null()).sort("step")
 
 
 def entropy_after_tools(turns: pl.DataFrame, k: int = 10) -> pl.DataFrame:

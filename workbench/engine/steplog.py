@@ -238,11 +238,14 @@ def rollouts_table(
     null for a row the update did not compute)."""
     n = r.n
     tokens = r.tokens.cpu()
-    lengths = r.lengths.cpu().long()
-    mask = r.mask()
-    sampled = r.train_mask()  # episodes: the figures are over the model's tokens, never a tool result's
+    # episodes: token_ids, token_entropy and length are the model's tokens (every assistant turn's, in
+    # order), as the store documents them; the tool results are in `turns` (and in `response`, the text
+    # the verifier read)
+    mask = r.train_mask()
+    lengths = r.model_tokens().cpu().long()
+    sampled = mask
     ent = r.entropy.cpu().float()
-    lengths_f = r.model_tokens().cpu().clamp(min=1).float()
+    lengths_f = lengths.clamp(min=1).float()
     ent_mean = (ent * sampled).sum(1) / lengths_f
     ent_max = torch.where(sampled, ent, torch.zeros_like(ent)).amax(1) if ent.shape[1] else torch.zeros(n)
     logprob_sum = (r.logprobs.cpu().float() * sampled).sum(1)

@@ -131,7 +131,7 @@ class EpisodeShape:
     @property
     def box(self) -> Sandbox:
         if self._box is None:
-            self._box = Sandbox(self.tools.limits)
+            self._box = Sandbox(self.tools.limits, parallel=self.tools.parallel)
         return self._box
 
     def close(self) -> None:

@@ -1,0 +1,57 @@
+"""An episodes run on the dashboard (AppTest): a real run of the small tools organism with the calculator;
+the Run page draws the episode metrics' curves (tool use, tokens per episode) from the steps the run
+recorded, and the Rollouts page opens its episodes as conversations."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("streamlit")
+
+from apptest import goto, open_app  # noqa: E402
+from workbench.engine import run  # noqa: E402
+from workbench.store import open_store  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def lake(new_store, tools_organism, tiny_tools_config, tmp_path_factory):
+    path = new_store(tmp_path_factory.mktemp("episodes-run") / "store")
+    seen: dict[int, dict] = {}
+    rid = run(tiny_tools_config(steps=2, eval__every=0, eval__at_start=False, checkpoint__every=0), store=str(path),
+              on_step=lambda s, m: seen.__setitem__(s, m))
+    return path, rid, seen
+
+
+def _traces(at, key):
+    (el,) = [e for e in at.get("plotly_chart") if e.proto.id and key in e.proto.id]
+    return {t["name"]: t for t in json.loads(el.proto.spec)["data"]}
+
+
+def test_the_run_page_draws_the_episode_curves(lake, monkeypatch):
+    path, rid, seen = lake
+    at = open_app(path, monkeypatch)
+    goto(at, "live")
+    at.selectbox(key="live_run").set_value(rid).run()
+    assert not at.exception, [e.value for e in at.exception]
+    tools = _traces(at, "live_tools")
+    assert set(tools) >= {"episodes that call a tool", "tool calls that fail"}
+    tokens = _traces(at, "live_episode_tokens")
+    assert set(tokens) == {"model tokens", "tool-result tokens (not trained on)"}
+
+
+def test_the_rollouts_page_opens_the_runs_episodes(lake, monkeypatch):
+    path, rid, seen = lake
+    at = open_app(path, monkeypatch)
+    goto(at, "rollouts")
+    at.selectbox(key="rollouts_run").set_value(rid).run()
+    assert not at.exception, [e.value for e in at.exception]
+    with open_store(path) as st:
+        rows = st.rollouts(rid, limit=10_000)
+    labels = [e.label for e in at.expander if "as a conversation" in e.label]
+    assert labels  # the page's first rows, each an episode with its turns and calls counted
+    counts = {(int(r["turns"]), int(r["tool_calls"])) for r in rows.to_dicts()}
+    for label in labels:
+        turns, calls = (int(label.split(" turns")[0].split()[-1]), int(label.split(" tool calls")[0].split()[-1]))
+        assert (turns, calls) in counts, label
