@@ -177,6 +177,10 @@ def rollout_groups(page: str, run_id: str, frame, *, link_prompt: bool = True, t
     if chat_template:
         templated = run_tokens.chat_prompts(run_id, tuple(sorted(set(texts.values()))))
         texts = {pid: templated.get(t, t) for pid, t in texts.items()}
+    # the page's episodes (multi-turn rollouts) read at once: two queries for the page, not two per group
+    keys = tuple((r["step"], r["stage"], r["prompt_id"], r["idx"]) for r in frame.iter_rows(named=True)
+                 if r.get("turns") is not None) if "turns" in frame.columns else ()
+    found = data.episodes(run_id, keys) if keys else {}
     for i, (step, prompt_id, rows) in enumerate(groups):
         with st.container(border=True):
             st.html(rollout_view.group_header(step, prompt_id, rows, texts.get(prompt_id)))
@@ -195,7 +199,7 @@ def rollout_groups(page: str, run_id: str, frame, *, link_prompt: bool = True, t
                     st.html(table)
             else:
                 st.html(table)
-            conversations(run_id, rows, decode, h_max, chat_template)
+            conversations(rows, found, decode, h_max, chat_template)
     colours = shapes_legend(frame) + (
                f"entropy colour scale: white 0 → red ≥ {h_max:.2f} nats (98th percentile on this page)"
                if gap_max is None else
@@ -207,12 +211,13 @@ def rollout_groups(page: str, run_id: str, frame, *, link_prompt: bool = True, t
                   f"this page ({max(abs(span[0]), abs(span[1])):.3g}); grey: the rollout has no {term}" if term else ""))
 
 
-def conversations(run_id: str, rows: list[dict], decode, h_max: float, special: bool) -> None:
-    """The group's episodes (multi-turn rollouts) as conversations, each in a fold, and their time lanes."""
+def conversations(rows: list[dict], episodes: dict, decode, h_max: float, special: bool) -> None:
+    """The group's episodes (multi-turn rollouts, among the page's `episodes` by key) as conversations,
+    each in a fold, and their time lanes."""
     from app import episode_view
 
-    keys = tuple((r["step"], r["stage"], r["prompt_id"], r["idx"]) for r in rows if r.get("turns") is not None)
-    found = data.episodes(run_id, keys) if keys else {}
+    mine = [(r["step"], r["stage"], r["prompt_id"], r["idx"]) for r in rows]
+    found = {k: episodes[k] for k in mine if k in episodes}
     if not found:
         return
     for row in rows:
@@ -223,7 +228,7 @@ def conversations(run_id: str, rows: list[dict], decode, h_max: float, special: 
     lanes = [(f"#{k[3]}", ep) for k, ep in found.items()]
     if any(episode_view.lane_segments(ep) for _, ep in lanes):
         with st.expander("where the episodes' time went"):
-            st.plotly_chart(episode_view.lanes_figure(lanes), key=f"lanes_{rows[0]['step']}_{rows[0]['prompt_id']}")
+            st.html(episode_view.lanes_html(lanes))
 
 
 def tree_view(rows: list[dict], decode, h_max: float, gap_max: float | None, special: bool) -> str:

@@ -1,19 +1,18 @@
 """An episode (a multi-turn rollout, `workbench.episodes.Episode`) drawn as a conversation, and its time
-lane: pure builders (HTML strings and a Plotly figure), no Streamlit, no store.
+lane: pure builders (HTML strings), no Streamlit, no store.
 
 - `conversation_html`: each turn in order under its role; assistant tokens coloured by entropy (as a
   single-turn response is), tokens the loss does not train on (the prompt's, the tools' results) struck
   through in grey; each tool call with its arguments, result, error and seconds.
-- `lanes_figure`: one lane per episode of where its time went, as miles draws it: generate (assistant
-  turns), tool (calls and their results), waiting for the rest of the batch.
+- `lanes_html`: one lane per episode of where its time went, as miles draws it: generate (assistant
+  turns), tool (calls and their results), waiting for the rest of the batch. HTML bars, not a Plotly
+  figure: a figure per group cost the Rollouts page ~0.15 s of CPU each (`workbench bench episodes-page`).
 """
 
 from __future__ import annotations
 
 import html
 from typing import Any, Callable
-
-import plotly.graph_objects as go
 
 from workbench.episodes import Episode, Turn
 
@@ -102,20 +101,24 @@ def lane_segments(episode: Episode) -> list[tuple[str, float, float]]:
     return out
 
 
-def lanes_figure(episodes: list[tuple[str, Episode]]) -> go.Figure:
-    """One horizontal lane per (label, episode): its generate / tool / wait segments over time (seconds
-    from the episode's start)."""
-    fig = go.Figure()
-    seen: set[str] = set()
-    for label, ep in episodes:
-        for kind, start, seconds in lane_segments(ep):
-            fig.add_trace(go.Bar(y=[label], x=[seconds], base=[start], orientation="h", name=kind,
-                                 marker_color=LANE_COLOURS[kind], showlegend=kind not in seen,
-                                 hovertemplate=f"{kind}: %{{x:.3f}} s from %{{base:.3f}} s<extra>{label}</extra>"))
-            seen.add(kind)
-    fig.update_layout(barmode="overlay", height=60 + 28 * max(1, len(episodes)), margin=dict(l=10, r=10, t=30, b=30),
-                      xaxis_title="seconds from the episode's start", title="where each episode's time went")
-    return fig
+def lanes_html(episodes: list[tuple[str, Episode]]) -> str:
+    """One horizontal lane per (label, episode): its generate / tool / wait segments over time, on one
+    scale (seconds from each episode's start; the longest episode spans the lane), with a legend."""
+    lanes = [(label, lane_segments(ep)) for label, ep in episodes]
+    span = max((start + secs for _, segs in lanes for _, start, secs in segs), default=0.0) or 1.0
+    rows = []
+    for label, segs in lanes:
+        bars = "".join(
+            f'<span title="{kind}: {secs:.3f} s from {start:.3f} s" style="position:absolute;left:'
+            f'{100 * start / span:.2f}%;width:{max(0.3, 100 * secs / span):.2f}%;top:3px;bottom:3px;'
+            f'background:{LANE_COLOURS[kind]}"></span>' for kind, start, secs in segs)
+        rows.append(f'<div style="display:flex;align-items:center;gap:6px;margin:2px 0">'
+                    f'<span style="width:3em;font-size:0.8em;color:#6b7280">{html.escape(label)}</span>'
+                    f'<span style="position:relative;flex:1;height:18px;background:#f9fafb">{bars}</span></div>')
+    legend = " ".join(f'<span style="display:inline-block;width:10px;height:10px;background:{c}"></span> {k}'
+                      for k, c in LANE_COLOURS.items())
+    return (f'<div style="font-size:0.8em">{legend} · 0 to {span:.3f} s from each episode\'s start</div>'
+            + "".join(rows))
 
 
 def episode_summary(row: dict[str, Any]) -> str:

@@ -59,3 +59,20 @@ def register(bench: typer.Typer) -> None:
         result = run_bench(str(store_path(store)), seeds=seed_list, steps=steps, budget=budget,
                            no_tool_budget=no_tool_budget or None, threads=threads)
         print_result(result, as_json)
+
+    @bench.command("episodes-page")
+    def bench_episodes_page(
+        episodes: int = typer.Option(1000, "--episodes", help="Rollouts in each run (episodes of 6 turns, or single-turn)."),
+        repeats: int = typer.Option(5, "--repeats", help="Timed rounds (a cold and a cached run each)."),
+        store: StoreOpt = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """The Rollouts page's first view on a run of N episodes of 6 turns, beside the same page on N
+        single-turn rollouts (two stores under --store, built once), timed alternately."""
+        from benchmarks.episodes_page import bench_episodes_page as run_bench
+        from workbench.errors import ConfigError
+
+        for name, value in (("--episodes", episodes), ("--repeats", repeats)):
+            if value < 1:
+                raise ConfigError(f"bench episodes-page: {name} must be >= 1, got {value}")
+        print_result(run_bench(str(store_path(store)), episodes=episodes, repeats=repeats), as_json)

@@ -42,8 +42,10 @@ def test_lanes_split_time_into_generate_tool_and_wait():
     segs = episode_view.lane_segments(_episode())
     assert [s[0] for s in segs] == ["generate", "wait", "tool", "wait", "generate"]
     assert segs[1][1] == pytest.approx(0.02) and segs[1][2] == pytest.approx(0.01)
-    fig = episode_view.lanes_figure([("#0", _episode()), ("#1", _episode())])
-    assert {t.name for t in fig.data} == {"generate", "tool", "wait"}
+    out = episode_view.lanes_html([("#0", _episode()), ("#1", _episode())])
+    assert out.count('title="generate:') == 4 and out.count('title="tool:') == 2 and out.count('title="wait:') == 4
+    assert "#0" in out and "#1" in out and "0 to 0.050 s" in out  # one scale: the longest episode's end
+    assert 'title="tool: 0.005 s from 0.030 s"' in out
 
 
 @pytest.fixture(scope="module")
