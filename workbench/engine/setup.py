@@ -182,9 +182,15 @@ def build_setup(cfg: RunConfig, *, store_dir: str | Path, run_id: str,
     optimizer = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=o.betas, eps=o.eps,
                                   weight_decay=o.weight_decay, foreach=True)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg, cfg.steps * cfg.algorithm.updates_per_step))
+    backend = backend_for_run(cfg, model, tokenizer, device, str(path))
+    if cfg.logging.inflight_s > 0 and hasattr(backend, "progress"):  # the Live page's rollouts in flight
+        from workbench.rollout.inflight import InflightChannel
+
+        backend.progress = InflightChannel(store_dir, run_id, every_s=cfg.logging.inflight_s,
+                                           decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True))
     return Setup(
         cfg=cfg, device=device, model=model, tokenizer=tokenizer,
-        backend=backend_for_run(cfg, model, tokenizer, device, str(path)), shape=make_shape(cfg.rollout), task=task,
+        backend=backend, shape=make_shape(cfg.rollout), task=task,
         prompts=Prompts.encode(tokenizer, train, evals, cfg.model.chat_template), pad_id=int(pad_id),
         optimizer=optimizer, scheduler=scheduler, sampler=PromptSampler(len(train), cfg.seed),
         ckpt_dir=checkpoint_dir(store_dir, run_id), writer=writer, ref_model=ref,
