@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from apptest import goto, open_app
-from workbench.rollout.inflight import InflightChannel, inflight_file
+from workbench.rollout.inflight import InflightChannel, inflight_file, write_file
 from workbench.store import open_store
 
 
@@ -68,12 +68,16 @@ def test_an_ended_batch_says_no_step_is_generating(lake, monkeypatch):
     assert any(c.startswith("No step is generating now: step 3, batch 1: 8 of 8 rows finished, 32 tokens") for c in said)
 
 
-@pytest.mark.parametrize("text, says", [('{"version": 1, "state": "genera', "corrupt or half-written"),
-                                        ('{"version": 1, "state": "generating"}', "field 'batch'"),
-                                        ("\x00\x01", "corrupt or half-written")])
-def test_a_corrupt_file_is_one_line_never_an_exception(lake, monkeypatch, text, says):
+@pytest.mark.parametrize("payload, seq, says", [(b'{"version": 1, "state": "genera', 2, "is corrupt"),
+                                               (b'{"version": 1, "state": "generating"}', 2, "field 'batch'"),
+                                               (b'{"version": 1}', 5, "is half-written"),
+                                               (None, 0, "is not an in-flight file")])
+def test_a_corrupt_file_is_one_line_never_an_exception(lake, monkeypatch, payload, seq, says):
     path, ids = lake
-    inflight_file(path, ids["here"]).write_text(text)
+    if payload is None:
+        inflight_file(path, ids["here"]).write_text('{"not": "ours"}')
+    else:
+        write_file(inflight_file(path, ids["here"]), payload, seq=seq)
     at = live_page(path, monkeypatch, ids["here"])
     warned = [w.value for w in at.warning]
     assert len(warned) == 1 and says in warned[0] and "in-flight file" in warned[0], warned

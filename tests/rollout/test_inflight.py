@@ -12,7 +12,8 @@ import torch
 from workbench.errors import ConfigError
 from workbench.rollout.base import SamplingParams
 from workbench.rollout.hf import HFBackend
-from workbench.rollout.inflight import InflightChannel, inflight_file, read_inflight, stepping, summary
+from workbench.rollout.inflight import (MAGIC, InflightChannel, inflight_file, read_inflight, stepping, summary,
+                                       write_file)
 
 
 class Recording(InflightChannel):
@@ -22,9 +23,9 @@ class Recording(InflightChannel):
         super().__init__(*args, **kwargs)
         self.seen: list[dict] = []
 
-    def _write(self, row):
+    def _write(self, row, start):
         self.seen.append(row)
-        super()._write(row)
+        super()._write(row, start)
 
 
 def _sampling(tokens=24):
@@ -41,6 +42,7 @@ def test_the_file_follows_the_batch(model, tokenizer, prompts, tmp_path):
     assert torch.equal(batch.tokens, plain.tokens) and torch.equal(batch.lengths, plain.lengths)  # changes nothing
     steps = batch.tokens.shape[1]
     assert len(ch.seen) == steps + 2 == ch.writes  # the start, every decoding step (every_s = 0), the end
+    assert 0 < ch.spent_s < batch.gen_time_s
     first, last = ch.seen[0], ch.seen[-1]
     assert (first["state"], first["rows"], first["finished"], first["tokens"]) == ("generating", 6, 0, 0)
     tokens = [r["tokens"] for r in ch.seen]
@@ -85,38 +87,80 @@ def test_an_unwritable_folder_never_stops_the_batch(model, tokenizer, prompts, t
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
     backend = HFBackend(model, tokenizer, "cpu")
-    backend.progress = InflightChannel(blocker, "run-4", every_s=0.0)
+    backend.progress = ch = InflightChannel(blocker, "run-4", every_s=0.0)
     batch = backend.generate(prompts, _sampling(4), seeds=[1] * 6)
-    assert batch.tokens.shape[0] == 6
-    assert read_inflight(blocker, "run-4").row is None
+    assert batch.tokens.shape[0] == 6 and ch.writes == batch.tokens.shape[1] + 2  # each tried, none raised
+    report = read_inflight(blocker, "run-4")
+    assert report.row is None and "cannot be read: [Errno 20] Not a directory" in report.problem
 
 
-@pytest.mark.parametrize("text, says", [
-    ('{"version": 1, "state": "generating", "rows": 6', "corrupt or half-written"),
-    ("", "corrupt or half-written"),
-    ("[1, 2]", "holds list, not an object"),
-    ('{"version": 99}', "version 99"),
-    ('{"version": 1, "state": "generating", "batch": 1, "rows": "six"}', "field 'rows' is 'six'"),
+@pytest.mark.parametrize("payload, seq, magic, says", [
+    (b'{"version": 1, "state": "generating", "rows": 6', 2, MAGIC, "is corrupt"),
+    (b"", 2, MAGIC, "is corrupt"),
+    (b"\xff\xfe", 4, MAGIC, "is corrupt"),
+    (b'{"version": 1}', 3, MAGIC, "is half-written"),  # the writer died in the middle of a write
+    (b'{"version": 1}', 2, b"NOTOURS!", "is not an in-flight file"),
+    (b"[1, 2]", 2, MAGIC, "holds list, not an object"),
+    (b'{"version": 99}', 2, MAGIC, "version 99"),
+    (b'{"version": 1, "state": "generating", "batch": 1, "rows": "six"}', 2, MAGIC, "field 'rows' is 'six'"),
 ])
-def test_a_bad_file_reads_as_one_line(tmp_path, text, says):
+def test_a_bad_file_reads_as_one_line(tmp_path, payload, seq, magic, says):
     path = inflight_file(tmp_path, "run-5")
-    path.parent.mkdir(parents=True)
-    path.write_text(text)
+    write_file(path, payload, seq=seq, magic=magic)
     report = read_inflight(tmp_path, "run-5")
     assert report.row is None and says in report.problem and str(path) in report.problem
 
 
-def test_a_bad_state_or_entry_is_named(tmp_path):
-    good = InflightChannel(tmp_path, "run-6")._row("generating", 0, 0, 0, [], [])
-    path = inflight_file(tmp_path, "run-6")
+def test_a_file_of_text_or_cut_short_reads_as_one_line(tmp_path):
+    path = inflight_file(tmp_path, "run-7")
     path.parent.mkdir(parents=True)
-    for change, says in [({"state": "dreaming"}, "field 'state'"), ({"slowest": [{"row": "x"}]}, "'slowest'"),
-                         ({"step": "3"}, "field 'step'")]:
-        path.write_text(json.dumps({**good, **change}))
-        assert says in read_inflight(tmp_path, "run-6").problem
-    path.write_text(json.dumps(good))
-    assert read_inflight(tmp_path, "run-6").problem is None
-    assert read_inflight(tmp_path, "no-such-run") == read_inflight(None, "run-6")  # nothing there: no problem
+    for content in (b'{"version": 1}', b"WBINF", b""):
+        path.write_bytes(content)
+        assert "is not an in-flight file" in read_inflight(tmp_path, "run-7").problem
+
+
+def test_a_reader_beside_a_writer_never_sees_a_torn_report(tmp_path):
+    """A thread writes as fast as it can; every read is a whole report of one write."""
+    import threading
+
+    ch = InflightChannel(tmp_path, "run-8", every_s=0.0, decode=lambda ids: "x" * len(ids))
+    ch.begin(16, 64)
+    stop = threading.Event()
+
+    def write() -> None:
+        k = 0
+        while not stop.is_set():
+            k = k % 64 + 1
+            ch.tick(k, torch.zeros((16, 64), dtype=torch.long), torch.full((16,), k), torch.zeros(16, dtype=torch.bool))
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    try:
+        reports = [read_inflight(tmp_path, "run-8") for _ in range(300)]
+    finally:
+        stop.set()
+        thread.join()
+    rows = [r.row for r in reports if r.row is not None]
+    assert len(rows) >= 250, [r.problem for r in reports if r.problem][:3]  # a few may find a write under way
+    for row in rows:  # each report is one write's: its counts and texts agree
+        k = row["decode_step"] - 1  # the loop reports step t after t + 1 tokens
+        assert row["tokens"] == 16 * k and all(s["text"] == "x" * k for s in row["samples"])
+
+
+def test_a_resumed_run_goes_on_in_the_same_file(tmp_path):
+    InflightChannel(tmp_path, "run-9").begin(4, 8)
+    again = InflightChannel(tmp_path, "run-9")
+    again.at_step(5)
+    again.begin(2, 8)
+    assert read_inflight(tmp_path, "run-9").row["step"] == 5 and again._seq == 4
+
+
+def test_a_long_text_is_cut_to_its_end(tmp_path):
+    ch = InflightChannel(tmp_path, "run-10", every_s=0.0, decode=lambda ids: "".join(str(i % 10) for i in ids))
+    ch.begin(1, 1000)
+    ch.tick(999, torch.arange(1000).unsqueeze(0), torch.tensor([1000]), torch.tensor([False]))
+    text = read_inflight(tmp_path, "run-10").row["samples"][0]["text"]
+    assert text == "…" + "".join(str(i % 10) for i in range(600, 1000))
 
 
 def test_the_interval_is_checked():

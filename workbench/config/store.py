@@ -30,7 +30,7 @@ class LoggingConfig:
     """Seconds between heartbeats of a running engine."""
     inflight_s: float = 0.5
     """Seconds between updates of the run's rollouts-in-flight file while a step generates
-    (`<store>/live/<run id>/inflight.json`, the Live page's progress of the step; in-process `hf`
+    (`<store>/live/<run id>/inflight.mmap`, the Live page's progress of the step; in-process `hf`
     backend only; 0 turns it off). Written at each batch's start and end and at most this often between."""
     rollouts_block: int = 0
     """Benchmark aid (`workbench bench engine`'s logging overhead): above 0, rollouts are logged in

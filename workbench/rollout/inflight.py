@@ -4,7 +4,7 @@ While a step generates, the in-process backend (`HFBackend.decode`) reports to a
 has one (`HFBackend.progress`; None, the default, costs nothing). `InflightChannel`, the sink the
 engine gives it (`build_setup`, when `logging.inflight_s` > 0), writes
 
-    <store's local folder>/live/<run id>/inflight.json
+    <store's local folder>/live/<run id>/inflight.mmap
     {"version": 1, "run_id": ..., "pid": 4242, "host": "box", "state": "generating" | "idle",
      "step": 12 (null: a generation outside a training step, such as an evaluation), "batch": 1,
      "rows": 64, "finished": 51, "tokens": 230, "step_tokens": 230, "max_new_tokens": 8,
@@ -12,10 +12,15 @@ engine gives it (`build_setup`, when `logging.inflight_s` > 0), writes
      "slowest": [{"row": 3, "tokens": 6}, ...],
      "samples": [{"row": 3, "tokens": 6, "done": false, "text": "12+7=1"}, ...]}
 
-atomically (a temp file renamed over it), at a batch's start and end and at most every
-`every_s` seconds between (one clock read per decoding step decides; text is decoded only for the
-`show` rows written, only when writing). This is not the store's commit path: the file is read by the
-Live page (`read_inflight`) every second or two, on the run's own machine only.
+as JSON in a fixed-size memory-mapped file (`SIZE` bytes: a header of magic, sequence number and
+length, then the JSON), at a batch's start and end and at most every `every_s` seconds between (one
+clock read per decoding step decides; text is decoded only for the `show` rows written, only when
+writing). The sequence number is odd while a write is under way (a seqlock): a reader that sees it
+odd, or changed across its read, reads again, so it never takes a half-written report for a whole one.
+Not a temp file renamed over the old one: on ext4 a rename over an existing file flushes the new
+file's data first (measured 1.4 ms per write here, against ~0.05 ms for the mapped file). This is not
+the store's commit path: the file is read by the Live page (`read_inflight`) every second, on the
+run's own machine only.
 
 How much it costs a run: `workbench bench inflight --json` (benchmarks/inflight_bench.py) generates the
 same seeded batches with and without the channel, side by side, and reports the ratio of medians.
@@ -25,10 +30,11 @@ from __future__ import annotations
 
 import json
 import logging
+import mmap
 import os
 import re
-import secrets
 import socket
+import struct
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -39,9 +45,16 @@ log = logging.getLogger(__name__)
 
 LIVE_DIR = "live"
 """The folder, in the store's local folder, holding one folder per run with its live files."""
-FILE = "inflight.json"
+FILE = "inflight.mmap"
 VERSION = 1
 STATES = ("generating", "idle")
+MAGIC = b"WBINFL01"
+HEADER = struct.Struct("<8sQI")
+"""The file's header: magic, sequence number (odd while a write is under way), payload length."""
+SIZE = 1 << 16
+"""The file's fixed size in bytes (header and JSON payload)."""
+TEXT_CHARS = 400
+"""The most characters of a row's text written (its end: the text being generated)."""
 
 
 class ProgressSink(Protocol):
@@ -76,9 +89,12 @@ class InflightChannel:
         self.max_new_tokens = 0
         self.started_at = time.time()
         self.writes = 0
-        self.write_s = 0.0
+        self.spent_s = 0.0
+        """Seconds spent writing (snapshots and files), for the benchmark."""
         self._next = 0.0
         self._host, self._pid = socket.gethostname(), os.getpid()
+        self._map: mmap.mmap | None = None
+        self._seq = 0
         self._failed = False
 
     # -- what the engine says -------------------------------------------------------------------------
@@ -89,20 +105,23 @@ class InflightChannel:
 
     # -- what the decoding loop says ------------------------------------------------------------------
     def begin(self, rows: int, max_new_tokens: int) -> None:
+        start = time.perf_counter()
         self.batch += 1
         self.rows, self.max_new_tokens, self.started_at = int(rows), int(max_new_tokens), time.time()
-        self._write(self._row("generating", 0, 0, 0, [], []))
+        self._write(self._row("generating", 0, 0, 0, [], []), start)
 
     def tick(self, t: int, tokens: Any, lengths: Any, stopped: Any) -> None:
         if time.monotonic() < self._next:
             return
-        self._write(self._snapshot("generating", t, tokens, lengths, stopped))
+        start = time.perf_counter()
+        self._write(self._snapshot("generating", t, tokens, lengths, stopped), start)
 
     def end(self, t: int, tokens: Any, lengths: Any, stopped: Any) -> None:
+        start = time.perf_counter()
         row = self._snapshot("idle", t, tokens, lengths, stopped)
         self.step_tokens += row["tokens"]
         row["step_tokens"] = self.step_tokens
-        self._write(row)
+        self._write(row, start)
 
     # -- writing --------------------------------------------------------------------------------------
     def _snapshot(self, state: str, t: int, tokens: Any, lengths: Any, stopped: Any) -> dict[str, Any]:
@@ -117,6 +136,7 @@ class InflightChannel:
             if self.decode is not None:
                 try:
                     text = self.decode([int(x) for x in tokens[i, :lens[i]].tolist()])
+                    text = text if len(text) <= TEXT_CHARS else "…" + text[-TEXT_CHARS:]
                 except Exception as exc:  # noqa: BLE001 - a tokenizer's failure must not stop a step
                     text = f"(text not decoded: {type(exc).__name__})"
             samples.append({"row": i, "tokens": lens[i], "done": done[i], "text": text})
@@ -129,22 +149,83 @@ class InflightChannel:
                 "max_new_tokens": self.max_new_tokens, "decode_step": int(t), "started_at": self.started_at,
                 "updated_at": time.time(), "every_s": self.every_s, "slowest": slowest, "samples": samples}
 
-    def _write(self, row: dict[str, Any]) -> None:
-        """Write `row` atomically; a failure is logged once and never raised (the run goes on)."""
-        start = time.perf_counter()
-        tmp = self.path.with_name(f".{FILE}.{secrets.token_hex(4)}")
+    def _open(self) -> mmap.mmap:
+        """The file, mapped (created at `SIZE` bytes; an existing one, of a run resumed, goes on from
+        its sequence number)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps(row))
-            os.replace(tmp, self.path)
-        except OSError as exc:
+            if os.fstat(fd).st_size != SIZE:
+                os.ftruncate(fd, SIZE)
+            mapped = mmap.mmap(fd, SIZE)
+        finally:
+            os.close(fd)
+        magic, seq, _ = HEADER.unpack_from(mapped, 0)
+        self._seq = seq + (seq & 1) if magic == MAGIC else 0
+        HEADER.pack_into(mapped, 0, MAGIC, self._seq, 0)
+        return mapped
+
+    def _write(self, row: dict[str, Any], start: float) -> None:
+        """Write `row` under the seqlock; a failure is logged once and never raised (the run goes on).
+        `spent_s` adds up the time since `start` (the snapshot's reading of the tensors and its text
+        included)."""
+        try:
+            if self._map is None:
+                self._map = self._open()
+            data = json.dumps(row).encode()
+            if len(data) > SIZE - HEADER.size:  # texts too long for the file: the counts go without them
+                data = json.dumps(dict(row, samples=[dict(x, text=None) for x in row["samples"]])).encode()
+            self._seq += 1  # odd: a write under way
+            HEADER.pack_into(self._map, 0, MAGIC, self._seq, len(data))
+            self._map[HEADER.size:HEADER.size + len(data)] = data
+            self._seq += 1
+            HEADER.pack_into(self._map, 0, MAGIC, self._seq, len(data))
+        except (OSError, ValueError) as exc:
             if not self._failed:
                 log.warning("could not write the in-flight file of run %s at %s: %s", self.run_id, self.path, exc)
             self._failed = True
         self.writes += 1
-        now = time.perf_counter()
-        self.write_s += now - start
+        self.spent_s += time.perf_counter() - start
         self._next = time.monotonic() + self.every_s
+
+
+def write_file(path: str | os.PathLike[str], payload: bytes, *, seq: int = 2, magic: bytes = MAGIC) -> None:
+    """A whole in-flight file holding `payload` (a test writes a corrupt or half-written one with it)."""
+    head = HEADER.pack(magic, seq, len(payload))
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_bytes((head + payload).ljust(SIZE, b"\0"))
+
+
+def _read_payload(path: Path, tries: int = 20) -> bytes:
+    """The payload of a whole write (a seqlock read: again while a write is under way); raises
+    ValueError with one line when the file is not an in-flight file or no whole write could be read."""
+    with open(path, "rb") as f:
+        fd = f.fileno()
+        seq = None
+        for _ in range(tries):
+            head = os.pread(fd, HEADER.size, 0)
+            if len(head) < HEADER.size or head[:8] != MAGIC:
+                raise ValueError(f"is not an in-flight file (its header is {head[:8]!r}, not {MAGIC!r})")
+            _, seq, n = HEADER.unpack(head)
+            if not seq & 1:
+                if n > SIZE - HEADER.size:
+                    raise ValueError(f"is corrupt (a payload of {n} bytes in a file of {SIZE})")
+                payload = os.pread(fd, n, HEADER.size)
+                if HEADER.unpack(os.pread(fd, HEADER.size, 0))[1] == seq:
+                    return payload
+            time.sleep(0.002)
+    raise ValueError(f"is half-written (sequence {seq}: a write under way did not finish in {tries} reads)")
+
+
+def text_of(tokenizer: Any) -> Callable[[list[int]], str] | None:
+    """The decoder of the rows' text: the fast tokenizer's own (`backend_tokenizer`; transformers'
+    `decode` around it cost 3x as much per row, measured), else `decode`; None without a tokenizer."""
+    if tokenizer is None:
+        return None
+    fast = getattr(tokenizer, "backend_tokenizer", None)
+    if fast is not None:
+        return lambda ids: fast.decode(ids, skip_special_tokens=True)
+    return lambda ids: tokenizer.decode(ids, skip_special_tokens=True)
 
 
 @contextmanager
@@ -206,15 +287,17 @@ def read_inflight(folder: str | os.PathLike[str] | None, run_id: str, *, now: fl
         return InflightReport(None)
     path = inflight_file(folder, run_id)
     try:
-        text = path.read_text()
+        payload = _read_payload(path)
     except FileNotFoundError:
         return InflightReport(None)
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         return InflightReport(None, f"the in-flight file {path} cannot be read: {exc}")
-    try:
-        row = json.loads(text)
     except ValueError as exc:
-        return InflightReport(None, f"the in-flight file {path} is corrupt or half-written ({exc})")
+        return InflightReport(None, f"the in-flight file {path} {exc}")
+    try:
+        row = json.loads(payload.decode())
+    except ValueError as exc:
+        return InflightReport(None, f"the in-flight file {path} is corrupt ({exc})")
     problem = check_row(row)
     if problem:
         return InflightReport(None, f"the in-flight file {path} is not a report this dashboard reads: {problem}")
