@@ -12,8 +12,8 @@ Three measurements, each side by side in one process so that the machine's load 
    same, and the channel's own time (`InflightChannel.spent_s`: reading the tensors, decoding the rows
    shown, writing the file) as a share of the generate time: the cost with the machine's noise taken out.
 3. **Lag**: a reader polls the file every `poll_s` seconds (as the Live page does, every 1 s) while the
-   backend generates long batches (`--model random`: a random Llama over the organism's tokenizer
-   that seldom samples EOS, so each batch decodes every one of `--tokens`): the age of what it reads
+   backend generates long batches (`--model random`: a random Llama over the organism's tokenizer,
+   with no EOS, so each batch decodes every one of `--tokens`): the age of what it reads
    while a batch is generating (p50, max). What the page shows lags the engine by at most the age
    plus the page's refresh.
 
@@ -78,8 +78,8 @@ def _setup(root: Path, models: Path, every_s: float, tokens: int, model: str, hi
             vocab_size=len(s.tokenizer), hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=4096,
             tie_word_embeddings=False)).eval()
-        backend = HFBackend(llama, s.tokenizer, "cpu", eos_token_ids=backend.eos_token_ids,
-                            pad_token_id=backend.pad_token_id)
+        # no EOS (-1 is no token id): every row decodes all its tokens, the long batches the lag needs
+        backend = HFBackend(llama, s.tokenizer, "cpu", eos_token_ids=[-1], pad_token_id=backend.pad_token_id)
         backend.progress = s.backend.progress
     return s, backend
 

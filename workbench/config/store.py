@@ -31,7 +31,7 @@ class LoggingConfig:
     inflight_s: float = 0.5
     """Seconds between updates of the run's rollouts-in-flight file while a step generates
     (`<store>/live/<run id>/inflight.mmap`, the Live page's progress of the step; in-process `hf`
-    backend only; 0 turns it off). Written at each batch's start and end and at most this often between."""
+    backend only; 0 turns it off). Written at each batch's end and at most this often before it."""
     rollouts_block: int = 0
     """Benchmark aid (`workbench bench engine`'s logging overhead): above 0, rollouts are logged in
     alternate blocks of this many steps only (steps 0..n-1 logged, n..2n-1 not, ...), so that one run

@@ -13,9 +13,9 @@ engine gives it (`build_setup`, when `logging.inflight_s` > 0), writes
      "samples": [{"row": 3, "tokens": 6, "done": false, "text": "12+7=1"}, ...]}
 
 as JSON in a fixed-size memory-mapped file (`SIZE` bytes: a header of magic, sequence number and
-length, then the JSON), at a batch's start and end and at most every `every_s` seconds between (one
-clock read per decoding step decides; text is decoded only for the `show` rows written, only when
-writing). The sequence number is odd while a write is under way (a seqlock): a reader that sees it
+length, then the JSON), at each batch's end and at most every `every_s` seconds before it, its start
+included (one clock read per decoding step decides; text is decoded only for the `show` rows written,
+only when writing). The sequence number is odd while a write is under way (a seqlock): a reader that sees it
 odd, or changed across its read, reads again, so it never takes a half-written report for a whole one.
 Not a temp file renamed over the old one: on ext4 a rename over an existing file flushes the new
 file's data first (measured 1.4 ms per write here, against ~0.05 ms for the mapped file). This is not
@@ -105,10 +105,12 @@ class InflightChannel:
 
     # -- what the decoding loop says ------------------------------------------------------------------
     def begin(self, rows: int, max_new_tokens: int) -> None:
-        start = time.perf_counter()
+        """A batch starts: written when a write is due (batches shorter than `every_s` show at their end:
+        the organism's take ~10 ms, and a write at each start as well cost twice as much)."""
         self.batch += 1
         self.rows, self.max_new_tokens, self.started_at = int(rows), int(max_new_tokens), time.time()
-        self._write(self._row("generating", 0, 0, 0, [], []), start)
+        if time.monotonic() >= self._next:
+            self._write(self._row("generating", 0, 0, 0, [], []), time.perf_counter())
 
     def tick(self, t: int, tokens: Any, lengths: Any, stopped: Any) -> None:
         if time.monotonic() < self._next:
