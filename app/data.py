@@ -87,10 +87,10 @@ def store_outages() -> dict[str, dict[str, Any]]:
 
 
 def inflight(run_id: str):
-    """The run's rollouts in flight (`workbench.rollout.inflight.InflightReport`), read from its file in
+    """The run's rollouts in flight (`workbench.store.inflight.InflightReport`), read from its file in
     the store's local folder on every call (a small file; never from the store, never cached)."""
     from workbench.errors import StoreError
-    from workbench.rollout.inflight import InflightReport, read_inflight
+    from workbench.store.inflight import InflightReport, read_inflight
     from workbench.store.objectstore import local_dir
 
     try:

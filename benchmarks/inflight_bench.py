@@ -1,5 +1,5 @@
 """What the rollouts-in-flight channel costs a run, and how far behind the engine it shows
-(`workbench bench inflight`; the channel: workbench/rollout/inflight.py).
+(`workbench bench inflight`; the channel: workbench/store/inflight.py).
 
 Three measurements, each side by side in one process so that the machine's load hits both sides alike:
 
@@ -35,8 +35,6 @@ from pathlib import Path
 from typing import Any
 
 WARMUP_STEPS = 2
-PAGE_REFRESH_S = 1.0
-"""The Live page's in-flight panel refresh (app/app_pages/live.py, INFLIGHT_EVERY_S)."""
 
 
 def _one_run(on: bool, steps: int, models: Path, every_s: float) -> list[float]:
@@ -87,7 +85,7 @@ def _setup(root: Path, models: Path, every_s: float, tokens: int, model: str, hi
 def _batches(s: Any, backend: Any, rows: int, tokens: int, repeats: int, poll_s: float) -> dict[str, Any]:
     """Side by side generate times with and without the channel, and the ages a reader saw."""
     from workbench.rollout.base import SamplingParams
-    from workbench.rollout.inflight import read_inflight, stepping
+    from workbench.store.inflight import read_inflight, stepping
 
     channel = backend.progress
     prompts = [s.prompts.train_tok[i % len(s.prompts.train_tok)] for i in range(rows)]
@@ -136,6 +134,7 @@ def bench_inflight(*, steps: int = 16, rounds: int = 4, rows: int = 32, tokens: 
     import os
 
     from benchmarks.tiny import small_organism_models
+    from workbench.store.inflight import PAGE_REFRESH_S
 
     models = small_organism_models()
     out: dict[str, Any] = {"load_1m": os.getloadavg()[0], "cpus": os.cpu_count(), "every_s": every_s}

@@ -19,7 +19,7 @@ import pytest
 
 from test_browser import ARTIFACTS, CHROMIUM, _goto, _steps, app_server, browser  # noqa: F401 - a fixture
 from waiting import wait_until
-from workbench.rollout.inflight import read_inflight
+from workbench.store.inflight import read_inflight
 
 pytestmark = [
     pytest.mark.slow,

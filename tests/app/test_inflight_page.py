@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from apptest import goto, open_app
-from workbench.rollout.inflight import InflightChannel, inflight_file, write_file
+from workbench.store.inflight import InflightChannel, inflight_file, write_file
 from workbench.store import open_store
 
 

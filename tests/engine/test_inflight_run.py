@@ -10,7 +10,7 @@ import signal
 import pytest
 
 from waiting import wait_until
-from workbench.rollout.inflight import read_inflight
+from workbench.store.inflight import read_inflight
 
 pytestmark = pytest.mark.slow
 

@@ -22,7 +22,7 @@ import torch
 from workbench.engine.batch import Batch, collect
 from workbench.engine.context import RunContext
 from workbench.engine.pipeline import Pipeline, Synchronous
-from workbench.rollout.inflight import stepping
+from workbench.store.inflight import stepping
 
 Producer = Union[Synchronous[Batch], Pipeline[Batch]]
 

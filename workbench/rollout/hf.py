@@ -47,7 +47,7 @@ import torch
 from workbench.algorithms.logprobs import distinct_prompts, left_pad_ids
 from workbench.errors import WorkbenchError
 from workbench.rollout.base import BackendDefaults, GenerationBatch, ModelSpec, SamplingParams
-from workbench.rollout.inflight import ProgressSink
+from workbench.store.inflight import ProgressSink
 
 
 def validate_sampling(sampling: SamplingParams) -> None:
@@ -198,7 +198,7 @@ class HFBackend(BackendDefaults):
         pad = pad_token_id if pad_token_id is not None else getattr(tokenizer, "pad_token_id", None)
         self.pad_token_id = int(pad) if pad is not None else self.eos_token_ids[0]
         self.policy_version = 0
-        # where the decoding loop reports its progress while it goes (`workbench.rollout.inflight`: the
+        # where the decoding loop reports its progress while it goes (`workbench.store.inflight`: the
         # Live page's rollouts in flight); None reports nothing and costs nothing
         self.progress: ProgressSink | None = None
         self._check_device()

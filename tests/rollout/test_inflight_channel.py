@@ -1,4 +1,4 @@
-"""Rollouts in flight (workbench/rollout/inflight.py): the in-process backend's decoding loop reports to
+"""Rollouts in flight (workbench/store/inflight.py): the in-process backend's decoding loop reports to
 a real channel that writes the run's in-flight file; what the file says matches what the batch
 returned; the channel changes no token; a corrupt, half-written or foreign file reads as one line."""
 
@@ -12,7 +12,7 @@ import torch
 from workbench.errors import ConfigError
 from workbench.rollout.base import SamplingParams
 from workbench.rollout.hf import HFBackend
-from workbench.rollout.inflight import (MAGIC, InflightChannel, inflight_file, read_inflight, stepping, summary,
+from workbench.store.inflight import (MAGIC, InflightChannel, inflight_file, read_inflight, stepping, summary,
                                        write_file)
 
 
@@ -143,7 +143,7 @@ def test_a_reader_beside_a_writer_never_sees_a_torn_report(tmp_path):
     rows = [r.row for r in reports if r.row is not None]
     assert len(rows) >= 250, [r.problem for r in reports if r.problem][:3]  # a few may find a write under way
     for row in rows:  # each report is one write's: its counts and texts agree
-        k = row["decode_step"] - 1  # the loop reports step t after t + 1 tokens
+        k = max(0, row["decode_step"] - 1)  # step t after t + 1 tokens; 0: the batch's start
         assert row["tokens"] == 16 * k and all(s["text"] == "x" * k for s in row["samples"])
 
 

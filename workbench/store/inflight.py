@@ -53,6 +53,9 @@ HEADER = struct.Struct("<8sQI")
 """The file's header: magic, sequence number (odd while a write is under way), payload length."""
 SIZE = 1 << 16
 """The file's fixed size in bytes (header and JSON payload)."""
+PAGE_REFRESH_S = 1.0
+"""How often the Live page reads the file (its panel's `st.fragment(run_every=...)`; the bench adds it to
+the age of what it reads for the lag a viewer sees)."""
 TEXT_CHARS = 400
 """The most characters of a row's text written (its end: the text being generated)."""
 
