@@ -21,7 +21,8 @@ Three measurements, each side by side in one process so that the machine's load 
     workbench bench inflight --model random --tokens 256 --json
 
 Read `run_step_ratio_on_vs_off` (the run's cost; within noise of 1.0 at these step times),
-`batch.channel_share` (the cost without noise) and `lag.max_age_s`.
+`run.channel_share_of_step` and `batch.channel_share` (the cost without the noise: the channel's own
+time per batch over a step of the run, and over the batch) and `lag.max_age_s`.
 """
 
 from __future__ import annotations
@@ -124,6 +125,7 @@ def _batches(s: Any, backend: Any, rows: int, tokens: int, repeats: int, poll_s:
             "ratio_on_vs_off": on_s / off_s, "same_tokens": bool((first[True] == first[False]).all()),
             "tokens_per_batch": int((batch.lengths).sum()), "writes": channel.writes,
             "channel_share": spent / sum(times[True]), "channel_ms_per_write": 1000 * channel.spent_s / channel.writes,
+            "channel_ms_per_batch": 1000 * spent / len(times[True]),
             "ages": ages}
 
 
@@ -155,6 +157,8 @@ def bench_inflight(*, steps: int = 16, rounds: int = 4, rows: int = 32, tokens: 
         shutil.rmtree(root, ignore_errors=True)
     ages = sorted(batch.pop("ages"))
     out["batch"] = dict(batch, model=model)
+    if runs:  # the channel's own time per batch over a step of the run (one batch per step: one stage)
+        out["run"]["channel_share_of_step"] = batch["channel_ms_per_batch"] / 1000 / out["run"]["median_step_on_s"]
     out["lag"] = {"reads_while_generating": len(ages), "poll_s": poll_s,
                   "p50_age_s": statistics.median(ages) if ages else None, "max_age_s": ages[-1] if ages else None,
                   "page_refresh_s": PAGE_REFRESH_S,

@@ -13,6 +13,7 @@ def test_the_bench_times_both_sides_of_runs_and_batches(organism_models):
 
     out = bench_inflight(steps=4, rounds=1, rows=8, tokens=4, repeats=2)
     assert out["run"]["steps_timed_per_side"] == 2 and out["run_step_ratio_on_vs_off"] > 0
+    assert 0 < out["run"]["channel_share_of_step"] < 1
     b = out["batch"]
     assert b["same_tokens"] is True  # the channel changes no token
     assert b["writes"] >= 3  # at least the end of each batch with it (3 batches: a warm-up and 2 timed)
