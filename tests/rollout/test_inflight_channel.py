@@ -120,7 +120,8 @@ def test_a_file_of_text_or_cut_short_reads_as_one_line(tmp_path):
 
 
 def test_a_reader_beside_a_writer_never_sees_a_torn_report(tmp_path):
-    """A thread writes as fast as it can; every read is a whole report of one write."""
+    """Two threads write as fast as they can (a pipeline's generator thread shares the run's channel);
+    every read is a whole report of one write."""
     import threading
 
     ch = InflightChannel(tmp_path, "run-8", every_s=0.0, decode=lambda ids: "x" * len(ids))
@@ -133,13 +134,15 @@ def test_a_reader_beside_a_writer_never_sees_a_torn_report(tmp_path):
             k = k % 64 + 1
             ch.tick(k, torch.zeros((16, 64), dtype=torch.long), torch.full((16,), k), torch.zeros(16, dtype=torch.bool))
 
-    thread = threading.Thread(target=write)
-    thread.start()
+    threads = [threading.Thread(target=write) for _ in range(2)]
+    for thread in threads:
+        thread.start()
     try:
         reports = [read_inflight(tmp_path, "run-8") for _ in range(300)]
     finally:
         stop.set()
-        thread.join()
+        for thread in threads:
+            thread.join()
     rows = [r.row for r in reports if r.row is not None]
     assert len(rows) >= 250, [r.problem for r in reports if r.problem][:3]  # a few may find a write under way
     for row in rows:  # each report is one write's: its counts and texts agree

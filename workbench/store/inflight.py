@@ -35,6 +35,7 @@ import os
 import re
 import socket
 import struct
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -98,6 +99,7 @@ class InflightChannel:
         self._host, self._pid = socket.gethostname(), os.getpid()
         self._map: mmap.mmap | None = None
         self._seq = 0
+        self._lock = threading.Lock()  # one write at a time (a pipeline's generator thread shares the channel)
         self._failed = False
 
     # -- what the engine says -------------------------------------------------------------------------
@@ -174,17 +176,18 @@ class InflightChannel:
         """Write `row` under the seqlock; a failure is logged once and never raised (the run goes on).
         `spent_s` adds up the time since `start` (the snapshot's reading of the tensors and its text
         included)."""
+        data = json.dumps(row).encode()
+        if len(data) > SIZE - HEADER.size:  # texts too long for the file: the counts go without them
+            data = json.dumps(dict(row, samples=[dict(x, text=None) for x in row["samples"]])).encode()
         try:
-            if self._map is None:
-                self._map = self._open()
-            data = json.dumps(row).encode()
-            if len(data) > SIZE - HEADER.size:  # texts too long for the file: the counts go without them
-                data = json.dumps(dict(row, samples=[dict(x, text=None) for x in row["samples"]])).encode()
-            self._seq += 1  # odd: a write under way
-            HEADER.pack_into(self._map, 0, MAGIC, self._seq, len(data))
-            self._map[HEADER.size:HEADER.size + len(data)] = data
-            self._seq += 1
-            HEADER.pack_into(self._map, 0, MAGIC, self._seq, len(data))
+            with self._lock:
+                if self._map is None:
+                    self._map = self._open()
+                self._seq += 1  # odd: a write under way
+                HEADER.pack_into(self._map, 0, MAGIC, self._seq, len(data))
+                self._map[HEADER.size:HEADER.size + len(data)] = data
+                self._seq += 1
+                HEADER.pack_into(self._map, 0, MAGIC, self._seq, len(data))
         except (OSError, ValueError) as exc:
             if not self._failed:
                 log.warning("could not write the in-flight file of run %s at %s: %s", self.run_id, self.path, exc)
