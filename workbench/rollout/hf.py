@@ -348,8 +348,6 @@ class HFBackend(BackendDefaults):
             finished[live_rows] |= torch.isin(tok[alive], eos)
             stopped[live_rows] = finished[live_rows] | (lengths[live_rows] >= limits[live_rows])
             steps = t + 1
-            if sink is not None:
-                sink.tick(t, tokens, lengths, stopped)
             still = ~stopped[rows]
             n_still = int(still.sum())
             if t + 1 == t_max or n_still == 0:
@@ -357,6 +355,8 @@ class HFBackend(BackendDefaults):
             if interrupt is not None and interrupt():
                 cut = ~finished.cpu()
                 break
+            if sink is not None:  # the batch goes on: its progress so far, when a write is due
+                sink.tick(t, tokens, lengths, stopped)
             if n_still <= self.compact_below * rows.numel():
                 keep = still.nonzero().squeeze(1)
                 cache.batch_select_indices(keep)
