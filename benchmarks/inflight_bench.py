@@ -31,7 +31,6 @@ import shutil
 import statistics
 import tempfile
 import threading
-import time
 from pathlib import Path
 from typing import Any
 

@@ -166,6 +166,19 @@ def test_a_long_text_is_cut_to_its_end(tmp_path):
     assert text == "…" + "".join(str(i % 10) for i in range(600, 1000))
 
 
+def test_a_bad_state_or_entry_is_named(tmp_path):
+    good = InflightChannel(tmp_path, "run-6")._row("generating", 0, 0, 0, [], [])
+    path = inflight_file(tmp_path, "run-6")
+    for change, says in [({"state": "dreaming"}, "field 'state'"), ({"slowest": [{"row": "x"}]}, "'slowest'"),
+                         ({"samples": [{"row": 1}]}, "'samples'"), ({"step": "3"}, "field 'step'"),
+                         ({"rows": True}, "field 'rows'")]:
+        write_file(path, json.dumps({**good, **change}).encode())
+        assert says in read_inflight(tmp_path, "run-6").problem
+    write_file(path, json.dumps(good).encode())
+    assert read_inflight(tmp_path, "run-6").problem is None
+    assert read_inflight(tmp_path, "no-such-run") == read_inflight(None, "run-6")  # nothing there: no problem
+
+
 def test_the_interval_is_checked():
     from workbench.config import LoggingConfig
 
