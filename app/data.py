@@ -86,6 +86,20 @@ def store_outages() -> dict[str, dict[str, Any]]:
         return {}
 
 
+def inflight(run_id: str):
+    """The run's rollouts in flight (`workbench.store.inflight.InflightReport`), read from its file in
+    the store's local folder on every call (a small file; never from the store, never cached)."""
+    from workbench.errors import StoreError
+    from workbench.store.inflight import InflightReport, read_inflight
+    from workbench.store.objectstore import local_dir
+
+    try:
+        folder = local_dir(store_location())
+    except StoreError as exc:
+        return InflightReport(None, f"the store's local folder cannot be told: {exc}")
+    return read_inflight(folder, run_id)
+
+
 class _Tables:
     """What the live frames of one store are keyed on: per table, the snapshot id of its last change
     this process has seen (`Store.changes_since`), and of its last change that was not only new rows.

@@ -12,6 +12,7 @@ from workbench.analysis import term_names, terms_by_step
 from workbench.analysis.episodes import episodes_by_step
 from workbench.errors import StoreUnreachable
 from workbench.analysis.pipeline import idle_fractions, pipeline_by_step, staleness_histogram
+from workbench.store import inflight
 
 PAGE = "live"
 LIVE_STATUSES = ("created", "running", "paused", "stopping")
@@ -33,6 +34,54 @@ except ValueError:
     default_refresh = 5
 refresh = st.sidebar.number_input("refresh every (s, 0 = off)", 0, 300, default_refresh, key=f"{PAGE}_refresh")
 every = refresh if refresh and status in LIVE_STATUSES else None
+
+
+@st.fragment(run_every=inflight.PAGE_REFRESH_S if refresh and status in LIVE_STATUSES else None)
+def in_flight(run_id: str) -> None:
+    """The step generating now (workbench/store/inflight.py): rows finished of rows granted, tokens so
+    far, the slowest rows with their partial text; read from the run's file, not from the store."""
+    from workbench.control.liveness import is_local, pid_alive
+
+    st.subheader("Rollouts in flight")
+    info = data.run(run_id)
+    if not is_local(info.get("host")):
+        st.info(f"This run works on host {info.get('host')}: its rollouts in flight are written there, where "
+                "this dashboard cannot read them.", icon=":material/lan:")
+        return
+    if info.get("status") not in LIVE_STATUSES:
+        st.caption(f"The run is {info.get('status') or 'unknown'}: no step is generating.")
+        return
+    report = data.inflight(run_id)
+    if report.problem:
+        st.warning(report.problem, icon=":material/report:")
+        return
+    row = report.row
+    if row is None:
+        st.caption("No step has reported generating yet (the in-process `hf` backend writes the report; "
+                   "`logging.inflight_s = 0` turns it off).")
+        return
+    if not pid_alive(row.get("pid")):
+        st.caption(f"No step is generating: the report was left by process {row.get('pid')}, which is gone.")
+        return
+    if row["state"] == "idle":
+        st.caption(f"No step is generating now: {inflight.summary(row)}, ended {report.age_s:.1f} s ago (the run is "
+                   "scoring, training, evaluating or committing).")
+        return
+    c = st.columns(4)
+    c[0].metric("generating", f"step {row['step']}" if row.get("step") is not None else "outside a step")
+    c[1].metric("rows finished / granted", f"{row['finished']} / {row['rows']}")
+    c[2].metric("tokens so far", f"{row['step_tokens']}", help="this step's generated tokens, all batches")
+    c[3].metric("report age", f"{report.age_s:.1f} s")
+    st.progress(min(1.0, row["finished"] / max(1, row["rows"])), text=inflight.summary(row))
+    if report.age_s > 3 * float(row.get("every_s") or 0.5) + 2:
+        st.caption(f"No progress reported for {report.age_s:.0f} s: the decoding loop is slow or stalled.")
+    st.caption("the slowest rows (still generating first, longest first) and their text so far")
+    st.dataframe(pl.DataFrame(inflight.slowest_table(row), schema={"row": pl.Int64, "tokens": pl.Int64, "done": pl.Boolean,
+                                                          "text": pl.String}),
+                 hide_index=True, key=f"{PAGE}_inflight_rows")
+
+
+in_flight(run_id)
 
 
 @st.fragment(run_every=every)

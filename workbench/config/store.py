@@ -28,6 +28,10 @@ class LoggingConfig:
     engine's store on one DuckDB thread, a default organism step took 0.78 s with it vs 0.86 s without."""
     heartbeat_s: float = 2.0
     """Seconds between heartbeats of a running engine."""
+    inflight_s: float = 0.5
+    """Seconds between updates of the run's rollouts-in-flight file while a step generates
+    (`<store>/live/<run id>/inflight.mmap`, the Live page's progress of the step; in-process `hf`
+    backend only; 0 turns it off). Written at each batch's end and at most this often before it."""
     rollouts_block: int = 0
     """Benchmark aid (`workbench bench engine`'s logging overhead): above 0, rollouts are logged in
     alternate blocks of this many steps only (steps 0..n-1 logged, n..2n-1 not, ...), so that one run
@@ -35,6 +39,8 @@ class LoggingConfig:
 
     def __post_init__(self) -> None:
         check(self.heartbeat_s > 0, "logging.heartbeat_s", "a number > 0", self.heartbeat_s)
+        check(self.inflight_s == 0 or self.inflight_s >= 0.01, "logging.inflight_s", "0 (off) or a number >= 0.01",
+              self.inflight_s)
         check(self.rollouts_block >= 0, "logging.rollouts_block", "an integer >= 0", self.rollouts_block)
 
 

@@ -22,6 +22,7 @@ import torch
 from workbench.engine.batch import Batch, collect
 from workbench.engine.context import RunContext
 from workbench.engine.pipeline import Pipeline, Synchronous
+from workbench.store.inflight import stepping
 
 Producer = Union[Synchronous[Batch], Pipeline[Batch]]
 
@@ -34,8 +35,11 @@ def make_producer(ctx: RunContext, start: int, queued: list, *,
     s = ctx.parts
     pc = s.cfg.pipeline
     if not pc.enabled:
-        return Synchronous(lambda step, version: collect(
-            ctx, step, version, on_stage=lambda stage: on_stage(step, stage)), s.backend)
+        def made(step: int, version: int) -> Batch:
+            with stepping(s.backend, step):  # the Live page's rollouts in flight name the step
+                return collect(ctx, step, version, on_stage=lambda stage: on_stage(step, stage))
+
+        return Synchronous(made, s.backend)
     threads = pc.threads_per_side or max(1, (os.cpu_count() or 2) // 2)
     # the trainer's share (torch's OpenMP thread count is kept per calling thread: the generator
     # thread sets its own, this call sets the trainer's)
@@ -44,7 +48,8 @@ def make_producer(ctx: RunContext, start: int, queued: list, *,
     gen = dataclasses.replace(ctx, parts=dataclasses.replace(s, backend=backend))  # the same state, its own backend
 
     def produce(step: int, version: int) -> Batch:
-        batch = collect(gen, step, version, feed=pipeline if pc.partial_rollouts else None)
+        with stepping(backend, step):
+            batch = collect(gen, step, version, feed=pipeline if pc.partial_rollouts else None)
         batch.metrics.update(backend.take_metrics())  # Ray: per-worker figures travel with the batch
         batch.events += backend.take_events()
         return batch

@@ -183,6 +183,10 @@ def build_setup(cfg: RunConfig, *, store_dir: str | Path, run_id: str,
                                   weight_decay=o.weight_decay, foreach=True)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg, cfg.steps * cfg.algorithm.updates_per_step))
     backend = backend_for_run(cfg, model, tokenizer, device, str(path))
+    if cfg.logging.inflight_s > 0 and hasattr(backend, "progress"):  # the Live page's rollouts in flight
+        from workbench.store.inflight import InflightChannel, text_of
+
+        backend.progress = InflightChannel(store_dir, run_id, every_s=cfg.logging.inflight_s, decode=text_of(tokenizer))
     shape = make_shape(cfg, tokenizer)
     if hasattr(shape, "bind"):  # episodes: evaluation samples episodes with the run's backend
         shape.bind(backend)

@@ -47,6 +47,7 @@ import torch
 from workbench.algorithms.logprobs import distinct_prompts, left_pad_ids
 from workbench.errors import WorkbenchError
 from workbench.rollout.base import BackendDefaults, GenerationBatch, ModelSpec, SamplingParams
+from workbench.store.inflight import ProgressSink
 
 
 def validate_sampling(sampling: SamplingParams) -> None:
@@ -197,6 +198,9 @@ class HFBackend(BackendDefaults):
         pad = pad_token_id if pad_token_id is not None else getattr(tokenizer, "pad_token_id", None)
         self.pad_token_id = int(pad) if pad is not None else self.eos_token_ids[0]
         self.policy_version = 0
+        # where the decoding loop reports its progress while it goes (`workbench.store.inflight`: the
+        # Live page's rollouts in flight); None reports nothing and costs nothing
+        self.progress: ProgressSink | None = None
         self._check_device()
 
     def _check_device(self) -> None:
@@ -240,6 +244,7 @@ class HFBackend(BackendDefaults):
             # rounding (measured), and eta = 0 must give the synchronous run's log-probs exactly
             gen = HFBackend(copy.deepcopy(self.model), self.tokenizer, self.device, eos_token_ids=self.eos_token_ids,
                             pad_token_id=self.pad_token_id, compact_below=self.compact_below)
+            gen.progress = self.progress  # the generator thread's batches are the run's rollouts in flight
         else:
             raise WorkbenchError(f"pipeline.generator: {kind!r} is not allowed (process or thread)")
         gen.policy_version = self.policy_version
@@ -325,6 +330,9 @@ class HFBackend(BackendDefaults):
         greedy = sampling.top_k == 1
         steps = 0
         cut = None
+        sink = self.progress
+        if sink is not None:
+            sink.begin(n, t_max)
         for t in range(t_max):
             logp = sampling_logprobs(logits, sampling)
             uniform = streams.draw(t)[rows.cpu()] if streams is not None and not greedy else None
@@ -347,6 +355,8 @@ class HFBackend(BackendDefaults):
             if interrupt is not None and interrupt():
                 cut = ~finished.cpu()
                 break
+            if sink is not None:  # the batch goes on: its progress so far, when a write is due
+                sink.tick(t, tokens, lengths, stopped)
             if n_still <= self.compact_below * rows.numel():
                 keep = still.nonzero().squeeze(1)
                 cache.batch_select_indices(keep)
@@ -354,6 +364,8 @@ class HFBackend(BackendDefaults):
             mask = torch.cat([mask, mask.new_ones((rows.numel(), 1))], dim=1)
             logits = self._forward(tok.unsqueeze(-1), mask, next_pos.unsqueeze(-1), cache)
             next_pos = next_pos + 1
+        if sink is not None:
+            sink.end(steps - 1, tokens, lengths, stopped)
         return (tokens[:, :steps].cpu(), logprobs[:, :steps].cpu(), entropy[:, :steps].cpu(),
                 lengths.cpu(), finished.cpu(), cut)
 
