@@ -56,8 +56,9 @@ from benchmarks.chaos_compare import async_checks, compare_runs
 from benchmarks.zygote import Zygote
 from workbench.faults import ENV, POINTS
 
-KINDS = (*POINTS, "timer")
-"""Kinds of kill: each kill point, and a plain SIGKILL after a random delay."""
+KINDS = (*(p for p in POINTS if p != "tool"), "timer")
+"""Kinds of kill: each kill point the chaos run passes (not `tool`: its run has no episodes; that point
+has its own test, tests/engine/test_episodes_run.py), and a plain SIGKILL after a random delay."""
 
 TIMER_SHARE = 0.9
 """A timer kill lands within this share of the shortest reference process's lifetime."""

@@ -143,3 +143,21 @@ def test_a_tool_runner_that_raises_becomes_a_result_the_model_sees(model, tokeni
 def test_limits_out_of_range_are_refused_naming_the_field(field, value):
     with pytest.raises(WorkbenchError, match=f"episodes.{field} must be"):
         EpisodeLimits(**{field: value})
+
+
+def test_episodes_report_their_progress_to_the_in_flight_channel(model, tokenizer, prompts, tmp_path):
+    """With the run's in-flight channel on the backend, the episode loop reports as plain decoding does:
+    at its end every row finished, its tokens (tool results included) counted, a few rows' text shown."""
+    from workbench.store.inflight import InflightChannel, read_inflight
+
+    backend = HFBackend(model, tokenizer)
+    backend.progress = InflightChannel(tmp_path, "run-1", every_s=0.0, decode=lambda ids: "x" * len(ids))
+    rows = [p for p in prompts for _ in range(2)]
+    limits = EpisodeLimits(turn_tokens=6, max_turns=3, max_tool_calls=2, max_model_tokens=12, max_total_tokens=24)
+    batch = decode_episodes(backend, rows, SAMPLE, limits=limits, call_end_ids=_digits(tokenizer),
+                            run_tool=_tool("7"), result_tokens=_result_tokens(tokenizer), seeds=list(range(len(rows))))
+    report = read_inflight(tmp_path, "run-1")
+    assert report.problem is None and report.row["state"] == "idle"
+    assert report.row["rows"] == report.row["finished"] == len(rows)
+    assert report.row["tokens"] == sum(len(t.tokens) for turns in batch.turns for t in turns)
+    assert report.row["samples"] and all(s["text"] == "x" * s["tokens"] for s in report.row["samples"])

@@ -156,6 +156,7 @@ class _Loop:
         self.chunk: dict[int, list[int]] = {}
         self.blocked_s = 0.0
         self.ends_call: Callable[[list[int]], bool] | None = None
+        self.steps = 0  # decoding steps (forward passes) so far
         state = backend._prefill(prompts)
         self.cache, self.logits, self.mask, self.next_pos = state.cache, state.logits, state.mask, state.next_pos
         self.rows = list(range(n))  # working-batch row -> output row
@@ -164,7 +165,30 @@ class _Loop:
         return time.perf_counter() - self.t0
 
     def run(self) -> None:
+        sink = getattr(self.b, "progress", None)  # the Live page's rollouts in flight (workbench.store.inflight)
+        if sink is not None:
+            sink.begin(len(self.state), self.limits.max_total_tokens)
+        try:
+            self._run(sink)
+        finally:
+            if sink is not None:
+                sink.end(self.steps, *self._progress())
+
+    def _progress(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Each row's tokens so far (turns end to end), their count and whether the episode is over."""
+        seqs = [[tok for turn in row for tok in turn.tokens] for row in self.turns]
+        width = max((len(x) for x in seqs), default=0)
+        tokens = torch.zeros((len(seqs), width), dtype=torch.long)
+        for i, x in enumerate(seqs):
+            tokens[i, :len(x)] = torch.as_tensor(x, dtype=torch.long)
+        return (tokens, torch.as_tensor([len(x) for x in seqs]),
+                torch.as_tensor([s == DONE for s in self.state]))
+
+    def _run(self, sink) -> None:  # noqa: ANN001 - a ProgressSink or None
         while True:
+            self.steps += 1
+            if sink is not None and getattr(sink, "due", lambda: True)():
+                sink.tick(self.steps, *self._progress())
             live = [r for r in self.rows if self.state[r] != DONE]
             if not live:
                 return

@@ -67,6 +67,10 @@ class ProgressSink(Protocol):
 
     def begin(self, rows: int, max_new_tokens: int) -> None: ...
 
+    def due(self) -> bool:
+        """Whether a `tick` now would write (a caller whose progress is costly to gather asks first)."""
+        return time.monotonic() >= self._next
+
     def tick(self, t: int, tokens: Any, lengths: Any, stopped: Any) -> None: ...
 
     def end(self, t: int, tokens: Any, lengths: Any, stopped: Any) -> None: ...
@@ -116,6 +120,10 @@ class InflightChannel:
         self.rows, self.max_new_tokens, self.started_at = int(rows), int(max_new_tokens), time.time()
         if time.monotonic() >= self._next:
             self._write(self._row("generating", 0, 0, 0, [], []), time.perf_counter())
+
+    def due(self) -> bool:
+        """Whether a `tick` now would write (a caller whose progress is costly to gather asks first)."""
+        return time.monotonic() >= self._next
 
     def tick(self, t: int, tokens: Any, lengths: Any, stopped: Any) -> None:
         if time.monotonic() < self._next:
