@@ -100,7 +100,11 @@ def test_a_one_turn_episode_trains_as_a_single_turn_rollout(store_dir, tiny_conf
     rows = {}
     for shape in seen:
         cfg = tiny_config(steps=2, eval__every=0, eval__at_start=False, checkpoint__every=0, rollout__shape=shape)
-        rid = run(cfg, store=str(store_dir), on_step=lambda s, m, shape=shape: seen[shape].__setitem__(s, m))
+        if shape == "episodes":  # the run says no call can end
+            with pytest.warns(UserWarning, match="cannot write '</calc>'"):
+                rid = run(cfg, store=str(store_dir), on_step=lambda s, m, shape=shape: seen[shape].__setitem__(s, m))
+        else:
+            rid = run(cfg, store=str(store_dir), on_step=lambda s, m, shape=shape: seen[shape].__setitem__(s, m))
         with open_store(str(store_dir)) as st:
             rows[shape] = st.rollouts(rid, limit=10_000).sort(["step", "prompt_id", "idx"])
     a, b = rows["independent"], rows["episodes"]
@@ -145,3 +149,57 @@ def test_an_episodes_run_killed_mid_episode_resumes_to_the_uninterrupted_run(sto
     assert a.select(cols).to_dicts() == b.select(cols).to_dicts()
     assert [[(t.role, t.token_ids) for t in ea[k].turns] for k in ka] == \
         [[(t.role, t.token_ids) for t in eb[k].turns] for k in kb]
+
+
+@pytest.mark.parametrize("over, words", [
+    ({"tools": {"enabled": ["calculator", "web_search"]}}, ["tools.enabled[1]", "unknown tool 'web_search'"]),
+    ({"tools": {"syntax": "xml"}}, ["tools.syntax"]),
+    ({"tools": {"max_calls": 65}}, ["tools.max_calls"]),
+    ({"tools": {"limits": {"memory_mb": 0}}}, ["tools.limits.memory_mb"]),
+    ({"rollout": {"shape": "episodes", "episodes": {"max_turns": 0}}}, ["rollout.episodes.max_turns"]),
+    ({"rollout": {"shape": "episodes", "episodes": {"max_model_tokens": 90, "max_total_tokens": 80}}},
+     ["rollout.episodes.max_total_tokens"]),
+    ({"rollout": {"shape": "episodes"}, "pipeline": {"max_staleness": 1}}, ["synchronous loop only"]),
+    ({"rollout": {"shape": "episodes", "backend": "ray"}}, ["runs on rollout.backend = \"hf\" only"]),
+])
+def test_a_bad_episodes_config_is_refused_at_load_naming_the_field(over, words):
+    from workbench.config import RunConfig
+    from workbench.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        RunConfig.from_dict(over)
+    for w in words:
+        assert w in str(err.value), str(err.value)
+
+
+def test_evaluating_episodes_gives_the_same_samples_whatever_the_tools_timing(tools_organism, tiny_tools_config):
+    """Evaluation samples episodes from one stream per row (drawn from the evaluation's generator), so a
+    tool that answers slower or faster, in another order, never changes a sample."""
+    import random
+    import time
+
+    from benchmarks.tiny import small_tools_recipe
+    from workbench.models.loading import load_model
+    from workbench.models.organism import organism_dir
+    from workbench.rollout.base import SamplingParams
+    from workbench.rollout.hf import HFBackend
+    from workbench.rollout.shapes import make_shape
+
+    cfg = tiny_tools_config()
+    model, tok = load_model(organism_dir(tools_organism.parent, small_tools_recipe()))
+    shape = make_shape(cfg, tok).bind(HFBackend(model, tok))
+    prompts = [tok(f"{a}*{b}=")["input_ids"] for a, b in ((12, 34), (56, 78), (9, 87), (65, 43))] * 4
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=12)
+    real = shape.run_tool
+
+    def slow(text):
+        time.sleep(random.random() * 0.02)
+        return real(text)
+
+    outs = []
+    for runner in (real, slow):
+        shape.run_tool = runner
+        gen = torch.Generator().manual_seed(5)
+        outs.append(shape.generate_flat(prompts, sampling, generator=gen).tokens.tolist())
+    shape.close()
+    assert outs[0] == outs[1]

@@ -21,6 +21,7 @@ whole length, so it trains exactly as an independent rollout.
 from __future__ import annotations
 
 import json
+import warnings
 from typing import Any, Sequence
 
 import numpy as np
@@ -89,7 +90,12 @@ class EpisodeShape:
         samples, with the tools, under the backend `bind` set (the run's)."""
         if self._backend is None:
             raise WorkbenchError("EpisodeShape.generate_flat before a backend was bound (bind)")
-        return flatten(self.run(self._backend, prompts, sampling, generator=generator), self._backend.pad_token_id)[0]
+        # one stream per row, drawn from `generator`: a row's tokens never depend on how long another
+        # row's tool took (a shared generator's draws would follow the rows' order of reaching it)
+        seeds = (torch.randint(0, 2**31 - 1, (len(prompts),), generator=generator, device=generator.device).tolist()
+                 if generator is not None else None)
+        return flatten(self.run(self._backend, prompts, sampling, seeds=seeds, generator=None if seeds else generator),
+                       self._backend.pad_token_id)[0]
 
     def bind(self, backend: Any) -> "EpisodeShape":
         """The backend `generate_flat` samples with (the run's in-process backend)."""
@@ -149,6 +155,10 @@ def call_end(tokenizer: Any, close: str) -> tuple[list[int], Any]:
     ids = tokenizer(close, add_special_tokens=False)["input_ids"]
     if len(ids) == 1:
         return [int(ids[0])], None
+    if tokenizer.decode(ids, skip_special_tokens=False) != close:
+        warnings.warn(f"the model's tokenizer cannot write {close!r} (it reads back as "
+                      f"{tokenizer.decode(ids, skip_special_tokens=False)!r}): no call can end, every episode is "
+                      "one turn (tools.syntax, or a model with the tool's tokens)", stacklevel=2)
     tail = len(ids) + 2
 
     def ends(tokens: list[int]) -> bool:
