@@ -21,6 +21,7 @@ whole length, so it trains exactly as an independent rollout.
 from __future__ import annotations
 
 import json
+import threading
 import warnings
 from typing import Any, Sequence
 
@@ -53,6 +54,7 @@ class EpisodeShape:
         self.syntax = SYNTAXES.get(tools.syntax)
         self.call_end_ids, self.ends_call = call_end(tokenizer, self.syntax.close)
         self._box: Sandbox | None = None
+        self._box_lock = threading.Lock()
         self._backend: Any = None
         self._metrics: dict[str, float] = {}
 
@@ -136,9 +138,11 @@ class EpisodeShape:
 
     @property
     def box(self) -> Sandbox:
-        if self._box is None:
-            self._box = Sandbox(self.tools.limits, parallel=self.tools.parallel)
-        return self._box
+        """The run's sandbox, started by the first call (the calls of a batch run on a thread pool: one start)."""
+        with self._box_lock:
+            if self._box is None:
+                self._box = Sandbox(self.tools.limits, parallel=self.tools.parallel)
+            return self._box
 
     def close(self) -> None:
         if self._box is not None:
