@@ -7,7 +7,9 @@ that alternate: a block of steps that also log the step's `rollouts` responses (
 entropy and log-probs, advantages, a reward term) and a block that does not. The first step of each
 block is left out (it absorbs the tail of the previous block's background commit, or has none to
 absorb), so a logging step is measured in the steady state: its own calls plus the writer committing
-the previous step beside it. The rollouts are built before the clock starts (they are the trainer's
+the previous steps beside it. The last step of a logging block flushes the writer, so every commit of a
+block is paid inside it; `overhead_of_means` compares the mean step of the blocks (every step, the
+flush included, after the first pair of blocks), the figure that a commit window cannot hide from. The rollouts are built before the clock starts (they are the trainer's
 data, not the SDK's work).
 
 Reported: median step seconds with and without logging, the overhead (ratio - 1), the process's CPU
@@ -42,9 +44,10 @@ def _rollouts(rng: np.random.Generator, n: int, tokens: int, step: int) -> dict[
 
 def bench_sdk(*, steps: int = 40, block: int = 5, rollouts: int = 512, tokens: int = 256, hidden: int = 1024,
               batch: int = 1024, store: str | None = None, seed: int = 0, device: str = "cpu",
-              torch_threads: int | None = None) -> dict[str, Any]:
+              torch_threads: int | None = None, commit_window_s: float = 1.0) -> dict[str, Any]:
     """Run the side-by-side measurement (see the module docstring); returns the figures. `device` runs the
-    training step on another torch device ("cuda"); `torch_threads` caps torch's CPU threads."""
+    training step on another torch device ("cuda"); `torch_threads` caps torch's CPU threads;
+    `commit_window_s` is the SDK writer's commit window (`workbench.init(commit_window_s=...)`)."""
     import torch
 
     import workbench
@@ -69,11 +72,13 @@ def bench_sdk(*, steps: int = 40, block: int = 5, rollouts: int = 512, tokens: i
     if store is None:
         tmp = tempfile.TemporaryDirectory(prefix="bench-sdk-")
         store = str(Path(tmp.name) / "store")
-    run = workbench.init(store=store, name="bench-sdk", config={"rollouts": rollouts, "tokens": tokens})
+    run = workbench.init(store=store, name="bench-sdk", config={"rollouts": rollouts, "tokens": tokens},
+                         commit_window_s=commit_window_s)
     train_step()  # warm up the kernels and the allocator
     timed: dict[bool, list[float]] = {True: [], False: []}
     cpu: dict[bool, list[float]] = {True: [], False: []}
     calls: list[float] = []
+    whole: dict[bool, list[float]] = {True: [], False: []}  # every step, the block's flush included
     cpu0 = run.writer_cpu_s
     logged = 0
     try:
@@ -87,7 +92,11 @@ def bench_sdk(*, steps: int = 40, block: int = 5, rollouts: int = 512, tokens: i
                 run.log_step(s, {"train/loss": loss})
                 calls.append(time.perf_counter() - c0)
                 logged += 1
+                if (s + 1) % block == 0 or s == steps - 1:  # the block's commits land in the block
+                    run.flush()
             dt = time.perf_counter() - t0
+            if s >= 2 * block:  # the first pair of blocks warms up
+                whole[logging_on].append(dt)
             if s % block:
                 timed[logging_on].append(dt)
                 cpu[logging_on].append(time.process_time() - p0)
@@ -102,6 +111,11 @@ def bench_sdk(*, steps: int = 40, block: int = 5, rollouts: int = 512, tokens: i
         "device": device, "torch_threads": torch.get_num_threads(), "rollouts_per_step": rollouts, "tokens_per_rollout": tokens, "steps": steps, "block": block,
         "step_s_without_logging": round(without, 4), "step_s_with_logging": round(with_log, 4),
         "overhead": round(with_log / without - 1.0, 4),
+        "step_s_mean_without_logging": round(statistics.fmean(whole[False]), 4) if whole[False] else None,
+        "step_s_mean_with_logging": round(statistics.fmean(whole[True]), 4) if whole[True] else None,
+        "overhead_of_means": (round(statistics.fmean(whole[True]) / statistics.fmean(whole[False]) - 1.0, 4)
+                              if whole[True] and whole[False] else None),
+        "commit_window_s": commit_window_s,
         "process_cpu_s_without_logging": round(statistics.median(cpu[False]), 4),
         "process_cpu_s_with_logging": round(statistics.median(cpu[True]), 4),
         "sdk_call_s_median": round(statistics.median(calls), 5) if calls else None,

@@ -284,12 +284,14 @@ def init(store: StoreLike | None = None, name: str = "sdk-run", config: dict[str
          run_id: str | None = None, resume: bool = True, rank: int | None = None, world_size: int | None = None,
          seed: int = 0, correct_if: str | None = None, on_error: str = "warn", commit_max_rows: int = 16384,
          max_queued_rows: int = 65536, block_s: float = 300.0, wait_s: float = 60.0,
-         heartbeat_s: float = 5.0, writer_nice: int = 5, guards: bool = True) -> Run:
+         heartbeat_s: float = 5.0, writer_nice: int = 5, guards: bool = True, commit_window_s: float = 1.0) -> Run:
     """Open (or continue) a run in a store and start its background writer; see the package docstring."""
     from workbench.store import open_store
 
     if on_error not in ON_ERROR:
         raise DataError(f"init: on_error {on_error!r}: must be one of {ON_ERROR}")
+    if not _number(commit_window_s) or not 0 <= float(commit_window_s) <= 3600:
+        raise DataError(f"init: commit_window_s {commit_window_s!r}: must be a number of seconds from 0 to 3600")
     rank = _env_int("RANK", 0) if rank is None else int(rank)
     world_size = _env_int("WORLD_SIZE", 1) if world_size is None else int(world_size)
     if not 0 <= rank < max(world_size, 1):
@@ -336,7 +338,7 @@ def init(store: StoreLike | None = None, name: str = "sdk-run", config: dict[str
 
         watch = ImportWatch(store, found, new_run=last is None)
     writer = SdkWriter(store, commit_max_rows=commit_max_rows, max_queued_rows=max_queued_rows, block_s=block_s,
-                       nice=writer_nice, on_error=lambda m: holder["run"]._store_problem(m) if "run" in holder else None,
+                       nice=writer_nice, commit_window_s=commit_window_s, on_error=lambda m: holder["run"]._store_problem(m) if "run" in holder else None,
                        name=f"sdk-writer-{rank}", after_commit=watch.observe_records if watch is not None else None)
     run = Run(store, found, rank=rank, world_size=world_size, rule=rule, last_step=last, on_error=on_error,
               writer=writer, owns_store=owns, heartbeat_s=heartbeat_s)
