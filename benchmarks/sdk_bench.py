@@ -131,7 +131,9 @@ def bench_export(rollouts: int = 1_000_000, *, kind: str = "sft", fmt: str = "js
                  batch_steps: int = 32, seed: int = 0, tokens: bool = True, keep_store: bool = False) -> dict[str, Any]:
     """Build a synthetic run of `rollouts` rollouts (`workbench.store.synthetic`: 512 per step, 200 tokens
     each, token ids and entropies), then run `workbench export` on it in a child process: its rollouts/s
-    (the export's own clock, from the card) and peak RSS (the child's maximum resident set). With
+    (the export's own clock, from the card), the child's CPU seconds (start-up included; rollouts per CPU
+    second is the figure other work on the machine does not move) and peak RSS (the child's maximum
+    resident set). With
     `workdir`, the store is built once as `workdir/export-store-<rollouts>` and reused by later runs
     (`keep_store`), so several kinds and formats are measured on one store."""
     from workbench.store import open_store
@@ -163,23 +165,31 @@ def _export_child(run_id: str, root: Path, store_dir: Path, kind: str, fmt: str,
                   build_s: float) -> dict[str, Any]:
     """`workbench export` of the run in a child process; its figures and peak RSS."""
     import json
-    import resource
+    import os
     import subprocess
     import sys
 
     t1 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "workbench.cli", "export", run_id, str(root / "out"), "--kind", kind,
-                           "--format", fmt, "--store", str(store_dir), "--json", *([] if tokens else ["--no-tokens"])],
-                          capture_output=True, text=True)
-    wall = time.perf_counter() - t1
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen([sys.executable, "-m", "workbench.cli", "export", run_id, str(root / "out"), "--kind",
+                                 kind, "--format", fmt, "--store", str(store_dir), "--json",
+                                 *([] if tokens else ["--no-tokens"])], stdout=out, stderr=err)
+        # the export child's own usage (RUSAGE_CHILDREN would also hold the store build's children)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.perf_counter() - t1
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(), err.read().decode()
     if proc.returncode != 0:
-        raise RuntimeError(f"export failed: {proc.stderr.strip()[-2000:]}")
-    peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # this process's only child
-    card = json.loads(proc.stdout)
+        raise RuntimeError(f"export failed: {stderr.strip()[-2000:]}")
+    peak_kb, cpu = usage.ru_maxrss, usage.ru_utime + usage.ru_stime
+    card = json.loads(stdout)
     seconds = sum(f["seconds"] for f in card["files"].values())
     selected = -(-rollouts // 512) * 512  # whole synthetic steps of 512
     return {"rollouts_selected": selected, "kind": kind, "format": fmt, "tokens": tokens,
             "rows_out": card["counts"]["rows"], "export_s": round(seconds, 2),
             "rollouts_per_s": round(selected / seconds, 1) if seconds else None,
-            "child_wall_s": round(wall, 2), "peak_rss_mb": round(peak_kb / 1024, 1),
+            "child_wall_s": round(wall, 2), "child_cpu_s": round(cpu, 2),
+            "rollouts_per_cpu_s": round(selected / cpu, 1) if cpu else None, "peak_rss_mb": round(peak_kb / 1024, 1),
             "bytes_out": sum(f["bytes"] for f in card["files"].values()), "store_build_s": round(build_s, 1)}
