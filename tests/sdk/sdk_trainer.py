@@ -45,9 +45,9 @@ def main() -> None:
     ap.add_argument("--ckpt", default=None)
     ap.add_argument("--ckpt-every", type=int, default=3)
     ap.add_argument("--sleep", type=float, default=0.0)
-    # a window shorter than the checkpoints' spacing (3 steps of --sleep 0.1), so that the store gets ahead
-    # of the checkpoint between them and a restart has committed steps to skip
-    ap.add_argument("--commit-window", type=float, default=0.2)
+    # 0: commit as soon as the writer is idle, so that the store gets ahead of the checkpoint between
+    # checkpoints and a restart has committed steps to skip; the kill tests also run the SDK's default
+    ap.add_argument("--commit-window", type=float, default=0.0)
     a = ap.parse_args()
     import workbench
 
