@@ -110,3 +110,14 @@ def test_the_command_writes_what_the_library_does(logged, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "workbench.cli", "export", run_id, str(tmp_path / "bad"),
                           "--tool-error", "oops", "--store", str(path)], capture_output=True, text=True)
     assert bad.returncode == 1 and "--tool-error 'oops': must be one of" in bad.stderr
+
+
+def test_rejection_carries_the_episodes_and_pairs_stay_one_turn(logged, tmp_path):
+    _, store, run_id, _ = logged
+    export_run(store, run_id, tmp_path / "rej", kind="rejection", k=2)
+    rows = [json.loads(line) for line in (tmp_path / "rej" / "data.jsonl").read_text().splitlines()]
+    assert sorted(r["idx"] for r in rows) == [0, 2]  # reward 1; "1776" both, by different tool calls: kept apart
+    assert all(r["messages"][2]["role"] == "tool" and r["messages"][2]["tool_call_id"] == "call_1_0" for r in rows)
+    export_run(store, run_id, tmp_path / "pairs", kind="pairs", k=2)
+    pairs = [json.loads(line) for line in (tmp_path / "pairs" / "data.jsonl").read_text().splitlines()]
+    assert len(pairs) == 2 and all(p["chosen"] == [{"role": "assistant", "content": "1776"}] for p in pairs)

@@ -7,7 +7,8 @@ Three sets (`KINDS`):
 - `sft`: every selected rollout, with `messages` in chat form (user prompt, assistant response) and the
   flat fields `workbench import jsonl` maps back (see `REIMPORT_MAP`).
 - `rejection`: the best `k` correct responses per prompt (highest reward, then shortest, then latest),
-  equal responses of one prompt kept once.
+  equal responses of one prompt kept once (for a run of episodes: equal conversations, tool calls and
+  results included).
 - `pairs`: preference pairs, a correct (chosen) and a wrong (rejected) response of the same group (step,
   stage, prompt): the i-th best correct with the i-th worst wrong, up to `k` pairs a group; in TRL's
   conversational form (`prompt`, `chosen`, `rejected` message lists).
@@ -115,9 +116,10 @@ def export_query(kind: str, run_id: str, filters: dict[str, Any], *, rule: Rule,
     messages = _messages("coalesce(p.text, r.prompt_id)", "r.response", episodes and kind != "pairs")
     if kind == "sft":
         return f"SELECT {messages} AS messages, {flat} FROM {source}", params
-    if kind == "rejection":
+    if kind == "rejection":  # equal rows: the same response, or for episodes the same conversation
+        same = "messages" if episodes else "response"
         return (f"WITH sel AS (SELECT {messages} AS messages, {flat} FROM {source} WHERE {ok}), "
-                "uniq AS (SELECT * FROM sel QUALIFY row_number() OVER (PARTITION BY prompt_id, response "
+                f"uniq AS (SELECT * FROM sel QUALIFY row_number() OVER (PARTITION BY prompt_id, {same} "
                 "ORDER BY reward DESC, step DESC, idx) = 1) "
                 "SELECT * FROM uniq QUALIFY row_number() OVER "
                 "(PARTITION BY prompt_id ORDER BY reward DESC, length ASC NULLS LAST, step DESC, idx) <= ?",
