@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import polars as pl
 import streamlit as st
@@ -342,6 +342,25 @@ def worker_frames(steps_frame: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame
 @st.cache_data(ttl=BROWSE_TTL, show_spinner=False)
 def rollouts(run_id: str, filters: tuple[tuple[str, Any], ...], limit: int, offset: int) -> pl.DataFrame:
     return judged(run_id, store().rollouts(run_id, **dict(filters), limit=limit, offset=offset))
+
+
+def exporter(run_id: str, filters: tuple[tuple[str, Any], ...], kind: str, fmt: str) -> Callable[[], bytes]:
+    """The Rollouts page's export: a callable (run when the download button is clicked) that writes the
+    set exactly as `workbench export` does for these filters (`workbench.export.export_run`, into a
+    temporary folder) and returns its data file's bytes."""
+    opened = store()
+
+    def data_file() -> bytes:
+        import tempfile
+
+        from workbench.export import export_run
+
+        with tempfile.TemporaryDirectory(prefix="export-") as tmp:
+            out = Path(tmp) / "set"
+            export_run(opened, run_id, out, kind=kind, fmt=fmt, filters=dict(filters))
+            return (out / f"data.{fmt}").read_bytes()
+
+    return data_file
 
 
 @st.cache_data(ttl=BROWSE_TTL, show_spinner=False)

@@ -7,7 +7,9 @@ that alternate: a block of steps that also log the step's `rollouts` responses (
 entropy and log-probs, advantages, a reward term) and a block that does not. The first step of each
 block is left out (it absorbs the tail of the previous block's background commit, or has none to
 absorb), so a logging step is measured in the steady state: its own calls plus the writer committing
-the previous step beside it. The rollouts are built before the clock starts (they are the trainer's
+the previous steps beside it. The last step of a logging block flushes the writer, so every commit of a
+block is paid inside it; `overhead_of_means` compares the mean step of the blocks (every step, the
+flush included, after the first pair of blocks), the figure that a commit window cannot hide from. The rollouts are built before the clock starts (they are the trainer's
 data, not the SDK's work).
 
 Reported: median step seconds with and without logging, the overhead (ratio - 1), the process's CPU
@@ -42,9 +44,10 @@ def _rollouts(rng: np.random.Generator, n: int, tokens: int, step: int) -> dict[
 
 def bench_sdk(*, steps: int = 40, block: int = 5, rollouts: int = 512, tokens: int = 256, hidden: int = 1024,
               batch: int = 1024, store: str | None = None, seed: int = 0, device: str = "cpu",
-              torch_threads: int | None = None) -> dict[str, Any]:
+              torch_threads: int | None = None, commit_window_s: float = 1.0) -> dict[str, Any]:
     """Run the side-by-side measurement (see the module docstring); returns the figures. `device` runs the
-    training step on another torch device ("cuda"); `torch_threads` caps torch's CPU threads."""
+    training step on another torch device ("cuda"); `torch_threads` caps torch's CPU threads;
+    `commit_window_s` is the SDK writer's commit window (`workbench.init(commit_window_s=...)`)."""
     import torch
 
     import workbench
@@ -69,11 +72,13 @@ def bench_sdk(*, steps: int = 40, block: int = 5, rollouts: int = 512, tokens: i
     if store is None:
         tmp = tempfile.TemporaryDirectory(prefix="bench-sdk-")
         store = str(Path(tmp.name) / "store")
-    run = workbench.init(store=store, name="bench-sdk", config={"rollouts": rollouts, "tokens": tokens})
+    run = workbench.init(store=store, name="bench-sdk", config={"rollouts": rollouts, "tokens": tokens},
+                         commit_window_s=commit_window_s)
     train_step()  # warm up the kernels and the allocator
     timed: dict[bool, list[float]] = {True: [], False: []}
     cpu: dict[bool, list[float]] = {True: [], False: []}
     calls: list[float] = []
+    whole: dict[bool, list[float]] = {True: [], False: []}  # every step, the block's flush included
     cpu0 = run.writer_cpu_s
     logged = 0
     try:
@@ -87,7 +92,11 @@ def bench_sdk(*, steps: int = 40, block: int = 5, rollouts: int = 512, tokens: i
                 run.log_step(s, {"train/loss": loss})
                 calls.append(time.perf_counter() - c0)
                 logged += 1
+                if (s + 1) % block == 0 or s == steps - 1:  # the block's commits land in the block
+                    run.flush()
             dt = time.perf_counter() - t0
+            if s >= 2 * block:  # the first pair of blocks warms up
+                whole[logging_on].append(dt)
             if s % block:
                 timed[logging_on].append(dt)
                 cpu[logging_on].append(time.process_time() - p0)
@@ -102,6 +111,11 @@ def bench_sdk(*, steps: int = 40, block: int = 5, rollouts: int = 512, tokens: i
         "device": device, "torch_threads": torch.get_num_threads(), "rollouts_per_step": rollouts, "tokens_per_rollout": tokens, "steps": steps, "block": block,
         "step_s_without_logging": round(without, 4), "step_s_with_logging": round(with_log, 4),
         "overhead": round(with_log / without - 1.0, 4),
+        "step_s_mean_without_logging": round(statistics.fmean(whole[False]), 4) if whole[False] else None,
+        "step_s_mean_with_logging": round(statistics.fmean(whole[True]), 4) if whole[True] else None,
+        "overhead_of_means": (round(statistics.fmean(whole[True]) / statistics.fmean(whole[False]) - 1.0, 4)
+                              if whole[True] and whole[False] else None),
+        "commit_window_s": commit_window_s,
         "process_cpu_s_without_logging": round(statistics.median(cpu[False]), 4),
         "process_cpu_s_with_logging": round(statistics.median(cpu[True]), 4),
         "sdk_call_s_median": round(statistics.median(calls), 5) if calls else None,
@@ -117,7 +131,9 @@ def bench_export(rollouts: int = 1_000_000, *, kind: str = "sft", fmt: str = "js
                  batch_steps: int = 32, seed: int = 0, tokens: bool = True, keep_store: bool = False) -> dict[str, Any]:
     """Build a synthetic run of `rollouts` rollouts (`workbench.store.synthetic`: 512 per step, 200 tokens
     each, token ids and entropies), then run `workbench export` on it in a child process: its rollouts/s
-    (the export's own clock, from the card) and peak RSS (the child's maximum resident set). With
+    (the export's own clock, from the card), the child's CPU seconds (start-up included; rollouts per CPU
+    second is the figure other work on the machine does not move) and peak RSS (the child's maximum
+    resident set). With
     `workdir`, the store is built once as `workdir/export-store-<rollouts>` and reused by later runs
     (`keep_store`), so several kinds and formats are measured on one store."""
     from workbench.store import open_store
@@ -149,23 +165,31 @@ def _export_child(run_id: str, root: Path, store_dir: Path, kind: str, fmt: str,
                   build_s: float) -> dict[str, Any]:
     """`workbench export` of the run in a child process; its figures and peak RSS."""
     import json
-    import resource
+    import os
     import subprocess
     import sys
 
     t1 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "workbench.cli", "export", run_id, str(root / "out"), "--kind", kind,
-                           "--format", fmt, "--store", str(store_dir), "--json", *([] if tokens else ["--no-tokens"])],
-                          capture_output=True, text=True)
-    wall = time.perf_counter() - t1
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen([sys.executable, "-m", "workbench.cli", "export", run_id, str(root / "out"), "--kind",
+                                 kind, "--format", fmt, "--store", str(store_dir), "--json",
+                                 *([] if tokens else ["--no-tokens"])], stdout=out, stderr=err)
+        # the export child's own usage (RUSAGE_CHILDREN would also hold the store build's children)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.perf_counter() - t1
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(), err.read().decode()
     if proc.returncode != 0:
-        raise RuntimeError(f"export failed: {proc.stderr.strip()[-2000:]}")
-    peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # this process's only child
-    card = json.loads(proc.stdout)
+        raise RuntimeError(f"export failed: {stderr.strip()[-2000:]}")
+    peak_kb, cpu = usage.ru_maxrss, usage.ru_utime + usage.ru_stime
+    card = json.loads(stdout)
     seconds = sum(f["seconds"] for f in card["files"].values())
     selected = -(-rollouts // 512) * 512  # whole synthetic steps of 512
     return {"rollouts_selected": selected, "kind": kind, "format": fmt, "tokens": tokens,
             "rows_out": card["counts"]["rows"], "export_s": round(seconds, 2),
             "rollouts_per_s": round(selected / seconds, 1) if seconds else None,
-            "child_wall_s": round(wall, 2), "peak_rss_mb": round(peak_kb / 1024, 1),
+            "child_wall_s": round(wall, 2), "child_cpu_s": round(cpu, 2),
+            "rollouts_per_cpu_s": round(selected / cpu, 1) if cpu else None, "peak_rss_mb": round(peak_kb / 1024, 1),
             "bytes_out": sum(f["bytes"] for f in card["files"].values()), "store_build_s": round(build_s, 1)}

@@ -4,7 +4,7 @@ finish reason; episodes drawn as conversations with their time lanes; grouped by
 tokens coloured by their entropy or by the trainer's minus the behaviour log-probability (subword
 tokens shown as they read: spaces, newlines, whole characters), a chat model's template shown or
 hidden by a switch, each rollout's reward terms coloured by a picked term, its version span shown in
-a pipelined run; paged."""
+a pipelined run; paged; the selection downloaded as an SFT, rejection or pairs set (`workbench export`)."""
 
 import streamlit as st
 
@@ -12,6 +12,7 @@ from app import components, data, drill, run_tokens
 from workbench.analysis import term_names
 from workbench.analysis.pipeline import is_pipelined, pipeline_by_step
 from workbench.episodes import FINISH_REASONS
+from workbench.export import FORMATS, KINDS
 
 PAGE = "rollouts"
 OTHER = "other…"
@@ -112,6 +113,13 @@ if st.toggle("distributions of these steps (click a bar: its rollouts)", key=f"{
             st.rerun()
 key = tuple((k, v) for k, v in filters.items() if v is not None)
 total = data.count_rollouts(run_id, key)
+with st.expander("export these rollouts (what `workbench export` writes for these filters)"):
+    x1, x2, x3 = st.columns([1, 1, 2])
+    kind = x1.radio("set", KINDS, horizontal=True, key=f"{PAGE}_export_kind")
+    fmt = x2.radio("format", FORMATS, horizontal=True, key=f"{PAGE}_export_format")
+    x3.download_button(f"download data.{fmt}", data.exporter(run_id, key, kind, fmt), file_name=f"{run_id}-{kind}.{fmt}",
+                       mime="application/jsonl" if fmt == "jsonl" else "application/vnd.apache.parquet",
+                       on_click="ignore", key=f"{PAGE}_export")
 
 p1, p2, p3 = st.columns([1, 1, 4])
 size = p1.selectbox("per page", [20, 50, 100], index=1, key=f"{PAGE}_size")

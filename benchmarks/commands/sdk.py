@@ -38,6 +38,7 @@ def bench_sdk_cmd(
     batch: Annotated[int, typer.Option("--batch", help="Rows of the training step's batch (sets its time).")] = 1024,
     device: Annotated[str, typer.Option("--device", help="Torch device of the training step (cpu, cuda).")] = "cpu",
     torch_threads: Annotated[Optional[int], typer.Option("--torch-threads", help="Cap torch's CPU threads.")] = None,
+    commit_window: Annotated[float, typer.Option("--commit-window", help="The SDK writer's commit window, seconds.")] = 1.0,
     as_json: JsonOpt = False,
 ) -> None:
     """A plain PyTorch training step with and without logging --rollouts rollouts through the SDK, side by
@@ -45,7 +46,7 @@ def bench_sdk_cmd(
     from benchmarks.sdk_bench import bench_sdk
 
     out = bench_sdk(steps=steps, block=block, rollouts=rollouts, tokens=tokens, hidden=hidden, batch=batch,
-                    device=device, torch_threads=torch_threads)
+                    device=device, torch_threads=torch_threads, commit_window_s=commit_window)
     print_result(out, as_json)
 
 

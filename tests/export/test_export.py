@@ -86,3 +86,25 @@ def test_refusals_name_the_problem(logged, tmp_path):
     with pytest.raises(StoreError, match="unknown run"):
         export_run(store, "nope", tmp_path / "r")
     assert export_run(store, run_id, tmp_path / "sql", sql="reward > 0.5 AND step = 0")["counts"]["rows"] == 3
+
+
+@pytest.mark.parametrize("kind", ["sft", "rejection", "pairs"])
+@pytest.mark.parametrize("sql", [None, "false"])
+def test_parquet_holds_the_rows_and_counts_of_the_jsonl(logged, tmp_path, kind, sql):
+    """The two writers (DuckDB's JSON COPY; Arrow batches into pyarrow's Parquet writer, counted as they
+    stream) give the same rows and the same card counts, an empty selection included."""
+    import pyarrow.parquet as pq
+
+    store, run_id = logged
+    card = export_run(store, run_id, tmp_path / kind, kind=kind, fmt="both", k=2, sql=sql)
+    rows = _jsonl(tmp_path / kind / "data.jsonl")
+    table = pq.read_table(tmp_path / kind / "data.parquet")
+    assert card["files"]["data.jsonl"]["rows"] == card["files"]["data.parquet"]["rows"] == len(rows) == table.num_rows
+    assert (len(rows) == 0) == (sql == "false")
+    key = (lambda r: (r["step"], r["chosen_idx"], r["rejected_idx"])) if kind == "pairs" else (lambda r: (r["step"], r["idx"]))
+    assert sorted(rows, key=key) == sorted(table.to_pylist(), key=key)
+    if rows:
+        steps = [r["step"] for r in rows]
+        assert card["counts"]["steps"] == [min(steps), max(steps)]
+        if kind != "pairs":
+            assert card["counts"]["correct"] == sum(r["correct"] for r in rows)

@@ -45,11 +45,14 @@ def main() -> None:
     ap.add_argument("--ckpt", default=None)
     ap.add_argument("--ckpt-every", type=int, default=3)
     ap.add_argument("--sleep", type=float, default=0.0)
+    # 0: commit as soon as the writer is idle, so that the store gets ahead of the checkpoint between
+    # checkpoints and a restart has committed steps to skip; the kill tests also run the SDK's default
+    ap.add_argument("--commit-window", type=float, default=0.0)
     a = ap.parse_args()
     import workbench
 
     run = workbench.init(store=a.store, name="sdk-test", run_id=a.run_id, rank=a.rank, world_size=a.world,
-                         config={"steps": a.steps}, wait_s=120)
+                         config={"steps": a.steps}, wait_s=120, commit_window_s=a.commit_window)
     ckpt = Path(a.ckpt) if a.ckpt else None
     start = int(ckpt.read_text()) if ckpt is not None and ckpt.exists() else 0
     print(f"rank {a.rank} starts at step {start} (store has {run.last_step})", flush=True)

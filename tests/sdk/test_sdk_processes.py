@@ -137,7 +137,8 @@ def test_sigkill_three_times_then_restart(tmp_path):
         seen = now
     assert max(seen) < steps - 1, "the trainer finished before the last kill: give it more steps"
     # and once inside a commit: SIGKILL between the rows' INSERT and COMMIT of the third commit (faults.py)
-    proc = _start(store, run_id, steps, ckpt=ckpt, sleep=0.1, env={"WORKBENCH_FAULT": "commit:3"})
+    # (with the SDK's default commit window of 1 s: the commit killed holds several steps)
+    proc = _start(store, run_id, steps, ckpt=ckpt, sleep=0.1, env={"WORKBENCH_FAULT": "commit:3"}, commit_window=1.0)
     starts.append(proc.communicate(timeout=300)[0].splitlines()[0])
     assert proc.returncode == -signal.SIGKILL
     now = _committed(store, run_id)

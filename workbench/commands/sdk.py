@@ -29,8 +29,13 @@ def export_cmd(
     entropy_min: Annotated[Optional[float], typer.Option("--entropy-min", help="On the rollout's mean token entropy.")] = None,
     entropy_max: Annotated[Optional[float], typer.Option("--entropy-max")] = None,
     prompt_id: Annotated[Optional[str], typer.Option("--prompt", help="One prompt id.")] = None,
-    tool_error: Annotated[Optional[bool], typer.Option("--tool-error/--no-tool-error", help="Episodes with (without) "
-                                                       "a failed tool call; not stored yet, refused.", show_default=False)] = None,
+    tool_calls_min: Annotated[Optional[int], typer.Option("--tool-calls-min", help="Episodes with at least this many tool calls.")] = None,
+    tool_calls_max: Annotated[Optional[int], typer.Option("--tool-calls-max")] = None,
+    tool_errors_min: Annotated[Optional[int], typer.Option("--tool-errors-min", help="Episodes with at least this many failed tool calls.")] = None,
+    tool_errors_max: Annotated[Optional[int], typer.Option("--tool-errors-max")] = None,
+    tool_error: Annotated[Optional[str], typer.Option("--tool-error", metavar="KIND", help="Episodes with a tool call "
+                                                      "that failed with this kind (timeout, syntax, ...: "
+                                                      "workbench.episodes.TOOL_ERRORS).")] = None,
     sql: Annotated[Optional[str], typer.Option("--sql", help="One more SQL condition over the rollouts' columns, "
                                                "e.g. \"length < 512 AND finish_reason = 'stop'\".")] = None,
     no_tokens: Annotated[bool, typer.Option("--no-tokens", help="Leave out token ids and log-probs.")] = False,
@@ -46,7 +51,9 @@ def export_cmd(
     from workbench.store import open_store
 
     filters = {"step_min": step_min, "step_max": step_max, "verdict": verdict, "reward_min": reward_min,
-               "reward_max": reward_max, "entropy_min": entropy_min, "entropy_max": entropy_max, "prompt_id": prompt_id}
+               "reward_max": reward_max, "entropy_min": entropy_min, "entropy_max": entropy_max, "prompt_id": prompt_id,
+               "tool_calls_min": tool_calls_min, "tool_calls_max": tool_calls_max,
+               "tool_errors_min": tool_errors_min, "tool_errors_max": tool_errors_max}
     with open_store(store_path(store), read_only=True, threads=threads) as s:
         card = export_run(s, run_id, out, kind=kind, fmt=fmt, filters=filters, sql=sql, k=k, tokens=not no_tokens,
                           overwrite=overwrite, tool_error=tool_error, memory_limit=memory_limit)

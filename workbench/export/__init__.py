@@ -11,8 +11,9 @@ OUT is a folder (refused when it holds anything, unless `overwrite`): `data.json
 Arrow batches, so memory stays flat however many rollouts the selection holds.
 
 The selection takes the Rollouts page's filters (`workbench.store.reader.rollout_where`: steps, verdict,
-reward, entropy, prompt, length, stage, finish reason, reward term) and a SQL condition over the
-rollouts' columns. A tool-error filter waits for episodes (tool calls are not in the store yet).
+reward, entropy, prompt, length, stage, finish reason, reward term, tool calls and tool errors, a tool
+error's kind) and a SQL condition over the rollouts' columns. A run that holds episodes exports their
+turns as chat messages with OpenAI's tool calls (`sft`, `rejection`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workbench.correctness import run_rule
+from workbench.episodes import TOOL_ERRORS
 from workbench.errors import DataError
 from workbench.store.export import FORMATS, KINDS, REIMPORT_MAP, copy_out, export_query
 
@@ -45,20 +47,23 @@ def _prepare(out: Path, overwrite: bool) -> None:
 
 def export_run(store: Store, run_id: str, out: str | Path, *, kind: str = "sft", fmt: str = "jsonl",
                filters: dict[str, Any] | None = None, sql: str | None = None, k: int = 1,
-               tokens: bool = True, overwrite: bool = False, tool_error: bool | None = None,
+               tokens: bool = True, overwrite: bool = False, tool_error: str | None = None,
                memory_limit: str | None = None) -> dict[str, Any]:
     """Export one run's selection as a `kind` set in `fmt` ("jsonl", "parquet" or "both") into folder
-    `out`; returns the card (also written to out/card.json)."""
+    `out`; returns the card (also written to out/card.json). `filters` are the Rollouts page's
+    (`workbench.store.reader.rollout_where`: steps, verdict, reward, entropy, prompt, tool_calls_min/max,
+    tool_errors_min/max, ...); `tool_error` keeps the rollouts with a tool call that failed with that kind
+    (`workbench.episodes.TOOL_ERRORS`)."""
     formats = list(FORMATS) if fmt == "both" else [fmt]
     if any(f not in FORMATS for f in formats):
         raise DataError(f"--format {fmt!r}: must be one of {', '.join(FORMATS)}, both")
-    if tool_error is not None:
-        raise DataError("--tool-error: this store holds no tool calls yet (episodes are not stored); "
-                        "drop the filter")
+    if tool_error is not None and tool_error not in TOOL_ERRORS:
+        raise DataError(f"--tool-error {tool_error!r}: must be one of {', '.join(TOOL_ERRORS)}")
     run = store.run(run_id)  # StoreError naming the run when there is none
     rule = run_rule(run["config"])
-    filters = {key: value for key, value in (filters or {}).items() if value is not None}
-    query, params = export_query(kind, run_id, filters, rule=rule, sql=sql, k=k, tokens=tokens)
+    filters = {key: value for key, value in {**(filters or {}), "tool_error": tool_error}.items() if value is not None}
+    episodes = store.has_episodes(run_id)
+    query, params = export_query(kind, run_id, filters, rule=rule, sql=sql, k=k, tokens=tokens, episodes=episodes)
     out = Path(out)
     _prepare(out, overwrite)
     files: dict[str, Any] = {}
@@ -76,6 +81,7 @@ def export_run(store: Store, run_id: str, out: str | Path, *, kind: str = "sft",
                    "status": run.get("status"), "config": run["config"]},
         "selection": {"filters": filters, "sql": sql, "k": k if kind != "sft" else None,
                       "correct": f"the stored verdict, else the run's rule {rule.text}"},
+        "episodes": episodes,
         "counts": {"rows": tally.rows, "correct": tally.correct if kind != "pairs" else None,
                    "steps": [tally.step_min, tally.step_max]},
         "files": files,

@@ -16,11 +16,12 @@ import numpy as np
 import pyarrow as pa
 
 from workbench.correctness import Rule
+from workbench.episodes import Episode, episode_rows
 from workbench.errors import DataError
 from workbench.integrations.records import prompt_id
 from workbench.tasks.rewards import METRIC_PREFIX, terms_array
 
-PER_ROW = ("answers", "advantages", "correct", "verdicts", "finish_reasons", "groups")
+PER_ROW = ("answers", "advantages", "correct", "verdicts", "finish_reasons", "groups", "episodes")
 """Optional per-rollout arguments of `log_rollouts` (one value per rollout)."""
 PER_TOKEN = ("token_ids", "token_entropy", "token_logprobs")
 """Optional per-token arguments (one sequence per rollout, the same length for one rollout)."""
@@ -36,6 +37,9 @@ class Built:
     table: pa.Table | None
     prompts: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    turns: list[dict[str, Any]] = field(default_factory=list)
+    """Rows of `turns` of the kept rollouts' episodes (keyed by stage, prompt_id, idx)."""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _as_list(name: str, value: Any) -> Any:
@@ -188,13 +192,41 @@ def build(step: int, prompts: Any, responses: Any, rewards: Any, *, rule: Rule, 
     terms = {k: np.asarray(lists[f"reward_terms[{k!r}]"], dtype=np.float64) for k in (reward_terms or {})}
     if terms:
         cols["reward_terms"] = terms_array(terms, n)
+    turns: list[dict[str, Any]] = []
+    calls: list[dict[str, Any]] = []
+    if "episodes" in lists:
+        cols.update(_episodes(lists["episodes"], pid, idx, int(stage), keep, turns, calls))
     cols["worker"] = pa.array([f"rank-{rank}"] * n, pa.string())
     cols["off_policy"] = pa.array(np.zeros(n, dtype=bool))
     cols["used_in_update"] = pa.array(np.ones(n, dtype=bool))
     table = pa.table(cols)
     table = table if keep.all() else table.filter(pa.array(keep))
     prompts_rows = _prompt_rows(pid, text_prompts, lists.get("answers"), keep)
-    return Built(table, prompts_rows, warnings)
+    return Built(table, prompts_rows, warnings, turns, calls)
+
+
+def _episodes(episodes: list[Any], pid: np.ndarray, idx: np.ndarray, stage: int, keep: np.ndarray,
+              turns: list[dict[str, Any]], calls: list[dict[str, Any]]) -> dict[str, pa.Array]:
+    """Validate each rollout's episode (None: a one-turn rollout), add the kept ones' `turns` and
+    `tool_calls` rows, and return the rollouts' count columns (`Episode.summary`). DataError naming the row."""
+    counts: dict[str, list[int | None]] = {k: [] for k in ("turns", "tool_calls", "tool_errors", "tool_tokens")}
+    for i, ep in enumerate(episodes):
+        if ep is None:
+            for values in counts.values():
+                values.append(None)
+            continue
+        if not isinstance(ep, Episode):
+            raise DataError(f"episodes[{i}]: expected a workbench.episodes.Episode or None, got {type(ep).__name__}")
+        try:
+            t, c = episode_rows(ep, {"stage": stage, "prompt_id": str(pid[i]), "idx": int(idx[i])})
+        except DataError as exc:
+            raise DataError(f"episodes[{i}]: {exc}") from exc
+        if keep[i]:
+            turns += t
+            calls += c
+        for name, value in ep.summary().items():
+            counts[name].append(value)
+    return {name: pa.array(values, pa.int32()) for name, values in counts.items()}
 
 
 def _prompt_ids(texts: list[str], cache: dict[str, str]) -> np.ndarray:

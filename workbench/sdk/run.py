@@ -53,6 +53,7 @@ class Run:
         self._open: int | None = None
         self._parts: list[pa.Table] = []
         self._prompts: dict[str, dict[str, Any]] = {}
+        self._episodes: tuple[list[dict[str, Any]], list[dict[str, Any]]] = ([], [])  # turns, tool_calls rows
         self._metrics: dict[str, Any] = {}
         self._events: list[dict[str, Any]] = []
         self._first_idx: dict[str, int] = {}
@@ -134,7 +135,9 @@ class Run:
         have one value per rollout; optional per-rollout arguments: answers, advantages, correct (the
         verifier's verdict; else the run's rule over the reward), verdicts, finish_reasons, groups (the
         trainer's group key; else equal prompt text is one group), token_ids, token_entropy,
-        token_logprobs (one sequence per rollout); `reward_terms` maps a term's name to its values.
+        token_logprobs (one sequence per rollout), episodes (a `workbench.episodes.Episode` or None per
+        rollout: its turns and tool calls are stored, docs/sdk.md); `reward_terms` maps a term's name to
+        its values.
         Several calls for one step add up; a call for a later step commits the earlier one."""
         if self._finished:
             return 0
@@ -153,6 +156,8 @@ class Run:
                 self._problem(f"log_rollouts step {step}: {message}", step=step, exc=DataError(message))
             assert built.table is not None
             self._parts.append(built.table)
+            self._episodes[0].extend(built.turns)
+            self._episodes[1].extend(built.tool_calls)
             for row in built.prompts:
                 self._prompts.setdefault(row["prompt_id"], row)
             return built.table.num_rows
@@ -164,21 +169,24 @@ class Run:
             return
         step, self._open = self._open, None
         parts, prompts, metrics, events = self._parts, list(self._prompts.values()), self._metrics, self._events
+        episodes = self._episodes
         self._parts, self._prompts, self._metrics, self._events, self._first_idx = [], {}, {}, [], {}
+        self._episodes = ([], [])
         self._sealed = step
         if not parts and self.rank != 0 and not events:
             return
         rows = sum(p.num_rows for p in parts)
-        self._writer.submit(lambda: self._record(step, parts, prompts, metrics, events), rows, step)
+        self._writer.submit(lambda: self._record(step, parts, prompts, metrics, events, episodes), rows, step)
 
     def _record(self, step: int, parts: list[pa.Table], prompts: list[dict[str, Any]], metrics: dict[str, Any],
-                events: list[dict[str, Any]]) -> StepRecord:
+                events: list[dict[str, Any]], episodes: tuple[list[dict[str, Any]], list[dict[str, Any]]] = ([], []),
+                ) -> StepRecord:
         table = pa.concat_tables(parts, promote_options="default") if parts else None
         if table is not None and self.world_size == 1:  # a rank's share would misstate the step
             metrics = {**summary(table), **metrics}
         return StepRecord(self.run_id, step, metrics=metrics, rollouts=table if table is not None else [],
                           allocations=_allocations(table) if table is not None else [], prompts=prompts,
-                          events=events, step_row=self.rank == 0)
+                          events=events, step_row=self.rank == 0, turns=episodes[0], tool_calls=episodes[1])
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Commit the open step and wait for every step handed over to be committed (False when
@@ -284,12 +292,14 @@ def init(store: StoreLike | None = None, name: str = "sdk-run", config: dict[str
          run_id: str | None = None, resume: bool = True, rank: int | None = None, world_size: int | None = None,
          seed: int = 0, correct_if: str | None = None, on_error: str = "warn", commit_max_rows: int = 16384,
          max_queued_rows: int = 65536, block_s: float = 300.0, wait_s: float = 60.0,
-         heartbeat_s: float = 5.0, writer_nice: int = 5, guards: bool = True) -> Run:
+         heartbeat_s: float = 5.0, writer_nice: int = 5, guards: bool = True, commit_window_s: float = 1.0) -> Run:
     """Open (or continue) a run in a store and start its background writer; see the package docstring."""
     from workbench.store import open_store
 
     if on_error not in ON_ERROR:
         raise DataError(f"init: on_error {on_error!r}: must be one of {ON_ERROR}")
+    if not _number(commit_window_s) or not 0 <= float(commit_window_s) <= 3600:
+        raise DataError(f"init: commit_window_s {commit_window_s!r}: must be a number of seconds from 0 to 3600")
     rank = _env_int("RANK", 0) if rank is None else int(rank)
     world_size = _env_int("WORLD_SIZE", 1) if world_size is None else int(world_size)
     if not 0 <= rank < max(world_size, 1):
@@ -336,7 +346,7 @@ def init(store: StoreLike | None = None, name: str = "sdk-run", config: dict[str
 
         watch = ImportWatch(store, found, new_run=last is None)
     writer = SdkWriter(store, commit_max_rows=commit_max_rows, max_queued_rows=max_queued_rows, block_s=block_s,
-                       nice=writer_nice, on_error=lambda m: holder["run"]._store_problem(m) if "run" in holder else None,
+                       nice=writer_nice, commit_window_s=commit_window_s, on_error=lambda m: holder["run"]._store_problem(m) if "run" in holder else None,
                        name=f"sdk-writer-{rank}", after_commit=watch.observe_records if watch is not None else None)
     run = Run(store, found, rank=rank, world_size=world_size, rule=rule, last_step=last, on_error=on_error,
               writer=writer, owns_store=owns, heartbeat_s=heartbeat_s)

@@ -10,8 +10,12 @@ retries, or unreachable) is kept and tried again with backoff, and the failure i
 - Back-pressure: `submit` blocks while more than `max_queued_rows` rollouts wait. When the store stays
   unreachable, a `submit` that has waited `block_s` gives up on the OLDEST waiting step, counts it in
   `dropped` and reports it: a trainer is never stopped by its logging, and nothing is dropped silently.
-- A step is visible at most `commit_interval_s` after it was handed over while the store is healthy:
-  the writer commits as soon as it is idle; steps that arrive during a commit go together in the next.
+- Commit window: the writer waits until the oldest waiting step is `commit_window_s` old (or
+  `commit_max_rows` rollouts wait, or `flush`/`close` asks) and commits everything waiting in one
+  transaction, so the catalog's fixed cost per commit (one Parquet file and catalog rows per table) is
+  paid once for several steps. A step is therefore visible at most `commit_window_s` plus one commit
+  after it was handed over while the store is healthy, and a trainer killed with SIGKILL loses at most
+  the steps of its open window. `commit_window_s=0` commits as soon as the writer is idle.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ class SdkWriter:
     """Commits submitted steps on a background thread (see the module docstring)."""
 
     def __init__(self, store: RunWriter, *, commit_max_rows: int = 16384, max_queued_rows: int = 65536,
-                 block_s: float = 300.0, retry_max_s: float = 5.0, nice: int = 0,
+                 block_s: float = 300.0, retry_max_s: float = 5.0, nice: int = 0, commit_window_s: float = 0.0,
                  on_error: Callable[[str], None] | None = None, name: str = "sdk-writer",
                  after_commit: Callable[[list[StepRecord]], None] | None = None) -> None:
         self.store = store
@@ -56,6 +60,8 @@ class SdkWriter:
         self.max_queued_rows = max(self.commit_max_rows, int(max_queued_rows))
         self.block_s, self.retry_max_s, self.nice = float(block_s), float(retry_max_s), int(nice)
         self.on_error, self.after_commit = on_error, after_commit
+        self.commit_window_s = max(0.0, float(commit_window_s))
+        self._flushing = 0
         self.commits: list[tuple[int, int, float]] = []
         """(steps, rollouts, seconds) of each commit."""
         self.dropped: list[int] = []
@@ -65,6 +71,7 @@ class SdkWriter:
         self.cpu_s = 0.0
         self._cond = threading.Condition()
         self._pending: collections.deque[_Pending] = collections.deque()
+        self._since: collections.deque[float] = collections.deque()  # when each waiting step came
         self._pending_rows = 0
         self._busy = False
         self._closing = False
@@ -78,6 +85,7 @@ class SdkWriter:
             if batch and rows + n > self.commit_max_rows:
                 break
             batch.append(self._pending.popleft())
+            self._since.popleft()
             rows += n
         return batch
 
@@ -91,6 +99,7 @@ class SdkWriter:
                     self._cond.wait()
                 if not self._pending:
                     return
+                self._wait_window()
                 batch = self._take()
                 self._busy = True
             ok = self._commit(batch)
@@ -101,10 +110,20 @@ class SdkWriter:
                     delay = 0.05
                 else:  # kept, first in line; a `submit` that waits too long drops the oldest
                     self._pending.extendleft(reversed(batch))
+                    self._since.extendleft([0.0] * len(batch))
                 self._cond.notify_all()
                 if not ok:
                     self._cond.wait(delay)
                     delay = min(delay * 2, self.retry_max_s)
+
+    def _wait_window(self) -> None:
+        """Wait (caller holds the condition) until the oldest waiting step is `commit_window_s` old, the
+        waiting rows fill a commit, or a flush or close asks for everything now."""
+        while self.commit_window_s and not self._closing and not self._flushing:
+            left = self._since[0] + self.commit_window_s - time.monotonic()
+            if left <= 0 or self._pending_rows >= self.commit_max_rows:
+                return
+            self._cond.wait(left)
 
     def _commit(self, batch: list[_Pending]) -> bool:
         t, c = time.perf_counter(), time.thread_time()
@@ -155,11 +174,13 @@ class SdkWriter:
                 left = start + self.block_s - time.monotonic()
                 if left <= 0:
                     old = self._pending.popleft()
+                    self._since.popleft()
                     self._pending_rows -= old.rows
                     self._drop_all([old])
                     continue
                 self._cond.wait(left)
             self._pending.append(_Pending(make, rows, step))
+            self._since.append(time.monotonic())
             self._pending_rows += rows
             self._cond.notify_all()
 
@@ -167,11 +188,16 @@ class SdkWriter:
         """Wait until every step handed over is committed; False when `timeout_s` passed first."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with self._cond:
-            while (self._pending or self._busy) and self._thread is not None and self._thread.is_alive():
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                self._cond.wait(left)
+            self._flushing += 1
+            self._cond.notify_all()
+            try:
+                while (self._pending or self._busy) and self._thread is not None and self._thread.is_alive():
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        return False
+                    self._cond.wait(left)
+            finally:
+                self._flushing -= 1
         return True
 
     def close(self, timeout_s: float = 60.0) -> None:

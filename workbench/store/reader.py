@@ -30,6 +30,10 @@ _ROLLOUT_FILTERS = {
     # episodes (multi-turn rollouts; single-turn rows have no counts and never match these)
     "tool_calls_min": "tool_calls >= ?", "tool_calls_max": "tool_calls <= ?",
     "tool_errors_min": "tool_errors >= ?", "tool_errors_max": "tool_errors <= ?",
+    # a rollout with a tool call that failed with this kind (workbench.episodes.TOOL_ERRORS)
+    "tool_error": "EXISTS (SELECT 1 FROM tool_calls c WHERE c.error = ? AND c.run_id = rollouts.run_id "
+                  "AND c.step = rollouts.step AND c.stage = rollouts.stage AND c.prompt_id = rollouts.prompt_id "
+                  "AND c.idx = rollouts.idx)",
     "alert_id": "EXISTS (SELECT 1 FROM alert_rollouts a WHERE a.alert_id = ? AND a.run_id = rollouts.run_id "
                 "AND a.step = rollouts.step AND a.stage = rollouts.stage AND a.prompt_id = rollouts.prompt_id "
                 "AND a.idx = rollouts.idx)",
