@@ -94,9 +94,20 @@ class EpisodesConfig:
     counts."""
     max_total_tokens: int = 128
     """Model tokens plus tool-result tokens (finish reason `total_tokens`): the longest row the update sees."""
+    roc_oversample: int = 1
+    """GRPO-RoC (rStar2-Agent): sample this many times the episodes the allocator grants a prompt, keep as many as
+    it granted (correct ones with the lowest penalty, wrong ones a uniform sample, in proportion); the others are
+    stored, marked dropped, never trained on (docs/episode-allocation.md). 1: off, 2: the paper's, at most 8."""
+    roc_min_correct: int = 2
+    """GRPO-RoC: correct episodes kept at least, when that many were sampled (rStar's min_non_zero_reward_trace_num)."""
+    roc_min_wrong: int = 2
+    """GRPO-RoC: wrong episodes kept at least, when that many were sampled (rStar's min_zero_reward_trace_num)."""
 
     def __post_init__(self) -> None:
         w = "rollout.episodes."
+        check(1 <= self.roc_oversample <= 8, w + "roc_oversample", "an integer in [1, 8] (1: off)", self.roc_oversample)
+        check(self.roc_min_correct >= 0, w + "roc_min_correct", "an integer >= 0", self.roc_min_correct)
+        check(self.roc_min_wrong >= 0, w + "roc_min_wrong", "an integer >= 0", self.roc_min_wrong)
         check(1 <= self.max_turns <= 64, w + "max_turns", "an integer in [1, 64]", self.max_turns)
         check(0 <= self.turn_tokens <= 65536, w + "turn_tokens", "an integer in [0, 65536] (0: sampling.max_new_tokens)",
               self.turn_tokens)

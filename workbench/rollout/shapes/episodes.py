@@ -54,6 +54,9 @@ class EpisodeShape:
         self._box: Sandbox | None = None
         self._backend: Any = None
         self._metrics: dict[str, float] = {}
+        self.oversample = cfg.roc_oversample
+        """GRPO-RoC: the producer samples this many times each grant and keeps the grant (1: off;
+        `workbench.engine.episode_filter`)."""
 
     # -- the Shape protocol ----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -64,7 +67,17 @@ class EpisodeShape:
 
     def take_metrics(self) -> dict[str, float]:
         out, self._metrics = self._metrics, {}
+        for name in ("kept_correct", "sampled_correct"):  # GRPO-RoC: the error rate of what is trained on
+            calls = out.pop(f"episodes/roc_{name}_calls", None)
+            errors = out.pop(f"episodes/roc_{name}_errors", 0.0)
+            if calls is not None:
+                out[f"episodes/roc_{name}_tool_error_rate"] = errors / calls if calls else 0.0
         return out
+
+    def note_metrics(self, metrics: dict[str, float]) -> None:
+        """Add figures measured beside the shape (GRPO-RoC's counts) to the step's, summed over stages."""
+        for k, v in metrics.items():
+            self._metrics[k] = self._metrics.get(k, 0.0) + v
 
     def generate(self, model: torch.nn.Module, backend: Any, prompts: Sequence[Sequence[int]], keys: Sequence[int],
                  sampling: SamplingParams, seeds: Sequence[int] | None, version: int, pad_token_id: int, *,
