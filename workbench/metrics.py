@@ -35,6 +35,7 @@ PRESENT = {
     "tree": "with `rollout.shape = \"tree\"` (docs/rollout-shapes.md)",
     "episodes": "with `rollout.shape = \"episodes\"` (docs/episodes.md)",
     "roc": "with GRPO-RoC (`rollout.episodes.roc_oversample` > 1, docs/episode-allocation.md)",
+    "arpo": "with ARPO branching (`rollout.episodes.arpo_branch`, docs/episode-allocation.md)",
     "import": "on runs imported from other engines (`workbench import`)",
     "trl": "on runs logged live from TRL's trainer (`workbench.integrations.trl`)",
 }
@@ -145,6 +146,12 @@ CATALOGUE: tuple[Metric, ...] = (
            "GRPO-RoC kept (what is trained on; 0 without calls)", "1", _EP, "roc"),
     Metric("episodes/roc_sampled_correct_tool_error_rate", "share of failed tool calls in every correct episode "
            "sampled before GRPO-RoC's choice (0 without calls)", "1", _EP, "roc"),
+    Metric("episodes/arpo_draws", "ARPO branch draws made (one per tool result read while the group had slots "
+           "left)", "draws", _EP, "arpo"),
+    Metric("episodes/arpo_branches", "episodes grown as ARPO branches (a copy of a row after a tool result)",
+           "episodes", _EP, "arpo"),
+    Metric("episodes/arpo_fill", "whole episodes sampled to fill the slots no branch took", "episodes", _EP,
+           "arpo"),
     Metric("rollout/shape/drafts_dropped", "drafts dropped with their drafting weights past "
            "`rollout.speculative.max_draft_mb`", "rollouts", _SPEC, "speculative"),
     Metric("rollout/shape/verify_s", "seconds of the cached teacher-forced verification pass (inside "

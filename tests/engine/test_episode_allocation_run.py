@@ -1,6 +1,7 @@
 """Allocation inside episodes (issue #41) in the training loop, on the small tools organism with the real
 calculator: GRPO-RoC samples twice each grant, keeps the grant by its rule, stores the dropped episodes
-marked and never trains on them; with oversampling off a run is the uniform run, row for row."""
+marked and never trains on them; ARPO grows each grant as a tree of episodes; with both off a run is the
+uniform run, row for row."""
 
 from __future__ import annotations
 
@@ -60,13 +61,41 @@ def test_roc_keeps_the_grant_stores_the_dropped_and_never_trains_on_them(store_d
     assert {m.name for m in CATALOGUE if m.present == "roc"} <= names
 
 
-def test_roc_off_is_the_uniform_run(store_dir, tiny_tools_config):
-    """roc_oversample = 1 (its minimums changed, to show they are not read): the same episodes, rewards,
-    advantages and updates as a run without the option."""
+def test_roc_and_arpo_off_are_the_uniform_run(store_dir, tiny_tools_config):
+    """roc_oversample = 1 and arpo_branch off (their other settings changed, to show they are not read): the
+    same episodes, rewards, advantages and updates as a run without the options."""
     out = []
-    for over in ({}, {"rollout__episodes__roc_oversample": 1, "rollout__episodes__roc_min_correct": 5}):
+    for over in ({}, {"rollout__episodes__roc_oversample": 1, "rollout__episodes__roc_min_correct": 5,
+                      "rollout__episodes__arpo_branch": False, "rollout__episodes__arpo_initial": 0.25,
+                      "rollout__episodes__arpo_threshold": 1.0}):
         cfg = tiny_tools_config(steps=2, eval__every=0, eval__at_start=False, checkpoint__every=0, **over)
         out.append(_rows(store_dir, run(cfg, store=str(store_dir)))[0])
     a, b = out
     assert a.height == b.height == 64 and a["filter_kept"].null_count() == a.height
     assert a.select(COLS).to_dicts() == b.select(COLS).to_dicts()
+
+
+def test_arpo_grows_each_group_to_its_grant_as_a_tree_of_stored_episodes(store_dir, tiny_tools_config):
+    """arpo_threshold = 1: every tool result read while a group has slots makes a branch. Each prompt's
+    rows are its grant; a branch's stored tokens are its parent's up to a tool result; its decision is
+    stored; the figures add up."""
+    seen: dict[int, dict] = {}
+    cfg = tiny_tools_config(steps=2, eval__every=0, eval__at_start=False, checkpoint__every=0,
+                            rollout__episodes__arpo_branch=True, rollout__episodes__arpo_threshold=1.0)
+    rid = run(cfg, store=str(store_dir), on_step=lambda s, m: seen.__setitem__(s, m))
+    rows, alloc = _rows(store_dir, rid)
+    assert rows.height == int(alloc["granted"].sum()) == 64
+    by_idx = {(r["step"], r["stage"], r["prompt_id"], r["idx"]): r for r in rows.to_dicts()}
+    branched = rows.filter(pl.col("parent_idx").is_not_null())
+    assert branched.height == sum(seen[s]["episodes/arpo_branches"] for s in (1, 2)) > 0
+    for r in branched.to_dicts():
+        parent = by_idx[(r["step"], r["stage"], r["prompt_id"], r["parent_idx"])]
+        at = r["branch_at"]
+        assert r["token_ids"][:at] == parent["token_ids"][:at] and 0 < at < len(r["token_ids"])
+        assert r["branch_draw"] is not None and r["branch_entropy_before"] is not None
+    assert rows.filter(pl.col("parent_idx").is_null())["branch_draw"].null_count() == rows.height - branched.height
+    for s in (1, 2):  # each group of 4: 2 whole, then its 2 slots taken by branches or filled whole
+        assert seen[s]["episodes/arpo_branches"] + seen[s]["episodes/arpo_fill"] == 16
+        assert seen[s]["episodes/arpo_draws"] >= seen[s]["episodes/arpo_branches"]
+    names = set().union(*(m.keys() for m in seen.values()))
+    assert {m.name for m in CATALOGUE if m.present == "arpo"} <= names

@@ -115,7 +115,7 @@ def rollout_stage(s: Setup, rows: list[int], stage: int, temperature: float, gen
         version_end=shaped.version_end if shaped.version_end is not None else np.full(n, version, dtype=np.int64),
         segments=shaped.segments if shaped.segments is not None else np.ones(n, dtype=np.int32),
         shape=shaped.columns, loss_mask=None if shaped.loss_mask is None else shaped.loss_mask.cpu().bool(),
-        episodes=shaped.episodes, finish_reasons=shaped.finish_reasons,
+        episodes=shaped.episodes, finish_reasons=shaped.finish_reasons, branch=shaped.branch,
     )
     if factor > 1 and seeds is not None:
         with timer("verify"):

@@ -19,6 +19,9 @@ from workbench.tasks.rewards import terms_array
 
 log = logging.getLogger(__name__)
 
+BRANCH_COLUMNS = ("branch_entropy_before", "branch_entropy_after", "branch_draw")
+"""ARPO's branch decision per row (the store's `rollouts` columns of the same names)."""
+
 
 def _pad_to(x: torch.Tensor, width: int, value: float | int = 0) -> torch.Tensor:
     if x.shape[1] == width:
@@ -94,6 +97,8 @@ class Rollouts:
     """[N] float: the filter's penalty score of each row (NaN: not scored)."""
     filter_reason: list | None = None
     """[N] why the filter kept or dropped each row (`workbench.rollout.roc.REASONS`; None: not filtered)."""
+    branch: dict[str, np.ndarray] | None = None
+    """ARPO branching: `BRANCH_COLUMNS` -> [N] float (NaN: the row is not a branch); None: no branching."""
 
     @property
     def n(self) -> int:
@@ -176,9 +181,13 @@ def _cat_shape(parts: list[Rollouts]) -> dict[str, np.ndarray] | None:
 
 def _cat_filter(parts: list[Rollouts]) -> dict:
     """The parts' filter columns (unfiltered parts: kept, no penalty, no reason); none if no part has any."""
+    out: dict = {}
+    if any(p.branch is not None for p in parts):
+        out["branch"] = {k: np.concatenate([p.branch[k] if p.branch is not None else np.full(p.n, np.nan)
+                                            for p in parts]) for k in BRANCH_COLUMNS}
     if all(p.kept is None for p in parts):
-        return {}
-    return dict(kept=np.concatenate([p.kept_mask() for p in parts]),
+        return out
+    return dict(out,kept=np.concatenate([p.kept_mask() for p in parts]),
                 filter_penalty=np.concatenate([p.filter_penalty if p.filter_penalty is not None
                                                else np.full(p.n, np.nan) for p in parts]),
                 filter_reason=[x for p in parts for x in (p.filter_reason or [None] * p.n)])
@@ -304,6 +313,8 @@ def rollouts_table(
         cols["filter_penalty"] = pa.array(np.asarray(r.filter_penalty, dtype=np.float32), pa.float32(),
                                           from_pandas=True)
         cols["filter_reason"] = pa.array(list(r.filter_reason or [None] * n), pa.string())
+    for name in BRANCH_COLUMNS if r.branch is not None else ():  # ARPO: the decision that made a branch
+        cols[name] = pa.array(np.asarray(r.branch[name], dtype=np.float32), pa.float32(), from_pandas=True)
     if token_logprobs:
         cols["token_logprobs"] = _list_array(r.logprobs.cpu().float(), mask, lengths, pa.float32())
         cols["token_trainer_logprobs"] = _trainer_array(r.trainer_logprobs, mask, lengths)
