@@ -99,3 +99,21 @@ def test_arpo_grows_each_group_to_its_grant_as_a_tree_of_stored_episodes(store_d
         assert seen[s]["episodes/arpo_draws"] >= seen[s]["episodes/arpo_branches"]
     names = set().union(*(m.keys() for m in seen.values()))
     assert {m.name for m in CATALOGUE if m.present == "arpo"} <= names
+
+
+def test_a_branch_prefix_counts_once_against_a_token_budget():
+    """Row 1 branched from row 0 at response position 4 (3 model tokens and 1 tool token before it): the
+    budget's spend is 5 + 6 - 3 model tokens."""
+    import numpy as np
+    import torch
+
+    from workbench.engine.episode_filter import shared_model_tokens
+    from workbench.engine.steplog import Rollouts
+    from workbench.rollout.shapes import empty_columns
+
+    r = Rollouts.empty()
+    mask = torch.tensor([[1, 1, 1, 0, 1, 1, 0], [1, 1, 1, 0, 1, 1, 1]], dtype=torch.bool)
+    r.tokens, r.lengths = torch.zeros((2, 7), dtype=torch.long), torch.tensor([6, 7])
+    r.loss_mask, r.shape = mask, empty_columns(2, "episodes")
+    r.shape["branch_at"] = np.array([-1, 4])
+    assert r.model_tokens().tolist() == [5, 6] and shared_model_tokens(r) == 3

@@ -21,7 +21,7 @@ import torch
 
 from workbench.allocators.base import Budget, Candidate, GroupResult, PromptStats, StepContext, fit_to_budget
 from workbench.engine.context import RunContext
-from workbench.engine.episode_filter import granted, group_notes, oversample, roc_filter
+from workbench.engine.episode_filter import granted, group_notes, oversample, roc_filter, shared_model_tokens
 from workbench.engine.evaluate import decode
 from workbench.engine.setup import Setup, StepState
 from workbench.engine.steplog import Rollouts
@@ -200,7 +200,8 @@ def collect(run: RunContext, step: int, version: int | None = None, *,
             for row in alloc_rows[-len(grants):] if notes else []:
                 note = notes.get(s.prompts.index[row["prompt_id"]])
                 row["reason"] = f"{row['reason']}; {note}" if note else row["reason"]
-            spent = len(rows) if budget.kind == "rollouts" else int(part.model_tokens().sum())  # never tool tokens
+            spent = len(rows) if budget.kind == "rollouts" else \
+                int(part.model_tokens().sum()) - shared_model_tokens(part)  # never tool tokens; a branch's prefix once
             ctx.budget = dataclasses.replace(ctx.budget, used=ctx.budget.used + spent)
         for row in alloc_rows[-len(grants):] if grants else []:
             row["budget_left"] = ctx.budget.left

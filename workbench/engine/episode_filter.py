@@ -6,6 +6,9 @@ by `workbench.rollout.roc.select`. Every sampled row stays in the step's `Rollou
 with `kept`, its penalty and the reason; a dropped row is never trained on (the update's rows are the
 kept ones), never enters the group the allocator and the per-prompt statistics see, and its model tokens
 count against a token budget (they were generated). With `roc_oversample = 1` none of this runs.
+
+`shared_model_tokens` is the other budget fact of allocation inside episodes: an ARPO branch's prefix was
+sampled once, by its parent, and a token budget counts it once.
 """
 
 from __future__ import annotations
@@ -89,3 +92,13 @@ def group_notes(r: Rollouts) -> dict[int, str]:
                        f"{why['wrong_sampled']} of {n_w} wrong (uniform)" if not why["whole_group"]
                        else f"roc: whole group of {why['whole_group']}")
     return out
+
+
+def shared_model_tokens(r: Rollouts) -> int:
+    """Model tokens the rows of `r` hold twice: an ARPO branch's sampled tokens before its branch point
+    (its parent sampled them; the budget counts them once)."""
+    if r.shape is None or r.loss_mask is None:
+        return 0
+    at = np.asarray(r.shape["branch_at"], dtype=np.int64)
+    mask = r.train_mask()
+    return int(sum(int(mask[i, :at[i]].sum()) for i in np.flatnonzero(at > 0)))
