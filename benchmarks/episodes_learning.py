@@ -53,7 +53,7 @@ def _one(arm: str, seed: int, store_dir: str, steps: int, budget: int, threads: 
     from workbench.store import open_store
 
     over = arm_overrides(arm, steps, budget)
-    cfg = load_config(CONFIG, [f"{k}={_toml(v)}" for k, v in over.items()] +
+    cfg = load_config(CONFIG, [f"{k}={toml_value(v)}" for k, v in over.items()] +
                       [f"seed={seed}", f"name=\"tools-{arm}-s{seed}\"", f"model.threads={threads}"])
     t = time.perf_counter()
     rid = run(cfg, store=store_dir)
@@ -78,7 +78,8 @@ def _one(arm: str, seed: int, store_dir: str, steps: int, budget: int, threads: 
     return out
 
 
-def _toml(v: Any) -> str:
+def toml_value(v: Any) -> str:
+    """A value as a `--set` override writes it (TOML: booleans lower case, strings quoted)."""
     return ("true" if v else "false") if isinstance(v, bool) else f'"{v}"' if isinstance(v, str) else str(v)
 
 

@@ -59,6 +59,17 @@ def test_roc_keeps_the_grant_stores_the_dropped_and_never_trains_on_them(store_d
     names = set().union(*(m.keys() for m in seen.values()))
     assert sorted(n for n in names if lookup(n) is None) == []
     assert {m.name for m in CATALOGUE if m.present == "roc"} <= names
+    _decision_bytes_under_5_percent(store_dir, rid, rows, alloc)
+
+
+def _decision_bytes_under_5_percent(store_dir, rid, rows, alloc):
+    """The issue's bound: the decision columns (and RoC's reason text) add at most 5% to an episode's bytes
+    (Parquet, zstd; `benchmarks.episode_allocation.decision_bytes`), and more than nothing."""
+    from benchmarks.episode_allocation import decision_bytes
+
+    with open_store(str(store_dir)) as st:
+        turns, calls = st.episode_turns(rid), st.episode_tool_calls(rid)
+    assert 0 < decision_bytes(rows, turns, calls, alloc) <= 5.0
 
 
 def test_roc_and_arpo_off_are_the_uniform_run(store_dir, tiny_tools_config):
@@ -99,6 +110,7 @@ def test_arpo_grows_each_group_to_its_grant_as_a_tree_of_stored_episodes(store_d
         assert seen[s]["episodes/arpo_draws"] >= seen[s]["episodes/arpo_branches"]
     names = set().union(*(m.keys() for m in seen.values()))
     assert {m.name for m in CATALOGUE if m.present == "arpo"} <= names
+    _decision_bytes_under_5_percent(store_dir, rid, rows, alloc)
 
 
 def test_a_branch_prefix_counts_once_against_a_token_budget():
