@@ -19,6 +19,11 @@ How it works (one `torch.inference_mode` loop over a `DynamicCache`, as `HFBacke
    what `HFBackend.generate` draws.
 5. Limits per episode (`EpisodeLimits`): tokens per turn, assistant turns, tool calls, model tokens,
    total tokens (model + tool); the first one reached ends the episode and names its finish reason.
+6. With `branching` (ARPO, `Branching`; the episodes shape's `arpo_branch`): when a row has read a whole tool
+   result and its group has slots left, ARPO's draw decides whether it branches; a branch is a copy of the
+   row's turns and of its cache row (`batch_select_indices` on an index naming the row twice), diverging at
+   the first token after the result, sampling from a stream of its own. The batch grows; `parents`,
+   `branch_at` and `decisions` say how. Without it nothing of this runs.
 
 The engine turns the result into `workbench.episodes.Episode` rows (`to_episodes`) and the loss mask
 (sampled tokens only). vLLM and Ray run episodes by other means (not here; see docs/episodes.md).
