@@ -79,6 +79,11 @@ def _one(arm: str, seed: int, store_dir: str, steps: int, budget: int, threads: 
     return out
 
 
+def toml_value(v: Any) -> str:
+    """A value as a `--set` override writes it (TOML: booleans lower case, strings quoted)."""
+    return ("true" if v else "false") if isinstance(v, bool) else f'"{v}"' if isinstance(v, str) else str(v)
+
+
 def bench_episodes_learning(store_dir: str, *, seeds: tuple[int, ...] = (0, 1, 2), steps: int = 60,
                             budget: int = 2560, no_tool_budget: int | None = None,
                             threads: int = 1, extra: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -34,6 +34,8 @@ PRESENT = {
     "speculative": "with `rollout.shape = \"speculative\"` (docs/rollout-shapes.md)",
     "tree": "with `rollout.shape = \"tree\"` (docs/rollout-shapes.md)",
     "episodes": "with `rollout.shape = \"episodes\"` (docs/episodes.md)",
+    "roc": "with GRPO-RoC (`rollout.episodes.roc_oversample` > 1, docs/episode-allocation.md)",
+    "arpo": "with ARPO branching (`rollout.episodes.arpo_branch`, docs/episode-allocation.md)",
     "import": "on runs imported from other engines (`workbench import`)",
     "trl": "on runs logged live from TRL's trainer (`workbench.integrations.trl`)",
 }
@@ -134,6 +136,22 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("episodes/entropy_after_tool_delta", "median over the step's post-tool turns of the mean entropy of "
            "their first 10 tokens minus the episode's first turn's (ARPO's observation: > 0 means entropy rises "
            "after tool feedback); absent when no episode read a result", "nats", _EP, "episodes"),
+    Metric("episodes/roc_sampled", "episodes sampled under GRPO-RoC (`rollout.episodes.roc_oversample` x the "
+           "grants)", "episodes", _EP, "roc"),
+    Metric("episodes/roc_dropped", "episodes GRPO-RoC sampled and dropped (stored, never trained on)", "episodes",
+           _EP, "roc"),
+    Metric("episodes/roc_dropped_model_tokens", "model tokens of the dropped episodes (spent, not trained on)",
+           "tokens", _EP, "roc"),
+    Metric("episodes/roc_kept_correct_tool_error_rate", "share of failed tool calls in the correct episodes "
+           "GRPO-RoC kept (what is trained on; 0 without calls)", "1", _EP, "roc"),
+    Metric("episodes/roc_sampled_correct_tool_error_rate", "share of failed tool calls in every correct episode "
+           "sampled before GRPO-RoC's choice (0 without calls)", "1", _EP, "roc"),
+    Metric("episodes/arpo_draws", "ARPO branch draws made (one per tool result read while the group had slots "
+           "left)", "draws", _EP, "arpo"),
+    Metric("episodes/arpo_branches", "episodes grown as ARPO branches (a copy of a row after a tool result)",
+           "episodes", _EP, "arpo"),
+    Metric("episodes/arpo_fill", "whole episodes sampled to fill the slots no branch took", "episodes", _EP,
+           "arpo"),
     Metric("rollout/shape/drafts_dropped", "drafts dropped with their drafting weights past "
            "`rollout.speculative.max_draft_mb`", "rollouts", _SPEC, "speculative"),
     Metric("rollout/shape/verify_s", "seconds of the cached teacher-forced verification pass (inside "

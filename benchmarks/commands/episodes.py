@@ -1,6 +1,7 @@
 """`workbench bench episodes`: the organism's tool task at its warm start, with and without the calculator
 (benchmarks/episodes_bench.py); `workbench bench episodes-learning`: RL on it with and without the tool,
-over seeds (benchmarks/episodes_learning.py)."""
+over seeds (benchmarks/episodes_learning.py); `workbench bench episode-allocation`: GRPO-RoC and ARPO branching
+against uniform episodes at the same budget (benchmarks/episode_allocation.py)."""
 
 from __future__ import annotations
 
@@ -76,3 +77,29 @@ def register(bench: typer.Typer) -> None:
             if value < 1:
                 raise ConfigError(f"bench episodes-page: {name} must be >= 1, got {value}")
         print_result(run_bench(str(store_path(store)), episodes=episodes, repeats=repeats), as_json)
+
+    @bench.command("episode-allocation")
+    def bench_episode_allocation(
+        seeds: str = typer.Option("0,1,2", "--seeds", help="Comma-separated run seeds (each arm runs each)."),
+        steps: int = typer.Option(40, "--steps", help="Training steps per run."),
+        budget: int = typer.Option(1024, "--budget", help="Model tokens per step, every arm."),
+        threads: int = typer.Option(1, "--threads", help="torch threads per run."),
+        store: StoreOpt = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Uniform episodes, GRPO-RoC and ARPO branching on the tools organism at the same model-token budget:
+        held-out pass@1 with 90% t-intervals over seeds, RoC's trained correct episodes' tool error rate
+        against uniform's, the entropy after tool results against the first turn's, and the store bytes the
+        decision columns add."""
+        from benchmarks.episode_allocation import bench_episode_allocation as run_bench
+        from workbench.errors import ConfigError
+
+        try:
+            seed_list = tuple(int(x) for x in seeds.split(",") if x.strip())
+        except ValueError:
+            raise ConfigError(f"bench episode-allocation: --seeds must be integers separated by commas, got {seeds!r}")
+        for name, value in (("--steps", steps), ("--budget", budget), ("--threads", threads), ("seeds", len(seed_list))):
+            if value < 1:
+                raise ConfigError(f"bench episode-allocation: {name} must be >= 1, got {value}")
+        print_result(run_bench(str(store_path(store)), seeds=seed_list, steps=steps, budget=budget, threads=threads),
+                     as_json)

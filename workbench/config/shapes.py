@@ -94,9 +94,36 @@ class EpisodesConfig:
     counts."""
     max_total_tokens: int = 128
     """Model tokens plus tool-result tokens (finish reason `total_tokens`): the longest row the update sees."""
+    roc_oversample: int = 1
+    """GRPO-RoC (rStar2-Agent): sample this many times the episodes the allocator grants a prompt, keep as many as
+    it granted (correct ones with the lowest penalty, wrong ones a uniform sample, in proportion); the others are
+    stored, marked dropped, never trained on (docs/episode-allocation.md). 1: off, 2: the paper's, at most 8."""
+    roc_min_correct: int = 2
+    """GRPO-RoC: correct episodes kept at least, when that many were sampled (rStar's min_non_zero_reward_trace_num)."""
+    roc_min_wrong: int = 2
+    """GRPO-RoC: wrong episodes kept at least, when that many were sampled (rStar's min_zero_reward_trace_num)."""
+    arpo_branch: bool = False
+    """ARPO: grow each prompt's group from `arpo_initial` of it sampled whole, branching episodes after tool
+    results where the entropy rose (docs/episode-allocation.md); the shortfall is filled with whole episodes.
+    Off: every episode sampled whole (the uniform run)."""
+    arpo_initial: float = 0.5
+    """ARPO: share of a prompt's group sampled as whole episodes first (the code's 8 of 16), at least one."""
+    arpo_window: int = 20
+    """ARPO: tokens of a turn whose entropies are summed (over ln |V|) for the branch rule (the code's 20)."""
+    arpo_alpha: float = 0.2
+    """ARPO: weight of the entropy change in the branch draw: branch when clip(u - alpha * dH, 0, 1) <= threshold."""
+    arpo_threshold: float = 0.5
+    """ARPO: the branch draw's threshold (the code's branch_probability, 0.5)."""
 
     def __post_init__(self) -> None:
         w = "rollout.episodes."
+        check(1 <= self.roc_oversample <= 8, w + "roc_oversample", "an integer in [1, 8] (1: off)", self.roc_oversample)
+        check(self.roc_min_correct >= 0, w + "roc_min_correct", "an integer >= 0", self.roc_min_correct)
+        check(self.roc_min_wrong >= 0, w + "roc_min_wrong", "an integer >= 0", self.roc_min_wrong)
+        check(0 < self.arpo_initial <= 1, w + "arpo_initial", "a share in (0, 1]", self.arpo_initial)
+        check(1 <= self.arpo_window <= 4096, w + "arpo_window", "an integer in [1, 4096] (tokens)", self.arpo_window)
+        check(self.arpo_alpha >= 0, w + "arpo_alpha", "a number >= 0", self.arpo_alpha)
+        check(0 <= self.arpo_threshold <= 1, w + "arpo_threshold", "a number in [0, 1]", self.arpo_threshold)
         check(1 <= self.max_turns <= 64, w + "max_turns", "an integer in [1, 64]", self.max_turns)
         check(0 <= self.turn_tokens <= 65536, w + "turn_tokens", "an integer in [0, 65536] (0: sampling.max_new_tokens)",
               self.turn_tokens)

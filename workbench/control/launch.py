@@ -15,6 +15,7 @@ than the dashboard and with torch's threads waiting quietly (`workbench.control.
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 import socket
@@ -88,8 +89,8 @@ def resolve_config(
     else:
         data = load_config(config).to_dict()
     if isinstance(overrides, dict):
-        for key, value in overrides.items():
-            _set_nested(data, key, value)
+        for key, value in overrides.items():  # a copy: a later dotted key must not write into the caller's dict
+            _set_nested(data, key, copy.deepcopy(value))
     elif overrides:
         data = apply_overrides(data, list(overrides))
     if name:

@@ -21,6 +21,7 @@ import torch
 
 from workbench.allocators.base import Budget, Candidate, GroupResult, PromptStats, StepContext, fit_to_budget
 from workbench.engine.context import RunContext
+from workbench.engine.episode_filter import granted, group_notes, oversample, roc_filter, shared_model_tokens
 from workbench.engine.evaluate import decode
 from workbench.engine.setup import Setup, StepState
 from workbench.engine.steplog import Rollouts
@@ -86,9 +87,12 @@ def rollout_stage(s: Setup, rows: list[int], stage: int, temperature: float, gen
     cfg = s.cfg.sampling
     sampling = SamplingParams(temperature=temperature, top_p=cfg.top_p, top_k=cfg.top_k,
                               max_new_tokens=cfg.max_new_tokens)
+    shape = s.shape if seeds is not None else IndependentShape()  # unseeded (a `gen`): plain sampling
+    factor, keep = int(getattr(shape, "oversample", 1)), granted(rows)
+    if factor > 1 and seeds is not None:  # GRPO-RoC: sample factor x each grant, keep the grant (below)
+        rows, seeds = oversample(rows, seeds, factor)
     n = len(rows)
     with timer("generate"):  # the one generate seam: the run's rollout shape (independent, speculative, tree)
-        shape = s.shape if seeds is not None else IndependentShape()  # unseeded (a `gen`): plain sampling
         options: dict[str, Any] = {"generator": gen} if seeds is None else {"feed": feed} if feed is not None else {}
         shaped = shape.generate(s.model, s.backend, [s.prompts.train_tok[i] for i in rows], rows, sampling, seeds,
                                 version if feed is not None else s.backend.policy_version, s.pad_id, **options)
@@ -99,7 +103,7 @@ def rollout_stage(s: Setup, rows: list[int], stage: int, temperature: float, gen
         model_tokens = (batch.lengths if shaped.loss_mask is None else shaped.loss_mask.sum(1)).cpu().numpy()
         scored = score(s.cfg.rewards, s.task, [s.prompts.train[i] for i in rows], texts, model_tokens,
                        batch.finished.cpu().numpy(), max_new_tokens=cfg.max_new_tokens)
-    return Rollouts(
+    r = Rollouts(
         tokens=batch.tokens.cpu(), logprobs=batch.logprobs.float().cpu(), entropy=batch.entropy.float().cpu(),
         lengths=batch.lengths.cpu().long(), finished=batch.finished.cpu().bool(),
         prompt=np.asarray(rows, dtype=np.int64), stage=np.full(n, stage, dtype=np.int32),
@@ -111,8 +115,12 @@ def rollout_stage(s: Setup, rows: list[int], stage: int, temperature: float, gen
         version_end=shaped.version_end if shaped.version_end is not None else np.full(n, version, dtype=np.int64),
         segments=shaped.segments if shaped.segments is not None else np.ones(n, dtype=np.int32),
         shape=shaped.columns, loss_mask=None if shaped.loss_mask is None else shaped.loss_mask.cpu().bool(),
-        episodes=shaped.episodes, finish_reasons=shaped.finish_reasons,
+        episodes=shaped.episodes, finish_reasons=shaped.finish_reasons, branch=shaped.branch,
     )
+    if factor > 1 and seeds is not None:
+        with timer("verify"):
+            shape.note_metrics(roc_filter(r, keep, seeds, s.cfg.rollout.episodes))
+    return r
 
 
 def reused_row(reuse: dict[str, dict[str, Any]], prompt_id: str, prompt: int, stage: int) -> Rollouts:
@@ -152,7 +160,8 @@ def collect(run: RunContext, step: int, version: int | None = None, *,
     s, state, live, timer = run.parts, run.state.step, run.state.live, PhaseTimer()
     cfg, train = s.cfg, s.prompts.train
     alloc = live.allocator
-    budget = Budget(live.budget_kind, live.budget, 0, state.tokens_per_rollout)
+    # a granted rollout costs what is sampled for it: GRPO-RoC samples `oversample` x each grant
+    budget = Budget(live.budget_kind, live.budget, 0, state.tokens_per_rollout * getattr(s.shape, "oversample", 1))
     rng = np.random.default_rng([cfg.seed, step, 0xA110C])
     stats = state.stats
 
@@ -187,7 +196,12 @@ def collect(run: RunContext, step: int, version: int | None = None, *,
                                  seeds=stage_seeds(cfg.seed, step, stage, rows), version=version, feed=feed)
             parts.append(part)
             _pool(results, part, s, stage)
-            spent = len(rows) if budget.kind == "rollouts" else int(part.model_tokens().sum())  # never tool tokens
+            notes = group_notes(part)  # GRPO-RoC's decision per group, in its allocation's reason
+            for row in alloc_rows[-len(grants):] if notes else []:
+                note = notes.get(s.prompts.index[row["prompt_id"]])
+                row["reason"] = f"{row['reason']}; {note}" if note else row["reason"]
+            spent = len(rows) if budget.kind == "rollouts" else \
+                int(part.model_tokens().sum()) - shared_model_tokens(part)  # never tool tokens; a branch's prefix once
             ctx.budget = dataclasses.replace(ctx.budget, used=ctx.budget.used + spent)
         for row in alloc_rows[-len(grants):] if grants else []:
             row["budget_left"] = ctx.budget.left
@@ -230,7 +244,7 @@ def _fold_in(s: Setup, state: StepState, r: Rollouts, results: dict[str, GroupRe
     gidx = np.asarray([group_of[p] for p in pids], dtype=np.int64)  # one pass, not one per group
     model_tokens = r.model_tokens()  # episodes: the model's tokens, never a tool result's
     for g, pid in enumerate(results):
-        k = (gidx == g) & onp
+        k = (gidx == g) & onp & r.kept_mask()  # a filter's dropped rows: not in the prompt's statistics
         state.stats[pid].update(r.rewards[k].tolist(), step, int(model_tokens[torch.as_tensor(k)].sum()),
                                 s.cfg.allocator.stats_decay, correct=ok[k].tolist())
     _remember_correct(state.reuse, r, pids)
@@ -240,8 +254,10 @@ def _fold_in(s: Setup, state: StepState, r: Rollouts, results: dict[str, GroupRe
 
 
 def _pool(results: dict[str, GroupResult], part: Rollouts, s: Setup, stage: int) -> None:
-    model_tokens = part.model_tokens()
+    model_tokens, kept = part.model_tokens(), part.kept_mask()
     for i, (p, rew, ok) in enumerate(zip(part.prompt, part.rewards, part.correct_mask())):
+        if not kept[i]:  # dropped by a filter (GRPO-RoC): the group is what the allocator granted
+            continue
         pid = s.prompts.train[int(p)].id
         g = results.setdefault(pid, GroupResult(pid, []))
         g.rewards.append(float(rew))
@@ -252,7 +268,7 @@ def _pool(results: dict[str, GroupResult], part: Rollouts, s: Setup, stage: int)
 
 def _remember_correct(reuse: dict[str, dict[str, Any]], r: Rollouts, pids: list[str]) -> None:
     """Keep each prompt's latest on-policy correct response (for allocators that reuse responses)."""
-    for i in np.flatnonzero(r.correct_mask() & ~r.off_policy):
+    for i in np.flatnonzero(r.correct_mask() & ~r.off_policy & r.kept_mask()):
         n = int(r.lengths[i])
         reuse[pids[i]] = dict(tokens=r.tokens[i, :n].tolist(), logprobs=r.logprobs[i, :n].tolist(),
                               entropy=r.entropy[i, :n].tolist(), finished=bool(r.finished[i]),

@@ -225,7 +225,7 @@ def learn(ctx: RunContext, batch: Batch, timer: PhaseTimer) -> Update:
     gidx = np.asarray([group_of[s.prompts.train[int(i)].id] for i in r.prompt], dtype=np.int64)
     group_used = np.asarray([bool(alloc.use_in_update(g)) for g in results.values()], dtype=bool)
     group_signal = np.asarray([g.has_signal for g in results.values()], dtype=bool)
-    used, signal = group_used[gidx], group_signal[gidx]
+    used, signal = group_used[gidx] & r.kept_mask(), group_signal[gidx]  # a filter's dropped rows: never trained
     adv = np.zeros(r.n)
     metrics: dict[str, float] = {}
     if used.any():

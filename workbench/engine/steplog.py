@@ -19,6 +19,9 @@ from workbench.tasks.rewards import terms_array
 
 log = logging.getLogger(__name__)
 
+BRANCH_COLUMNS = ("branch_entropy_before", "branch_entropy_after", "branch_draw")
+"""ARPO's branch decision per row (the store's `rollouts` columns of the same names)."""
+
 
 def _pad_to(x: torch.Tensor, width: int, value: float | int = 0) -> torch.Tensor:
     if x.shape[1] == width:
@@ -87,10 +90,23 @@ class Rollouts:
     finish_reasons: list[str] | None = None
     """[N] why each row ended when it is not just stop / length (episodes: turns, tool_calls,
     model_tokens, total_tokens; `workbench.episodes.FINISH_REASONS`); None: from `finished`."""
+    kept: np.ndarray | None = None
+    """[N] bool: the row is kept for the update by a filter (GRPO-RoC, `workbench.rollout.roc`); a dropped row is
+    stored, never trained on; None: every row kept."""
+    filter_penalty: np.ndarray | None = None
+    """[N] float: the filter's penalty score of each row (NaN: not scored)."""
+    filter_reason: list | None = None
+    """[N] why the filter kept or dropped each row (`workbench.rollout.roc.REASONS`; None: not filtered)."""
+    branch: dict[str, np.ndarray] | None = None
+    """ARPO branching: `BRANCH_COLUMNS` -> [N] float (NaN: the row is not a branch); None: no branching."""
 
     @property
     def n(self) -> int:
         return int(self.tokens.shape[0])
+
+    def kept_mask(self) -> np.ndarray:
+        """[N] bool: the rows a filter kept for the update (all of them without a filter)."""
+        return np.ones(self.n, dtype=bool) if self.kept is None else np.asarray(self.kept, dtype=bool)
 
     def train_mask(self) -> torch.Tensor:
         """[N, T] bool: the tokens the loss sees (within the length, and sampled by the model)."""
@@ -142,6 +158,7 @@ class Rollouts:
                       if any(p.episodes is not None for p in parts) else None),
             finish_reasons=([f for p in parts for f in (p.finish_reasons or p.default_finish())]
                             if any(p.finish_reasons is not None for p in parts) else None),
+            **_cat_filter(parts),
         )
 
     def default_finish(self) -> list[str]:
@@ -160,6 +177,20 @@ def _cat_shape(parts: list[Rollouts]) -> dict[str, np.ndarray] | None:
 
     cols = [p.shape if p.shape is not None else empty_columns(p.n, "independent") for p in parts]
     return {k: np.concatenate([c[k] for c in cols]) for k in SHAPE_COLUMNS}
+
+
+def _cat_filter(parts: list[Rollouts]) -> dict:
+    """The parts' filter columns (unfiltered parts: kept, no penalty, no reason); none if no part has any."""
+    out: dict = {}
+    if any(p.branch is not None for p in parts):
+        out["branch"] = {k: np.concatenate([p.branch[k] if p.branch is not None else np.full(p.n, np.nan)
+                                            for p in parts]) for k in BRANCH_COLUMNS}
+    if all(p.kept is None for p in parts):
+        return out
+    return dict(out,kept=np.concatenate([p.kept_mask() for p in parts]),
+                filter_penalty=np.concatenate([p.filter_penalty if p.filter_penalty is not None
+                                               else np.full(p.n, np.nan) for p in parts]),
+                filter_reason=[x for p in parts for x in (p.filter_reason or [None] * p.n)])
 
 
 def _cat_or_none(parts: list[Rollouts], name: str) -> np.ndarray | None:
@@ -280,6 +311,13 @@ def rollouts_table(
         summary = [ep.summary() if ep is not None else None for ep in r.episodes]
         for name in ("turns", "tool_calls", "tool_errors", "tool_tokens"):
             cols[name] = pa.array([x[name] if x is not None else None for x in summary], pa.int32())
+    if r.kept is not None:  # a filter (GRPO-RoC): kept or dropped, the penalty, the reason
+        cols["filter_kept"] = pa.array(r.kept_mask(), pa.bool_())
+        cols["filter_penalty"] = pa.array(np.asarray(r.filter_penalty, dtype=np.float32), pa.float32(),
+                                          from_pandas=True)
+        cols["filter_reason"] = pa.array(list(r.filter_reason or [None] * n), pa.string())
+    for name in BRANCH_COLUMNS if r.branch is not None else ():  # ARPO: the decision that made a branch
+        cols[name] = pa.array(np.asarray(r.branch[name], dtype=np.float32), pa.float32(), from_pandas=True)
     if token_logprobs:
         cols["token_logprobs"] = _list_array(r.logprobs.cpu().float(), mask, lengths, pa.float32())
         cols["token_trainer_logprobs"] = _trainer_array(r.trainer_logprobs, mask, lengths)

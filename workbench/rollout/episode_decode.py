@@ -19,6 +19,11 @@ How it works (one `torch.inference_mode` loop over a `DynamicCache`, as `HFBacke
    what `HFBackend.generate` draws.
 5. Limits per episode (`EpisodeLimits`): tokens per turn, assistant turns, tool calls, model tokens,
    total tokens (model + tool); the first one reached ends the episode and names its finish reason.
+6. With `branching` (ARPO, `Branching`; the episodes shape's `arpo_branch`): when a row has read a whole tool
+   result and its group has slots left, ARPO's draw decides whether it branches; a branch is a copy of the
+   row's turns and of its cache row (`batch_select_indices` on an index naming the row twice), diverging at
+   the first token after the result, sampling from a stream of its own. The batch grows; `parents`,
+   `branch_at` and `decisions` say how. Without it nothing of this runs.
 
 The engine turns the result into `workbench.episodes.Episode` rows (`to_episodes`) and the loss mask
 (sampled tokens only). vLLM and Ray run episodes by other means (not here; see docs/episodes.md).
@@ -26,6 +31,7 @@ The engine turns the result into `workbench.episodes.Episode` rows (`to_episodes
 
 from __future__ import annotations
 
+import math
 import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait, FIRST_COMPLETED
 from dataclasses import dataclass, field
@@ -86,6 +92,15 @@ class EpisodeBatch:
     gen_time_s: float
     tool_time_s: float
     """Wall seconds the loop spent blocked on tools with no row left to decode."""
+    parents: list[int] = field(default_factory=list)
+    """ARPO branching: each row's parent row (-1: a root, sampled whole); empty without branching."""
+    branch_at: list[int] = field(default_factory=list)
+    """ARPO branching: the response position (tokens after the prompt) a branch starts at (-1: a root)."""
+    decisions: list[tuple[float, float, float] | None] = field(default_factory=list)
+    """ARPO branching: per branch (entropy of the first turn, entropy of the turn before the branch
+    point, the draw u); None for a root."""
+    draws: int = 0
+    """ARPO branching: branch draws made (after every tool result while the group had slots left)."""
 
     @property
     def model_tokens(self) -> list[int]:
@@ -110,8 +125,10 @@ def decode_episodes(backend: HFBackend, prompts: Sequence[Sequence[int]], sampli
                     limits: EpisodeLimits, call_end_ids: Sequence[int], run_tool: ToolRunner,
                     result_tokens: ResultTokens, seeds: Sequence[int] | None = None,
                     generator: torch.Generator | None = None, max_workers: int = 8,
-                    ends_call: Callable[[list[int]], bool] | None = None) -> EpisodeBatch:
-    """Sample one episode per prompt (token ids, BOS included); see the module docstring."""
+                    ends_call: Callable[[list[int]], bool] | None = None,
+                    branching: "Branching | None" = None) -> EpisodeBatch:
+    """Sample one episode per prompt (token ids, BOS included); see the module docstring. With
+    `branching` (ARPO, seeds required) rows branch after tool results and the batch grows."""
     validate_sampling(sampling)
     if seeds is not None and len(seeds) != len(prompts):
         raise WorkbenchError(f"decode_episodes: {len(seeds)} seeds for {len(prompts)} prompts (one per prompt)")
@@ -124,11 +141,19 @@ def decode_episodes(backend: HFBackend, prompts: Sequence[Sequence[int]], sampli
             loop = _Loop(backend, prompts, sampling, limits, set(int(i) for i in call_end_ids), run_tool,
                          result_tokens, _uniform_table(seeds, len(prompts), limits.max_model_tokens), generator, pool)
             loop.ends_call = ends_call
+            if branching is not None:
+                if seeds is None:
+                    raise WorkbenchError("decode_episodes: ARPO branching needs the rows' seeds")
+                loop.tree = _Tree(branching, list(seeds), loop)
             loop.run()
     finally:
         model.train(was_training)
-    return EpisodeBatch(turns=loop.turns, finish_reasons=loop.finish, gen_time_s=time.perf_counter() - start,
-                        tool_time_s=loop.blocked_s)
+    out = EpisodeBatch(turns=loop.turns, finish_reasons=loop.finish, gen_time_s=time.perf_counter() - start,
+                       tool_time_s=loop.blocked_s)
+    if loop.tree is not None:
+        out.parents, out.branch_at, out.decisions = loop.tree.parents, loop.tree.branch_at, loop.tree.decisions
+        out.draws = loop.tree.draws
+    return out
 
 
 GEN, FEED, WAIT, DONE = range(4)
@@ -157,6 +182,8 @@ class _Loop:
         self.blocked_s = 0.0
         self.ends_call: Callable[[list[int]], bool] | None = None
         self.steps = 0  # decoding steps (forward passes) so far
+        self.tree: _Tree | None = None
+        self.extra_uniforms: dict[int, torch.Tensor] = {}  # rows born by branching: their own streams
         state = backend._prefill(prompts)
         self.cache, self.logits, self.mask, self.next_pos = state.cache, state.logits, state.mask, state.next_pos
         self.rows = list(range(n))  # working-batch row -> output row
@@ -199,6 +226,8 @@ class _Loop:
             self._maybe_compact()
             if tokens:  # nothing to feed: every live row waits for its tool (blocks next round)
                 self._forward(tokens)
+            if self.tree is not None:
+                self.tree.branch()
 
     # -- one step ------------------------------------------------------------------------------------
     def _step_tokens(self) -> dict[int, int]:
@@ -209,7 +238,13 @@ class _Loop:
             logp = sampling_logprobs(self.logits[gen], self.sampling)
             uniform = None
             if self.uniforms is not None:
-                uniform = self.uniforms[[self.sampled[self.rows[i]] for i in gen], [self.rows[i] for i in gen]]
+                n0 = self.uniforms.shape[1]
+                out_rows = [self.rows[i] for i in gen]
+                if not self.extra_uniforms:
+                    uniform = self.uniforms[[self.sampled[r] for r in out_rows], out_rows]
+                else:  # ARPO branches draw from their own streams
+                    uniform = torch.stack([self.uniforms[self.sampled[r], r] if r < n0 else
+                                           self.extra_uniforms[r][self.sampled[r]] for r in out_rows])
             tok = sample_tokens(logp, self.sampling.top_k == 1, self.generator, uniform)
             lp = logp.gather(-1, tok.unsqueeze(-1)).squeeze(-1)
             ent = torch.special.entr(logp.exp()).sum(-1)
@@ -230,6 +265,8 @@ class _Loop:
                     else:
                         self.state[r] = GEN
                         self.turns[r].append(RowTurn("assistant", started_s=self._now()))
+                        if self.tree is not None:  # ARPO: a branch point, decided after this step's forward
+                            self.tree.points.append(r)
         return {r: t for r, t in fed.items() if t is not None}
 
     def _sampled(self, r: int, tok: int, lp: float, ent: float) -> int | None:
@@ -313,6 +350,13 @@ class _Loop:
             self.rows = [self.rows[i] for i in keep]
             self.logits, self.mask, self.next_pos = self.logits[index], self.mask[index], self.next_pos[index]
 
+    def grow(self, sources: list[int], rows: list[int]) -> None:
+        """Append copies of working rows `sources` (cache, logits, mask, position) as output rows `rows`."""
+        index = torch.tensor(list(range(len(self.rows))) + sources, dtype=torch.long, device=self.b.device)
+        self.cache.batch_select_indices(index)
+        self.logits, self.mask, self.next_pos = self.logits[index], self.mask[index], self.next_pos[index]
+        self.rows = self.rows + rows
+
     def _forward(self, fed: dict[int, int]) -> None:
         dev = self.b.device
         tok = torch.tensor([fed.get(r, self.b.pad_token_id) for r in self.rows], dtype=torch.long, device=dev)
@@ -322,6 +366,92 @@ class _Loop:
         keep = real.bool()
         self.logits = torch.where(keep.unsqueeze(-1), logits, self.logits)
         self.next_pos = self.next_pos + real
+
+
+@dataclass(frozen=True)
+class Branching:
+    """ARPO's branching (arXiv 2507.19849; `docs/episode-allocation.md`): after each tool result a row
+    branches (a copy of its cache and turns, diverging at the first token after the result) when
+    clip(u - alpha * dH, 0, 1) <= threshold, dH being the entropy of the turn that made the call minus the
+    first turn's (each: the sum of the first `window` tokens' entropies over ln |V|), while its group has
+    slots left."""
+
+    slots: dict[int, int]
+    """Branches each group (its rows' seed) may still grow."""
+    window: int = 20
+    alpha: float = 0.2
+    threshold: float = 0.5
+    vocab: int = 2
+
+
+BRANCH_STREAM = 0xA4B0
+"""Mixed into a group's seed for the branch draws and for a branch's sampling stream."""
+
+
+def window_entropy(entropy: Sequence[float], window: int, vocab: int) -> float:
+    """ARPO's entropy of a turn: the sum of its first `window` tokens' entropies over ln |V|."""
+    return float(sum(entropy[:window])) / math.log(max(vocab, 2))
+
+
+def branches(u: float, before: float, after: float, alpha: float, threshold: float) -> bool:
+    """ARPO's rule: branch when clip(u - alpha * (after - before), 0, 1) <= threshold."""
+    return min(max(u - alpha * (after - before), 0.0), 1.0) <= threshold
+
+
+def branch_draw(seed: int, row: int, call: int) -> float:
+    """The uniform of row `row`'s branch decision after its `call`-th tool result: fixed by (group seed,
+    row, call), whatever order the results arrive in."""
+    g = torch.Generator().manual_seed(hash((int(seed), BRANCH_STREAM, row, call)) & (2**63 - 1))
+    return float(torch.rand(1, generator=g))
+
+
+class _Tree:
+    """The branching state of one `decode_episodes` call (ARPO)."""
+
+    def __init__(self, cfg: Branching, seeds: list[int], loop: "_Loop") -> None:
+        self.cfg, self.seeds, self.loop = cfg, seeds, loop
+        self.slots = dict(cfg.slots)
+        n = len(seeds)
+        self.parents, self.branch_at = [-1] * n, [-1] * n
+        self.decisions: list[tuple[float, float, float] | None] = [None] * n
+        self.points: list[int] = []
+        self.draws = 0
+
+    def branch(self) -> None:
+        """Decide at each row that just read a tool result; copy the rows that branch."""
+        points, self.points = self.points, []
+        new: list[int] = []
+        for r in points:
+            seed = self.seeds[r]
+            if self.slots.get(seed, 0) <= 0 or self.loop.state[r] != GEN:
+                continue
+            turns = self.loop.turns[r]
+            asked = [t for t in turns if t.role == "assistant" and t.tokens]
+            first = window_entropy(asked[0].entropy, self.cfg.window, self.cfg.vocab)
+            last = window_entropy(asked[-1].entropy, self.cfg.window, self.cfg.vocab)
+            u = branch_draw(seed, r, self.loop.calls[r])
+            self.draws += 1
+            if not branches(u, first, last, self.cfg.alpha, self.cfg.threshold):
+                continue
+            self.slots[seed] -= 1
+            new.append(self._copy(r, (first, last, u)))
+        if new:
+            self.loop.grow([self.loop.rows.index(self.parents[c]) for c in new], new)
+
+    def _copy(self, r: int, decision: tuple[float, float, float]) -> int:
+        lp = self.loop
+        c = len(lp.turns)
+        lp.turns.append([RowTurn(t.role, list(t.tokens), list(t.logprobs), list(t.entropy), t.started_s, t.seconds,
+                                 t.waited_s, t.finish_reason, t.call) for t in lp.turns[r]])
+        for name in ("state", "finish", "sampled", "fed", "calls"):
+            getattr(lp, name).append(getattr(lp, name)[r])
+        self.seeds.append(self.seeds[r])
+        self.parents.append(r)
+        self.branch_at.append(sum(len(t.tokens) for t in lp.turns[r]))
+        self.decisions.append(decision)
+        g = torch.Generator().manual_seed(hash((self.seeds[r], BRANCH_STREAM, c)) & (2**63 - 1))
+        lp.extra_uniforms[c] = torch.rand(lp.limits.max_model_tokens, generator=g)
+        return c
 
 
 def to_episodes(batch: EpisodeBatch, prompt_texts: Sequence[str], prompt_ids: Sequence[Sequence[int]],

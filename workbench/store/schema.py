@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 """Bumped whenever a table or column changes; older stores are migrated on open (see MIGRATIONS)."""
 
 EPISODE_KEY = [("run_id", "VARCHAR"), ("step", "INTEGER"), ("stage", "INTEGER"), ("prompt_id", "VARCHAR"),
@@ -61,6 +61,8 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("draft_rejected_at", "INTEGER"), ("parent_idx", "INTEGER"), ("branch_at", "INTEGER"),
         ("draft_mode", "VARCHAR"),
         ("turns", "INTEGER"), ("tool_calls", "INTEGER"), ("tool_errors", "INTEGER"), ("tool_tokens", "INTEGER"),
+        ("filter_kept", "BOOLEAN"), ("filter_penalty", "FLOAT"), ("filter_reason", "VARCHAR"),
+        ("branch_entropy_before", "FLOAT"), ("branch_entropy_after", "FLOAT"), ("branch_draw", "FLOAT"),
     ],
     # Episodes (workbench/episodes.py): the turns and tool calls of a multi-turn rollout, keyed by the
     # rollout's (run_id, step, stage, prompt_id, idx). A single-turn rollout has no rows here.
@@ -236,6 +238,13 @@ MIGRATIONS: dict[int, tuple[str, list[str] | Callable[[], list[str]]]] = {
          lambda: create_statements(("turns", "tool_calls")) + layout_statements(("turns", "tool_calls")) + [
              f"ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS {name} INTEGER"
              for name in ("turns", "tool_calls", "tool_errors", "tool_tokens")]),
+    12: ("allocation inside episodes (issue #41): rollouts.filter_kept (GRPO-RoC: kept for the update, or dropped "
+         "and never trained on), filter_penalty (the filter's score), filter_reason (why); branch_entropy_before, "
+         "branch_entropy_after, branch_draw (ARPO: the branch decision that made the row); null in rows written "
+         "before and in rows without them",
+         [f"ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS {name} {typ}" for name, typ in (
+             ("filter_kept", "BOOLEAN"), ("filter_penalty", "FLOAT"), ("filter_reason", "VARCHAR"),
+             ("branch_entropy_before", "FLOAT"), ("branch_entropy_after", "FLOAT"), ("branch_draw", "FLOAT"))]),
 }
 
 

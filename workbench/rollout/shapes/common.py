@@ -95,6 +95,9 @@ class Shaped:
     """The rows as `workbench.episodes.Episode`s (the episodes shape); None: single-turn rows."""
     finish_reasons: list[str] | None = None
     """Why each row ended, where more than stop / length can (episodes); None: from `batch.finished`."""
+    branch: dict[str, np.ndarray] | None = None
+    """ARPO branching (episodes): the branch decision per row (`workbench.engine.steplog.BRANCH_COLUMNS`, NaN:
+    not a branch); None: no branching."""
 
 
 class Shape(Protocol):

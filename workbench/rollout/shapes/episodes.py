@@ -33,7 +33,8 @@ from workbench.episodes import Episode, ToolCall
 from workbench.errors import WorkbenchError
 from workbench.faults import fault_point
 from workbench.rollout.base import GenerationBatch, SamplingParams
-from workbench.rollout.episode_decode import EpisodeBatch, EpisodeLimits, decode_episodes, to_episodes
+from workbench.rollout.episode_decode import Branching, EpisodeBatch, EpisodeLimits, decode_episodes, to_episodes
+from workbench.rollout.shapes.arpo import arpo_episodes
 from workbench.rollout.shapes.common import Shaped, empty_columns
 from workbench.tools import Sandbox, ToolResult, parse
 from workbench.tools.config import ToolsConfig
@@ -57,6 +58,9 @@ class EpisodeShape:
         self._box_lock = threading.Lock()
         self._backend: Any = None
         self._metrics: dict[str, float] = {}
+        self.oversample = cfg.roc_oversample
+        """GRPO-RoC: the producer samples this many times each grant and keeps the grant (1: off;
+        `workbench.engine.episode_filter`)."""
 
     # -- the Shape protocol ----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -67,7 +71,17 @@ class EpisodeShape:
 
     def take_metrics(self) -> dict[str, float]:
         out, self._metrics = self._metrics, {}
+        for name in ("kept_correct", "sampled_correct"):  # GRPO-RoC: the error rate of what is trained on
+            calls = out.pop(f"episodes/roc_{name}_calls", None)
+            errors = out.pop(f"episodes/roc_{name}_errors", 0.0)
+            if calls is not None:
+                out[f"episodes/roc_{name}_tool_error_rate"] = errors / calls if calls else 0.0
         return out
+
+    def note_metrics(self, metrics: dict[str, float]) -> None:
+        """Add figures measured beside the shape (GRPO-RoC's counts) to the step's, summed over stages."""
+        for k, v in metrics.items():
+            self._metrics[k] = self._metrics.get(k, 0.0) + v
 
     def generate(self, model: torch.nn.Module, backend: Any, prompts: Sequence[Sequence[int]], keys: Sequence[int],
                  sampling: SamplingParams, seeds: Sequence[int] | None, version: int, pad_token_id: int, *,
@@ -79,12 +93,20 @@ class EpisodeShape:
             raise WorkbenchError(f"rollout.shape = \"episodes\" needs the in-process backend (rollout.backend = "
                                  f"\"hf\"), not {type(backend).__name__}")
         self._backend = backend
-        eb = self.run(backend, prompts, sampling, seeds=seeds, generator=generator)
+        columns, branch, arpo = empty_columns(len(prompts), self.name), None, {}
+        if self.cfg.arpo_branch and seeds is not None:  # ARPO: groups grown by branching (shapes/arpo.py)
+            def run(ps, ss, branching):
+                return self.run(backend, ps, sampling, seeds=ss, branching=branching)
+            eb, columns["parent_idx"], columns["branch_at"], branch, arpo = arpo_episodes(
+                run, prompts, seeds, self.cfg, len(self.tokenizer))
+        else:
+            eb = self.run(backend, prompts, sampling, seeds=seeds, generator=generator)
         episodes = self.episodes(eb, prompts)
         batch, mask = flatten(eb, pad_token_id)
         self._add_metrics(episodes, eb)
-        return Shaped(batch, empty_columns(len(prompts), self.name), loss_mask=mask, episodes=episodes,
-                      finish_reasons=list(eb.finish_reasons))
+        self.note_metrics(arpo)
+        return Shaped(batch, columns, loss_mask=mask, episodes=episodes,
+                      finish_reasons=list(eb.finish_reasons), branch=branch)
 
     def generate_flat(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams, *,
                       generator: torch.Generator | None = None) -> GenerationBatch:
@@ -106,11 +128,13 @@ class EpisodeShape:
 
     # -- parts -----------------------------------------------------------------------------------------
     def run(self, backend: Any, prompts: Sequence[Sequence[int]], sampling: SamplingParams, *,
-            seeds: Sequence[int] | None = None, generator: torch.Generator | None = None) -> EpisodeBatch:
+            seeds: Sequence[int] | None = None, generator: torch.Generator | None = None,
+            branching: Branching | None = None) -> EpisodeBatch:
         """`decode_episodes` with this run's tools and limits (evaluation calls it too)."""
         return decode_episodes(backend, prompts, sampling, limits=self.limits, call_end_ids=self.call_end_ids,
                                ends_call=self.ends_call, run_tool=self.run_tool, result_tokens=self.result_tokens,
-                               seeds=seeds, generator=generator, max_workers=self.tools.parallel)
+                               seeds=seeds, generator=generator, max_workers=self.tools.parallel,
+                               branching=branching)
 
     def episodes(self, eb: EpisodeBatch, prompts: Sequence[Sequence[int]]) -> list[Episode]:
         texts = self.tokenizer.batch_decode([list(p) for p in prompts], skip_special_tokens=True)
