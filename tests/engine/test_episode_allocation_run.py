@@ -99,10 +99,14 @@ def test_arpo_grows_each_group_to_its_grant_as_a_tree_of_stored_episodes(store_d
     by_idx = {(r["step"], r["stage"], r["prompt_id"], r["idx"]): r for r in rows.to_dicts()}
     branched = rows.filter(pl.col("parent_idx").is_not_null())
     assert branched.height == sum(seen[s]["episodes/arpo_branches"] for s in (1, 2)) > 0
+    with open_store(str(store_dir)) as st:  # the whole responses, tool results included (`branch_at` counts them)
+        eps = st.episodes(rid, list(by_idx))
     for r in branched.to_dicts():
-        parent = by_idx[(r["step"], r["stage"], r["prompt_id"], r["parent_idx"])]
+        key = (r["step"], r["stage"], r["prompt_id"], r["idx"])
+        mine = eps[key].response_token_ids()
+        theirs = eps[(r["step"], r["stage"], r["prompt_id"], r["parent_idx"])].response_token_ids()
         at = r["branch_at"]
-        assert r["token_ids"][:at] == parent["token_ids"][:at] and 0 < at < len(r["token_ids"])
+        assert mine[:at] == theirs[:at] and 0 < at < len(mine)
         assert r["branch_draw"] is not None and r["branch_entropy_before"] is not None
     assert rows.filter(pl.col("parent_idx").is_null())["branch_draw"].null_count() == rows.height - branched.height
     for s in (1, 2):  # each group of 4: 2 whole, then its 2 slots taken by branches or filled whole
