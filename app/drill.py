@@ -30,6 +30,16 @@ def step_of(points: list[dict[str, Any]]) -> int | None:
     return None
 
 
+def lane_step_of(points: list[dict[str, Any]]) -> int | None:
+    """The step of the first bar clicked on a lanes chart (`app.pipeline_charts.lanes_chart`: its
+    customdata starts with the step), or None."""
+    for p in points or []:
+        data = p.get("customdata")
+        if isinstance(data, (list, tuple)) and data and isinstance(data[0], (int, float)):
+            return int(data[0])
+    return None
+
+
 def bin_of(points: list[dict[str, Any]]) -> tuple[float, float] | None:
     """The (low, high) bounds of the first bar clicked on a `bin_chart`, or None."""
     for p in points or []:
