@@ -84,8 +84,10 @@ def bin_chart(binned: list[tuple[float, float, int]], title: str, *, x: str) -> 
         x=centres, y=[n for _, _, n in binned], width=[w * 0.95 for w in widths], marker_color=PALETTE[0],
         customdata=[[a, b] for a, b, _ in binned],
         hovertemplate="%{customdata[0]:.4g} to %{customdata[1]:.4g}: %{y} rollouts<extra>click: these rollouts</extra>"))
-    fig.update_layout(hovermode="closest", clickmode="event+select")
-    return layout(fig, title, x=x, y="rollouts", height=220)
+    fig.update_layout(clickmode="event+select")
+    fig = layout(fig, title, x=x, y="rollouts", height=220)
+    fig.layout.hovermode = "closest"  # after `layout`'s "x unified", under which plotly selects no bar on a click
+    return fig
 
 
 def parse(params: dict[str, str]) -> dict[str, Any]:
