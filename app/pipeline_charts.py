@@ -108,7 +108,8 @@ LANE_COLOURS = {"generate": PALETTE[0], "allocate": "#9ecae1", "verify": "#6baed
 
 def lanes_chart(lanes: pl.DataFrame) -> go.Figure:
     """One lane per worker (trainer, generator): a bar per step and phase from its first start to its last
-    end, coloured by phase (idle pale); the step, the seconds inside, the start and the end in each bar's
+    end, coloured by phase (idle pale), longer spans under shorter ones; the step, the seconds inside, the
+    start and the end in each bar's
     customdata (a click opens that step: `app.drill.lane_step_of`). `lanes` as
     `workbench.analysis.pipeline.worker_lanes`."""
     title = "per-worker lanes: what each worker did, step by step (seconds)"
@@ -116,8 +117,10 @@ def lanes_chart(lanes: pl.DataFrame) -> go.Figure:
         return empty_figure(title, NOT_LOGGED)
     fig = go.Figure()
     workers = sorted(lanes["worker"].unique().to_list(), key=lambda w: (w != "generator", w))
-    order = [p for p in LANE_COLOURS if p in set(lanes["phase"].to_list())]
-    order += sorted(set(lanes["phase"].to_list()) - set(order))
+    # overlaid, longest spans first: a phase spanning others (allocate before and after a stage's generate)
+    # stays under them instead of hiding them
+    spans = lanes.group_by("phase").agg((pl.col("end") - pl.col("start")).mean().alias("span"))
+    order = spans.sort(["span", "phase"], descending=[True, False])["phase"].to_list()
     for phase in order:
         sub = lanes.filter(pl.col("phase") == phase)
         fig.add_trace(go.Bar(

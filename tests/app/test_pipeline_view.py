@@ -124,6 +124,7 @@ def test_the_lanes_put_each_workers_phases_in_time_from_the_first_shown(lake):
     fig = pipeline_charts.lanes_chart(lanes)
     bars = {t.name: t for t in fig.data}
     assert set(bars) == {"generate", "idle", "train"} and all(t.orientation == "h" for t in fig.data)
+    assert [t.name for t in fig.data] == ["train", "idle", "generate"]  # longest mean span (0.75, 0.44, 0.25) first
     train = bars["train"]
     assert list(train.y) == ["trainer", "trainer"] and list(train.base) == [1.125, 2.125]
     assert [c[0] for c in train.customdata] == [2, 3] and list(train.x) == [0.75, 0.75]
