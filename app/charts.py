@@ -270,8 +270,10 @@ def budget_chart(used: pl.DataFrame) -> go.Figure:
     if per_step["budget"].drop_nulls().len():
         fig.add_trace(go.Scatter(x=per_step["step"].to_numpy(), y=per_step["budget"].to_numpy(), name="budget",
                                  mode="lines", line=dict(color="#000", dash="dash", shape="hv")))
-    fig.update_layout(barmode="stack", bargap=0.05)
-    return layout(fig, title, y="rollouts")
+    fig.update_layout(barmode="stack", bargap=0.05, clickmode="event+select")
+    fig = layout(fig, title, y="rollouts")
+    fig.layout.hovermode = "closest"  # plotly selects no bar on a click under "x unified": no drill
+    return fig
 
 
 def histogram_chart(values: list[int], title: str, *, x: str) -> go.Figure:

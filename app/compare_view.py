@@ -66,6 +66,17 @@ def table_view(frame: pl.DataFrame, letters: list[str], b: str, *, change: str =
     return out.select(["key", *keep])
 
 
+def with_story(view: pl.DataFrame, run_id: str, letter: str = "A") -> pl.DataFrame:
+    """`view` with a `story` column after `key`: the URL of the prompt's story (the Prompt page) in run
+    `run_id` (side `letter`'s prompt id), null where that side has no such prompt."""
+    from urllib.parse import quote
+
+    ids = view[f"prompt_id_{letter}"] if f"prompt_id_{letter}" in view.columns else pl.Series([None] * view.height)
+    urls = [None if p is None else f"prompt?run={quote(run_id, safe='')}&prompt={quote(str(p), safe='')}"
+            for p in ids.to_list()]
+    return view.insert_column(1, pl.Series("story", urls, dtype=pl.Utf8))
+
+
 def tag_of(frame: pl.DataFrame) -> pl.Series:
     """Each prompt's tag as the table shows it: "level N" where it has a level, else its source tag."""
     level = frame["level"] if "level" in frame.columns else pl.Series([None] * frame.height, dtype=pl.Int64)

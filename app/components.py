@@ -289,14 +289,29 @@ def outage_banner(run_id: str | None = None) -> bool:
 ROLLOUTS_PAGE = "app_pages/rollouts.py"
 
 
-def drill_to_step(run_id: str, event: Any) -> None:
-    """A click on a step curve (`event`: what `st.plotly_chart(..., on_select="rerun")` returned) opens
-    the Rollouts page at that run and step."""
+DRILL = dict(on_select="rerun", selection_mode="points")
+"""`st.plotly_chart`'s arguments for a chart whose click drills (`drill_to_step`)."""
+
+
+def drill_to_step(run_id: str, event: Any, *, lanes: bool = False) -> None:
+    """A click on a step curve or a bar of a per-step chart (`event`: what `st.plotly_chart(...,
+    **DRILL)` returned; `lanes`: a bar of the per-worker lanes, whose x is time) opens the Rollouts
+    page at that run and step."""
     from app import drill
 
-    step = drill.step_of(list(getattr(getattr(event, "selection", None), "points", None) or []))
+    points = list(getattr(getattr(event, "selection", None), "points", None) or [])
+    step = drill.lane_step_of(points) if lanes else drill.step_of(points)
     if step is not None:
         st.switch_page(ROLLOUTS_PAGE, query_params={"run": run_id, "step": str(step)})
+
+
+def drill_to_prompt(run_id: str, step: int, prompt_id: str | None) -> None:
+    """Open the Rollouts page at a run's step, filtered to one prompt's rollouts (a row picked in a
+    table of that step's grants)."""
+    query = {"run": run_id, "step": str(int(step))}
+    if prompt_id:
+        query["prompt"] = str(prompt_id)
+    st.switch_page(ROLLOUTS_PAGE, query_params=query)
 
 
 def picked_once(key: str, value: Any) -> bool:

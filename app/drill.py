@@ -30,6 +30,16 @@ def step_of(points: list[dict[str, Any]]) -> int | None:
     return None
 
 
+def lane_step_of(points: list[dict[str, Any]]) -> int | None:
+    """The step of the first bar clicked on a lanes chart (`app.pipeline_charts.lanes_chart`: its
+    customdata starts with the step), or None."""
+    for p in points or []:
+        data = p.get("customdata")
+        if isinstance(data, (list, tuple)) and data and isinstance(data[0], (int, float)):
+            return int(data[0])
+    return None
+
+
 def bin_of(points: list[dict[str, Any]]) -> tuple[float, float] | None:
     """The (low, high) bounds of the first bar clicked on a `bin_chart`, or None."""
     for p in points or []:
@@ -74,8 +84,10 @@ def bin_chart(binned: list[tuple[float, float, int]], title: str, *, x: str) -> 
         x=centres, y=[n for _, _, n in binned], width=[w * 0.95 for w in widths], marker_color=PALETTE[0],
         customdata=[[a, b] for a, b, _ in binned],
         hovertemplate="%{customdata[0]:.4g} to %{customdata[1]:.4g}: %{y} rollouts<extra>click: these rollouts</extra>"))
-    fig.update_layout(hovermode="closest", clickmode="event+select")
-    return layout(fig, title, x=x, y="rollouts", height=220)
+    fig.update_layout(clickmode="event+select")
+    fig = layout(fig, title, x=x, y="rollouts", height=220)
+    fig.layout.hovermode = "closest"  # after `layout`'s "x unified", under which plotly selects no bar on a click
+    return fig
 
 
 def parse(params: dict[str, str]) -> dict[str, Any]:

@@ -99,3 +99,40 @@ def kl_chart(frame: pl.DataFrame, *, changes: list[dict] | None = None) -> go.Fi
     consumed none)."""
     return line_chart(logged(frame, ["kl_behav_k3"]), [("kl_behav_k3", "k3")], "KL(behaviour ‖ trainer), k3 estimate",
                       y="nats", changes=changes)
+
+
+LANE_COLOURS = {"generate": PALETTE[0], "allocate": "#9ecae1", "verify": "#6baed6", "train": PALETTE[1],
+                "weight_sync": "#2ca02c", "eval": "#9467bd", "log": "#8c564b", "idle": "#d9d9d9"}
+"""Phase -> colour in the lanes; a phase not named here gets grey."""
+
+
+def lanes_chart(lanes: pl.DataFrame) -> go.Figure:
+    """One lane per worker (trainer, generator): a bar per step and phase from its first start to its last
+    end, coloured by phase (idle pale), longer spans under shorter ones; the step, the seconds inside, the
+    start and the end in each bar's
+    customdata (a click opens that step: `app.drill.lane_step_of`). `lanes` as
+    `workbench.analysis.pipeline.worker_lanes`."""
+    title = "per-worker lanes: what each worker did, step by step (seconds)"
+    if lanes.is_empty():
+        return empty_figure(title, NOT_LOGGED)
+    fig = go.Figure()
+    workers = sorted(lanes["worker"].unique().to_list(), key=lambda w: (w != "generator", w))
+    # overlaid, longest spans first: a phase spanning others (allocate before and after a stage's generate)
+    # stays under them instead of hiding them
+    spans = lanes.group_by("phase").agg((pl.col("end") - pl.col("start")).mean().alias("span"))
+    order = spans.sort(["span", "phase"], descending=[True, False])["phase"].to_list()
+    for phase in order:
+        sub = lanes.filter(pl.col("phase") == phase)
+        fig.add_trace(go.Bar(
+            y=sub["worker"].to_list(), x=(sub["end"] - sub["start"]).clip(lower_bound=1e-3).to_list(),
+            base=sub["start"].to_list(), orientation="h", name=phase,
+            marker_color=LANE_COLOURS.get(phase, "#7f7f7f"), marker_line_width=0.5, marker_line_color="#fff",
+            customdata=[list(r) for r in zip(sub["step"].to_list(), sub["seconds"].fill_null(0.0).to_list(),
+                                             sub["start"].to_list(), sub["end"].to_list())],
+            hovertemplate=f"step %{{customdata[0]}} · {phase}: %{{customdata[1]:.3f}} s inside "
+                          "%{customdata[2]:.2f}–%{customdata[3]:.2f} s<extra>%{y}</extra>"))
+    fig.update_layout(barmode="overlay", yaxis=dict(categoryorder="array", categoryarray=workers[::-1]),
+                      clickmode="event+select")
+    fig = layout(fig, title, x="seconds from the first step shown", y="worker", height=120 + 60 * len(workers))
+    fig.layout.hovermode = "closest"  # one bar's phase and step, not every bar at that time
+    return fig

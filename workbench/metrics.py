@@ -254,6 +254,13 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("timing_s/trainer_busy", "the trainer's own time: the step less its wait", "s", _LOOP, "pipeline"),
     Metric("timing_s/weight_reload", "loading pushed weights into the generator process or the Ray workers", "s",
            "generator process / Ray backend (workbench/rollout/)", "generator_process"),
+    # lane/: when each worker did what (the Run page's per-worker lanes)
+    Metric("lane/<worker>/<phase>/start", "when a worker (trainer, or the pipeline's generator) first began a "
+           "phase (allocate, generate, verify, train, weight_sync, eval, log, idle) for this step; seconds since "
+           "the epoch", "s", _TIMER),
+    Metric("lane/<worker>/<phase>/end", "when the worker last ended that phase for this step; seconds since the "
+           "epoch", "s", _TIMER),
+    Metric("lane/<worker>/<phase>/s", "the worker's seconds inside that phase for this step", "s", _TIMER),
     # perf/: throughput
     Metric("perf/rollouts_per_s", "on-policy rollouts per second of step time", "rollouts/s", _LOOP),
     Metric("perf/gen_tokens_per_s", "generated tokens per second of generation time", "tokens/s", _LOOP),

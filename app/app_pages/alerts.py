@@ -1,6 +1,7 @@
 """Alerts: what the guards of every run (or one) raised, open / acknowledged / acted on, each with the
 values that fired it, what its action did, and one click to the Rollouts page filtered to exactly the
-rollouts behind it; acknowledge an alert; add a guard to a live run (checked before anything is stored)."""
+rollouts behind it; acknowledge an alert; add a guard to a live run (checked before anything is stored).
+A click on a point of the metric's curve opens that step's rollouts (components.drill_to_step)."""
 
 import json
 
@@ -68,8 +69,9 @@ if run_id:
         info = lookup(metric)
         st.caption(f"{info.meaning} ({info.unit}; {PRESENT[info.present]}; recorded by {info.recorder})"
                    if info else "recorded by this run; not in the catalogue of step metrics (docs/metrics.md)")
-        st.plotly_chart(charts.line_chart(derive.metric_series(run_steps, metric), [(metric, metric)], metric),
-                        key=f"{PAGE}_metric_chart")
+        event = st.plotly_chart(charts.line_chart(derive.metric_series(run_steps, metric), [(metric, metric)], metric),
+                                key=f"{PAGE}_metric_chart", **components.DRILL)
+        components.drill_to_step(run_id, event)  # a point: that step's rollouts
     with st.form(f"{PAGE}_guard"):
         name = st.text_input("name", key=f"{PAGE}_guard_name", placeholder="loss_spike")
         rule = st.text_input("rule (one line)", key=f"{PAGE}_guard_rule",

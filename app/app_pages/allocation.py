@@ -1,7 +1,9 @@
 """Allocation: how the budget was spread — per step the rollouts granted by stage against the
 budget, the rollouts-per-prompt histogram, zero-signal groups, every grant with its reason, and
 how well the allocator's predicted pass rates matched what the rollouts then showed. A run imported
-from another engine logged no decisions: the page says so and shows what its rollouts tell."""
+from another engine logged no decisions: the page says so and shows what its rollouts tell.
+A click on a bar or point of a per-step chart opens that step's rollouts; picking a grant's row opens
+its prompt's rollouts in that step (the Rollouts page, components.drill_to_step / drill_to_prompt)."""
 
 import polars as pl
 import streamlit as st
@@ -25,10 +27,14 @@ def told_by_rollouts() -> None:
             "budgets or predicted pass rates). Shown is what its rollouts tell.", icon=":material/info:")
     step = st.slider("step", lo, hi, hi, key=f"{PAGE}_step") if lo < hi else hi
     left, right = st.columns(2)
-    left.plotly_chart(charts.line_chart(steps, [("rollouts", "rollouts")], "rollouts per step", y="rollouts"),
-                      key=f"{PAGE}_budget")
-    right.plotly_chart(charts.line_chart(derive.zero_signal_groups(steps), [("zero_signal_groups", "zero-signal groups")],
-                                         "zero-signal groups per step", y="groups"), key=f"{PAGE}_zero")
+    clicks = [left.plotly_chart(charts.line_chart(steps, [("rollouts", "rollouts")], "rollouts per step", y="rollouts"),
+                                key=f"{PAGE}_budget", **components.DRILL),
+              right.plotly_chart(charts.line_chart(derive.zero_signal_groups(steps),
+                                                   [("zero_signal_groups", "zero-signal groups")],
+                                                   "zero-signal groups per step", y="groups"),
+                                 key=f"{PAGE}_zero", **components.DRILL)]
+    for event in clicks:
+        components.drill_to_step(run_id, event)
     groups = derive.group_pass_rates(data.step_rewards(run_id, step, step))
     st.subheader(f"Step {step}")
     c = st.columns(4)
@@ -53,11 +59,14 @@ if source is not None and data.allocations(run_id, step=hi).is_empty():
 step = st.slider("step", lo, hi, hi, key=f"{PAGE}_step") if lo < hi else hi
 
 left, right = st.columns(2)
-left.plotly_chart(charts.budget_chart(derive.budget_used_from_steps(steps)), key=f"{PAGE}_budget")
 zero = derive.zero_signal_groups(steps)
-right.plotly_chart(charts.line_chart(zero, [("zero_signal_groups", "zero-signal groups")],
-                                     "zero-signal groups per step", y="groups",
-                                     changes=derive.regime_changes(steps)), key=f"{PAGE}_zero")
+for event in [left.plotly_chart(charts.budget_chart(derive.budget_used_from_steps(steps)), key=f"{PAGE}_budget",
+                                **components.DRILL),
+              right.plotly_chart(charts.line_chart(zero, [("zero_signal_groups", "zero-signal groups")],
+                                                   "zero-signal groups per step", y="groups",
+                                                   changes=derive.regime_changes(steps)), key=f"{PAGE}_zero",
+                                 **components.DRILL)]:
+    components.drill_to_step(run_id, event)  # a bar or point: that step's rollouts
 
 this = data.allocations(run_id, step=step)
 per_prompt = derive.rollouts_per_prompt(this)
@@ -86,5 +95,10 @@ with right:
 if not this.is_empty():
     cols = [c for c in ["stage", "prompt_id", "allocator", "asked", "granted", "reason", "predicted_pass",
                         "alpha_before", "beta_before", "budget_left", "used_in_update"] if c in this.columns]
-    st.dataframe(this.sort(["stage", "granted", "prompt_id"], descending=[False, True, False]).select(cols),
-                 hide_index=True, key=f"{PAGE}_table")
+    grants = this.sort(["stage", "granted", "prompt_id"], descending=[False, True, False]).select(cols)
+    st.caption("pick a row to open that prompt's rollouts in this step")
+    picked = st.dataframe(grants, hide_index=True, key=f"{PAGE}_table", on_select="rerun",
+                          selection_mode="single-row")
+    rows = [i for i in picked.selection.rows if i < grants.height]
+    if rows and components.picked_once(f"{PAGE}_table_{run_id}_{step}", rows[0]):
+        components.drill_to_prompt(run_id, step, grants["prompt_id"][rows[0]])

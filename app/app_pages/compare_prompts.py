@@ -2,8 +2,9 @@
 runs (ours or imported, prompts matched by text) at a common point — the same step, the same generated
 tokens, or each run's end — or one run at two steps (before/after): a sortable, filterable table of
 prompts with each side's pass rate over a window around its point, the difference with its interval and
-a change label; a scatter of pass rates where clicking a point opens the prompt; and that prompt's
-responses side by side, tokens coloured as on the Rollouts page."""
+a change label (each row's "its story in A" link opens the prompt's story, the Prompt page); a scatter of
+pass rates where clicking a point opens the prompt; and that prompt's responses side by side, tokens
+coloured as on the Rollouts page."""
 
 import polars as pl
 import streamlit as st
@@ -80,8 +81,11 @@ st.caption(f"{view.height} of {frame.height} prompts · pass rates over each sid
 
 fmt = {c: st.column_config.NumberColumn(c, format="%.2f") for c in view.columns
        if c.startswith(("pass_", "eval_pass_", "diff_", "eval_diff_"))}
-table = st.dataframe(view.drop("key"), hide_index=True, on_select="rerun", selection_mode="single-row",
-                     key=f"{PAGE}_table", column_config=fmt, height=360)
+fmt["story"] = st.column_config.LinkColumn("story", display_text="its story in A",
+                                           help="open the prompt's story in run A (the Prompt page)")
+table = st.dataframe(compare_view.with_story(view, sides["run_id"][0]).drop("key"), hide_index=True,
+                     on_select="rerun", selection_mode="single-row", key=f"{PAGE}_table", column_config=fmt,
+                     height=360)
 held_out = st.toggle("scatter held-out pass rates", key=f"{PAGE}_held_out")
 clicked = st.plotly_chart(compare_view.scatter(view, "A", b, held_out=held_out, names=(names["A"], names[b])),
                           on_select="rerun", selection_mode="points", key=f"{PAGE}_scatter")

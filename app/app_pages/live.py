@@ -11,7 +11,7 @@ from app import permissions, charts, components, data, derive, pipeline_charts
 from workbench.analysis import term_names, terms_by_step
 from workbench.analysis.episodes import episodes_by_step
 from workbench.errors import StoreUnreachable
-from workbench.analysis.pipeline import idle_fractions, pipeline_by_step, staleness_histogram
+from workbench.analysis.pipeline import idle_fractions, pipeline_by_step, staleness_histogram, worker_lanes
 from workbench.store import inflight
 
 PAGE = "live"
@@ -34,6 +34,8 @@ except ValueError:
     default_refresh = 5
 refresh = st.sidebar.number_input("refresh every (s, 0 = off)", 0, 300, default_refresh, key=f"{PAGE}_refresh")
 every = refresh if refresh and status in LIVE_STATUSES else None
+LANE_STEPS = 8
+"""Steps drawn in the per-worker lanes (the latest)."""
 
 
 @st.fragment(run_every=inflight.PAGE_REFRESH_S if refresh and status in LIVE_STATUSES else None)
@@ -106,7 +108,7 @@ def curves(run_id: str) -> None:
     attempts = data.attempts(run_id)  # steps a guard's rollback abandoned, drawn faded
     left, right = st.columns(2)
     # a click on any step curve opens the Rollouts page at that run and step (components.drill_to_step)
-    drill = dict(on_select="rerun", selection_mode="points")
+    drill = components.DRILL
     events = [left.plotly_chart(charts.add_attempts(charts.line_chart(
         steps, [("reward_mean", "reward mean")], "reward", y="reward", changes=changes,
         band=("reward_mean", "reward_std")), attempts, "reward_mean"), key=f"{PAGE}_reward", **drill)]
@@ -178,6 +180,10 @@ def pipeline(run_id: str) -> None:
     left, right = st.columns(2)
     left.plotly_chart(pipeline_charts.timeline_chart(frame, changes=changes), key=f"{PAGE}_pipeline_timeline")
     right.plotly_chart(pipeline_charts.staleness_chart(hist), key=f"{PAGE}_staleness")
+    # a lane per worker of what it did in the last LANE_STEPS steps; a bar opens that step's rollouts
+    event = st.plotly_chart(pipeline_charts.lanes_chart(worker_lanes(steps, last=LANE_STEPS)), key=f"{PAGE}_lanes",
+                            **components.DRILL)
+    components.drill_to_step(run_id, event, lanes=True)
     left.plotly_chart(pipeline_charts.weight_chart(frame, cfg.get("is_cap"), changes=changes),
                       key=f"{PAGE}_is_weight")
     right.plotly_chart(pipeline_charts.clip_chart(frame, changes=changes), key=f"{PAGE}_clip")

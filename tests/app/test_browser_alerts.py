@@ -84,3 +84,51 @@ def test_alerts_panel_links_to_exactly_the_alerts_rollouts(lake, server, browser
     body = page.locator("[data-testid='stMain']").inner_text()
     assert all(r in body for r in want)
     page.screenshot(path=str(ARTIFACTS / "dashboard-alert-rollouts.png"), full_page=True)
+
+
+def _rollouts_page(page, url_part: str) -> str:
+    """Wait for the Rollouts page a drill opened (its URL holding `url_part`); its matches line."""
+    page.wait_for_url(f"**/rollouts?*{url_part}*", timeout=120_000)
+    page.get_by_text("rollouts match").wait_for(timeout=120_000)
+    _settled(page)
+    errors = page.locator("[data-testid='stException']")
+    assert errors.count() == 0, errors.first.inner_text()
+    return page.get_by_text("rollouts match").inner_text()
+
+
+def test_allocation_bars_grants_and_alert_points_open_the_rollouts_behind_them(lake, server, browser):
+    """A bar of the Allocation page's budget chart opens that step's rollouts; a grant's row opens its
+    prompt's rollouts in the step; a point of the Alerts page's metric curve opens that step's rollouts."""
+    from workbench.store import open_store
+
+    root, run_id, _ = lake
+    with open_store(root) as st:
+        grants = st.allocations(run_id, step=3).sort(["stage", "granted", "prompt_id"], descending=[False, True, False])
+        per_step = {s: st.count_rollouts(run_id, step_min=s, step_max=s) for s in range(4)}
+        second = grants["prompt_id"][1]
+        in_step = st.count_rollouts(run_id, step_min=3, step_max=3, prompt_id=second)
+    page = browser.new_page(viewport={"width": 1400, "height": 1200})
+    _goto(page, f"{server}/allocation?run={run_id}")
+    bars = page.locator("[data-testid='stPlotlyChart']").first.locator(".barlayer .trace").first.locator("path")
+    assert bars.count() == 4  # steps 0-3, stage 0
+    bars.nth(1).click(force=True)  # step 1
+    matched = _rollouts_page(page, "steps=1-1")
+    assert matched.startswith(f"{per_step[1]} rollouts match"), matched
+
+    _goto(page, f"{server}/allocation?run={run_id}")
+    grid = page.locator("[data-testid='stDataFrame']").last
+    grid.scroll_into_view_if_needed()
+    frame = grid.bounding_box()
+    page.mouse.click(frame["x"] + 18, frame["y"] + 35 * 2 + 17)  # the second row's checkbox
+    matched = _rollouts_page(page, f"prompt={second}")
+    assert "steps=3-3" in page.url and matched.startswith(f"{in_step} rollouts match"), (page.url, matched)
+
+    _goto(page, f"{server}/alerts?run={run_id}")
+    curve = page.locator("[data-testid='stPlotlyChart']").last  # the metric a rule may read, per step
+    curve.scroll_into_view_if_needed()
+    points = curve.locator(".scatterlayer .trace").first.locator("path.point")
+    assert points.count() == 4
+    points.nth(2).click(force=True)  # step 2
+    matched = _rollouts_page(page, "steps=2-2")
+    assert matched.startswith(f"{per_step[2]} rollouts match"), matched
+    page.close()

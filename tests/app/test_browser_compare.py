@@ -11,7 +11,7 @@ from urllib.parse import urlparse
 import pytest
 
 import synth
-from test_browser import ARTIFACTS, CHROMIUM, PAGES, _goto, _rerun, app_server, browser  # noqa: F401 - a fixture
+from test_browser import ARTIFACTS, CHROMIUM, IDLE, PAGES, _goto, _rerun, app_server, browser  # noqa: F401 - a fixture
 
 pytestmark = [
     pytest.mark.slow,
@@ -136,4 +136,28 @@ def test_before_and_after_side_by_side(lake, server, browser):
     assert page.get_by_text("step 5").count() >= 1
     assert len(_groups(page)) == 2
     _shot(page, "compare-prompts-before-after")
+    page.close()
+
+
+def test_a_rows_story_link_opens_the_prompt_page_at_run_a(lake, server, browser):
+    """The prompt table's "its story in A" link (first column) opens the Prompt page at run A and that
+    prompt, in a new tab as a link of the grid does."""
+    _, ids, _ = lake
+    page = browser.new_page(viewport={"width": 1400, "height": 1400})
+    _goto(page, f"{server}/compare-prompts")
+    grid = page.locator("[data-testid='stDataFrame']").filter(has_text="prompt").last
+    grid.scroll_into_view_if_needed()
+    frame = grid.bounding_box()
+    x, y = frame["x"] + 50, frame["y"] + 35 + 17  # the first row's link, right of the selection column
+    page.mouse.move(x, y)
+    page.wait_for_timeout(500)  # the grid turns a cell's text into a link only under a resting pointer
+    with page.context.expect_page(timeout=60_000) as popup:
+        page.mouse.click(x, y)
+    story = popup.value
+    story.wait_for_selector("h1", timeout=120_000)
+    story.wait_for_selector(IDLE, timeout=120_000)
+    assert f"/prompt?run={ids[1]}&prompt=" in story.url  # run A: the older of the two newest runs
+    assert story.locator("h1").first.inner_text().startswith("Prompt")
+    assert story.locator("[data-testid='stException']").count() == 0
+    story.close()
     page.close()

@@ -22,7 +22,7 @@ pytestmark = [
 ]
 PANELS = ["pipeline timeline: busy and idle seconds per step", "staleness of the rollouts consumed",
           "importance weight (stale tokens)", "clip, truncation and effective sample size",
-          "KL(behaviour ‖ trainer), k3 estimate"]
+          "KL(behaviour ‖ trainer), k3 estimate", "per-worker lanes: what each worker did, step by step (seconds)"]
 FIGURES = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(g => ({
   title: ((g.layout.title || {}).text || '').replace(/<[^>]+>/g, ''),
   traces: (g._fullData || []).map(t => ({name: t.name, x: Array.from(t.x || []), y: Array.from(t.y || []),
@@ -122,6 +122,15 @@ def test_the_run_page_draws_the_pipeline_of_a_live_async_run(async_run, server, 
                      if y is not None and not math.isnan(y)}  # a gap where a step did not update
     assert drawn_weights == pytest.approx({s: stored[s] for s in drawn_weights}, rel=1e-6)
     assert set(drawn_weights) == {s for s in stored if s in drawn}
+    # the lanes: the generator made the batches, the trainer trained, each bar where the store says it was
+    lanes = {t["name"]: t for t in figs[PANELS[5]]}
+    assert {"generate", "train"} <= set(lanes), sorted(lanes)
+    assert set(lanes["generate"]["y"]) == {"generator"} and set(lanes["train"]["y"]) == {"trainer"}
+    starts, ends = _metric(steps, "lane/trainer/train/start"), _metric(steps, "lane/trainer/train/end")
+    stored = [ends[s] - starts[s] for s in starts]  # the run goes on: each bar drawn is one of the stored steps
+    assert len(lanes["train"]["x"]) >= 1
+    assert all(any(abs(x - d) <= 1e-3 + 1e-6 * d for d in stored) for x in lanes["train"]["x"]), \
+        (lanes["train"]["x"], stored)
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "dashboard-live-pipeline.png"), full_page=True)
 

@@ -46,6 +46,8 @@ def test_table_shows_the_analysis_frame(at, lake):
     by_prompt = {r["prompt"]: r for r in expected.to_dicts()}
     for row in shown.to_dict("records"):
         want = by_prompt[row["prompt"]]
+        story = f"prompt?run={chosen[0]}&prompt={want['prompt_id_A']}" if want["prompt_id_A"] else None
+        assert row["story"] == story or (story is None and row["story"] != row["story"])  # a link to A's story
         for col in ("pass_A", "pass_B", "diff_B"):
             assert (row[col] != row[col] and want[col] is None) or row[col] == pytest.approx(want[col])
     # every pick of the change filter shows exactly the rows with that label

@@ -34,6 +34,21 @@ def test_a_click_on_a_bar_gives_its_bounds():
     assert drill.bin_of([{"x": 1}]) is None
 
 
+def test_bar_charts_that_drill_hover_the_closest_bar():
+    """Under the dashboard's "x unified" hover plotly selects no bar on a click (seen in Chromium: its
+    `plotly_selected` event came with no point), so a chart whose bars drill hovers the closest one."""
+    import polars as pl
+
+    from app import charts, pipeline_charts
+
+    used = pl.DataFrame({"step": [0, 1], "stage": [0, 0], "granted": [8, 8], "budget": [8, 8]})
+    lanes = pl.DataFrame({"step": [1], "worker": ["trainer"], "phase": ["train"], "start": [0.0], "end": [1.0],
+                          "seconds": [1.0]})
+    for fig in (drill.bin_chart([(0.0, 1.0, 3)], "reward", x="reward"), charts.budget_chart(used),
+                pipeline_charts.lanes_chart(lanes)):
+        assert fig.layout.hovermode == "closest" and fig.layout.clickmode == "event+select"
+
+
 def test_integer_bins_are_whole_numbers_and_hold_every_value():
     values = [1, 2, 2, 3, 40, 41]
     binned = drill.bins(values, int, count=20)

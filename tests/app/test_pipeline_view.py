@@ -10,8 +10,8 @@ import pytest
 
 import synth
 from apptest import goto
-from app import pipeline_charts, rollout_view
-from workbench.analysis.pipeline import pipeline_by_step, staleness_histogram
+from app import drill, pipeline_charts, rollout_view
+from workbench.analysis.pipeline import pipeline_by_step, staleness_histogram, worker_lanes
 from workbench.store import StepRecord, open_store
 
 STALENESS = [0, 0, 1, 1, 1, 2]  # of the six rollouts of every step
@@ -33,9 +33,26 @@ def _pipelined_run(store) -> str:
                    "timing_s/generator_busy": 0.3, "timing_s/generator_idle": 0.6, "timing_s/trainer_busy": 0.9,
                    "timing_s/trainer_idle": 0.1, "rollout/staleness_mean": 1.0, "rollout/staleness_max": 2,
                    "train/clip_frac": 0.02, "train/is_weight_mean": 0.95, "train/is_weight_max": 2.0,
-                   "train/is_truncated_frac": 0.04, "train/kl_behav_k3": 0.012 * step, "train/ess_frac": 0.9}
+                   "train/is_truncated_frac": 0.04, "train/kl_behav_k3": 0.012 * step, "train/ess_frac": 0.9,
+                   **_lanes(step)}
         store.write_step(StepRecord(rid, step, metrics, rows))
     return rid
+
+
+T0 = 1_790_000_000.0
+"""An epoch second: lanes are stored in seconds since the epoch."""
+
+
+def _lanes(step: int) -> dict[str, float]:
+    """Step `step`'s lanes: the generator made its batch in [step - 1, step - 0.7) and waited, the trainer
+    waited 0.1 s, then trained for 0.8 s (float32-exact numbers)."""
+    spans = {("generator", "generate"): (step - 1.0, step - 0.75), ("generator", "idle"): (step - 0.75, step),
+             ("trainer", "idle"): (step, step + 0.125), ("trainer", "train"): (step + 0.125, step + 0.875)}
+    out = {}
+    for (worker, phase), (a, b) in spans.items():
+        out.update({f"lane/{worker}/{phase}/start": T0 + a, f"lane/{worker}/{phase}/end": T0 + b,
+                    f"lane/{worker}/{phase}/s": b - a})
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -90,6 +107,29 @@ def test_the_correction_curves_and_the_histogram_carry_the_values(lake):
     # a step that did not update logs no diagnostics: the curve joins the steps that did
     gap = frame.with_columns(pl.when(pl.col("step") == 2).then(None).otherwise(pl.col("kl_behav_k3")).alias("kl_behav_k3"))
     assert list(pipeline_charts.kl_chart(gap).data[0].x) == [1, 3]
+
+
+def test_the_lanes_put_each_workers_phases_in_time_from_the_first_shown(lake):
+    path, ids = lake
+    with open_store(path) as st:
+        steps = st.run_steps([ids["async"]])
+        sync_steps = st.run_steps([ids["sync"]])
+    lanes = worker_lanes(steps, last=2)  # steps 2 and 3: time counts from step 2's generator start
+    assert lanes["step"].unique().sort().to_list() == [2, 3]
+    assert set(zip(lanes["worker"], lanes["phase"])) == {("generator", "generate"), ("generator", "idle"),
+                                                         ("trainer", "idle"), ("trainer", "train")}
+    row = lanes.filter((pl.col("step") == 3) & (pl.col("phase") == "train")).row(0, named=True)
+    assert (row["worker"], row["start"], row["end"], row["seconds"]) == ("trainer", 2.125, 2.875, 0.75)
+    assert lanes["start"].min() == 0.0 and worker_lanes(sync_steps).is_empty()
+    fig = pipeline_charts.lanes_chart(lanes)
+    bars = {t.name: t for t in fig.data}
+    assert set(bars) == {"generate", "idle", "train"} and all(t.orientation == "h" for t in fig.data)
+    assert [t.name for t in fig.data] == ["train", "idle", "generate"]  # longest mean span (0.75, 0.44, 0.25) first
+    train = bars["train"]
+    assert list(train.y) == ["trainer", "trainer"] and list(train.base) == [1.125, 2.125]
+    assert [c[0] for c in train.customdata] == [2, 3] and list(train.x) == [0.75, 0.75]
+    assert drill.lane_step_of([{"x": 0.75, "customdata": list(train.customdata[1])}]) == 3
+    assert pipeline_charts.lanes_chart(worker_lanes(sync_steps)).layout.annotations  # "not logged"
 
 
 def test_version_span_and_the_gap_colouring():

@@ -88,6 +88,18 @@ def test_when_a_metric_is_present_is_what_the_runs_show(recorded):
     assert not imported & (names["sync"] | names["eta1"]) and imported & names["import"]
 
 
+def test_each_worker_records_its_lanes(recorded):
+    """The per-worker lanes (workbench/engine/timing.py): with the pipeline the generator's thread made the
+    batches (allocate, generate, verify) and the trainer trained; a synchronous run has the trainer's only."""
+    names, _ = recorded
+    lanes = {run: {tuple(n.split("/")[1:3]) for n in seen if n.startswith("lane/") and n.endswith("/start")}
+             for run, seen in names.items()}
+    assert {("generator", "generate"), ("generator", "verify"), ("trainer", "train"), ("trainer", "log")} <= lanes["eta1"]
+    assert ("trainer", "generate") not in lanes["eta1"]
+    assert {("trainer", "generate"), ("trainer", "train")} <= lanes["sync"]
+    assert not {w for w, _ in lanes["sync"]} - {"trainer"} and not lanes["import"]
+
+
 def test_a_guard_on_the_pipelines_staleness_loads_and_fires(recorded):
     _, alerts = recorded
     for rule in ("rollout/staleness_max > 2", "train/is_weight_mean > 3", "timing_s/trainer_idle > 1"):

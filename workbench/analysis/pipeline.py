@@ -99,3 +99,35 @@ def token_logprob_gaps(behaviour: Any, trainer: Any) -> list[float | None]:
 
 def _nan(x: Any) -> bool:
     return isinstance(x, float) and math.isnan(x)
+
+
+LANE_SCHEMA = {"step": pl.Int64, "worker": pl.Utf8, "phase": pl.Utf8, "start": pl.Float64, "end": pl.Float64,
+               "seconds": pl.Float64}
+
+
+def worker_lanes(steps: pl.DataFrame, *, last: int | None = None) -> pl.DataFrame:
+    """What each worker did, step by step, from the steps' `lane/<worker>/<phase>/{start,end,s}` metrics
+    (workbench/engine/timing.py): one row per (step, worker, phase) with `start` and `end` in seconds
+    from the earliest start shown and `seconds` inside the phase, for the `last` steps (all: None).
+    Empty for a run that recorded no lanes (imported, or from before them)."""
+    long = metrics_long(steps, prefix="lane/") if "step" in steps.columns else pl.DataFrame()
+    if long.is_empty():
+        return pl.DataFrame(schema=LANE_SCHEMA)
+    if last is not None:
+        keep = long["step"].unique().sort().tail(last)
+        long = long.filter(pl.col("step").is_in(keep.implode()))
+    parts = long.drop_nulls("value").with_columns(pl.col("key").str.split("/").alias("parts"))
+    parts = parts.filter(pl.col("parts").list.len() == 4).select(
+        "step", pl.col("parts").list.get(1).alias("worker"), pl.col("parts").list.get(2).alias("phase"),
+        pl.col("parts").list.get(3).alias("edge"), "value")
+    wide = parts.pivot(on="edge", index=["step", "worker", "phase"], values="value", aggregate_function="last")
+    for edge in ("start", "end", "s"):
+        if edge not in wide.columns:
+            wide = wide.with_columns(pl.lit(None, pl.Float64).alias(edge))
+    wide = wide.drop_nulls(["start", "end"])
+    if wide.is_empty():
+        return pl.DataFrame(schema=LANE_SCHEMA)
+    origin = wide["start"].min()
+    return (wide.select("step", "worker", "phase", (pl.col("start") - origin).alias("start"),
+                        (pl.col("end") - origin).alias("end"), pl.col("s").alias("seconds"))
+            .cast(LANE_SCHEMA).sort("start", "worker", "phase"))

@@ -28,6 +28,7 @@ from typing import Any, Callable, Generic, Iterator, TypeVar
 
 import torch
 
+from workbench.engine.timing import GENERATOR_THREAD, Lanes, worker_of
 from workbench.errors import WorkbenchError
 from workbench.rollout.base import RolloutBackend
 
@@ -84,7 +85,8 @@ class Pipeline(Generic[T]):
         self._error: BaseException | None = None
         self._stop = self._paused = self._busy = False
         self._clock = {"generator_busy": 0.0, "generator_idle": 0.0, "trainer_idle": 0.0}
-        self._thread = threading.Thread(target=self._run, name="rollout-generator", daemon=True)
+        self._lanes = Lanes()  # the generator's idle waits and weight installs, the trainer's waits
+        self._thread = threading.Thread(target=self._run, name=GENERATOR_THREAD, daemon=True)
         if start:
             self._thread.start()
 
@@ -103,7 +105,7 @@ class Pipeline(Generic[T]):
             torch.set_num_threads(self.threads)
         try:
             while True:
-                t_wait = time.perf_counter()
+                t_wait, w_wait = time.perf_counter(), time.time()
                 with self._cond:
                     while True:
                         if self._stop:
@@ -116,12 +118,14 @@ class Pipeline(Generic[T]):
                         self._cond.wait()
                     step, version, self._busy = self.next, self.version, True
                     self.next += 1
-                t0 = time.perf_counter()
+                t0, w0 = time.perf_counter(), time.time()
                 item = self.produce(step, version)
                 t1 = time.perf_counter()
                 with self._cond:
                     self.queue.append((step, version, item))
                     self._busy = False
+                    if t0 - t_wait > 1e-3:
+                        self._lanes.add("generator", "idle", w_wait, w0)
                     self._clock["generator_idle"] += t0 - t_wait
                     self._clock["generator_busy"] += t1 - t0
                     self._cond.notify_all()
@@ -136,7 +140,9 @@ class Pipeline(Generic[T]):
         version, weights, policy = self._pending
         self._pending = None
         if weights is not None and self.generator is not None:
+            w0 = time.time()
             self.generator.load_state(weights, policy)
+            self._lanes.add(worker_of(), "weight_sync", w0, time.time())
         self.version = version  # bumped only once the weights are in place
         self._cond.notify_all()
 
@@ -155,11 +161,13 @@ class Pipeline(Generic[T]):
 
     def take(self, step: int) -> T:
         """The batch of `step` (waiting for it); raises if the generator died."""
-        t0 = time.perf_counter()
+        t0, w0 = time.perf_counter(), time.time()
         with self._cond:
             while not self.queue and self._error is None:
                 self._cond.wait(timeout=1.0)
             self._clock["trainer_idle"] += time.perf_counter() - t0
+            if time.perf_counter() - t0 > 1e-3:
+                self._lanes.add("trainer", "idle", w0, time.time())
             if not self.queue:
                 raise WorkbenchError(f"the rollout generator stopped at step {self.next - 1}: "
                                      f"{type(self._error).__name__}: {self._error}") from self._error
@@ -205,9 +213,11 @@ class Pipeline(Generic[T]):
                 self._cond.notify_all()
 
     def take_metrics(self) -> dict[str, float]:
-        """Busy and idle seconds of both sides since the last call (`timing_s/...`)."""
+        """Busy and idle seconds of both sides since the last call (`timing_s/...`), and the spans of
+        their waits and the generator's weight installs (`lane/...`, workbench/engine/timing.py)."""
         with self._cond:
             out = {f"timing_s/{k}": v for k, v in self._clock.items()}
+            out.update(self._lanes.metrics())
             self._clock = dict.fromkeys(self._clock, 0.0)
             out["rollout/queued_batches"] = float(len(self.queue))
         return out

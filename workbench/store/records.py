@@ -158,3 +158,35 @@ def check_columns(table: str, names: list[str]) -> None:
     unknown = set(names) - {name for name, _ in TABLES[table]}
     if unknown:
         raise DataError(f"{table}: unknown column(s) {sorted(unknown)}")
+
+
+_SUMMARISED = {"correct": pa.bool_(), "reward": pa.float32(), "length": pa.int32(), "entropy_mean": pa.float32()}
+
+
+def prompt_summary(rollouts: pa.Table) -> pa.Table:
+    """The `prompt_outcomes` rows of converted rollouts (`rollouts_to_arrow`): one per (run_id, step,
+    prompt_id) present, with the count of rollouts, of stored verdicts (`judged`) and of correct ones,
+    the reward's sum and the mean length and entropy (null where no row has a value). run_id and step
+    are grouped on where the table has them (a batch of one step leaves them to the writer's constants);
+    the same as `schema.PROMPT_OUTCOMES_SELECT` over the stored rows."""
+    import pyarrow.compute as pc
+
+    keys = [c for c in ("run_id", "step") if c in rollouts.column_names] + ["prompt_id"]
+    n = rollouts.num_rows
+    cols = {c: rollouts.column(c) if c in rollouts.column_names else pa.nulls(n, pa.string()) for c in keys}
+    got = {c: rollouts.column(c) if c in rollouts.column_names else pa.nulls(n, t) for c, t in _SUMMARISED.items()}
+    cols["one"] = pa.repeat(pa.scalar(1, pa.int32()), n)
+    cols["judged"] = pc.cast(pc.is_valid(got["correct"]), pa.int32())
+    cols["ok"] = pc.cast(pc.fill_null(got["correct"], False), pa.int32())
+    cols["reward"] = pc.cast(got["reward"], pa.float64())
+    cols["length"] = pc.cast(got["length"], pa.float64())
+    cols["entropy_mean"] = pc.cast(got["entropy_mean"], pa.float64())
+    out = pa.table(cols).group_by(keys, use_threads=False).aggregate([
+        ("one", "sum"), ("judged", "sum"), ("ok", "sum"), ("reward", "sum"), ("length", "mean"),
+        ("entropy_mean", "mean")])
+    names = {"one_sum": "rollouts", "judged_sum": "judged", "ok_sum": "correct", "reward_sum": "reward_sum",
+             "length_mean": "length_mean", "entropy_mean_mean": "entropy_mean"}
+    out = out.rename_columns([names.get(c, c) for c in out.column_names])
+    schema = arrow_schema("prompt_outcomes")
+    return pa.Table.from_arrays([out.column(f.name).cast(f.type) for f in schema if f.name in out.column_names],
+                                schema=pa.schema([f for f in schema if f.name in out.column_names]))

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 """Bumped whenever a table or column changes; older stores are migrated on open (see MIGRATIONS)."""
 
 EPISODE_KEY = [("run_id", "VARCHAR"), ("step", "INTEGER"), ("stage", "INTEGER"), ("prompt_id", "VARCHAR"),
@@ -82,6 +82,13 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("correct", "INTEGER"), ("easy_streak", "INTEGER"), ("hard_streak", "INTEGER"),
         ("last_step", "INTEGER"), ("last_pass", "DOUBLE"),
     ],
+    # A summary of `rollouts` per run x step x prompt, written by the writer in the step's transaction
+    # (`records.prompt_summary`): what the Compare prompts page reads instead of every rollout of a run.
+    "prompt_outcomes": [
+        ("run_id", "VARCHAR"), ("step", "INTEGER"), ("prompt_id", "VARCHAR"), ("rollouts", "INTEGER"),
+        ("judged", "INTEGER"), ("correct", "INTEGER"), ("reward_sum", "DOUBLE"), ("length_mean", "DOUBLE"),
+        ("entropy_mean", "DOUBLE"),
+    ],
     "prompts": [
         ("run_id", "VARCHAR"), ("prompt_id", "VARCHAR"), ("split", "VARCHAR"), ("level", "INTEGER"),
         ("text", "VARCHAR"), ("answer", "VARCHAR"), ("metadata", "JSON"),
@@ -115,13 +122,14 @@ TABLES: dict[str, list[tuple[str, str]]] = {
 }
 
 # Tables whose rows belong to a step of a run: rollback_run deletes them past the step.
-STEP_TABLES = ("steps", "allocations", "rollouts", "prompt_stats", "evals", "turns", "tool_calls")
+STEP_TABLES = ("steps", "allocations", "rollouts", "prompt_stats", "evals", "turns", "tool_calls", "prompt_outcomes")
 
 # Tables written in one or few rows per step: their rows are kept inline in the catalog (no Parquet
 # file per step) up to this many rows per insert, then flushed to Parquet by `compact`.
 INLINE_ROW_LIMIT = {"runs": 100, "steps": 100, "events": 100, "controls": 100, "meta": 100, "alerts": 100,
                     "alert_rollouts": 1000,
-                    "allocations": 1000, "prompt_stats": 1000, "evals": 1000, "prompts": 1000}
+                    "allocations": 1000, "prompt_stats": 1000, "evals": 1000, "prompts": 1000,
+                    "prompt_outcomes": 1000}
 
 _ARROW = {
     "VARCHAR": pa.string(), "JSON": pa.string(), "INTEGER": pa.int32(), "BIGINT": pa.int64(),
@@ -170,6 +178,7 @@ SORTED_BY: dict[str, str] = {
     "events": "run_id, ts",
     "turns": "run_id, step, stage, prompt_id, idx, turn",
     "tool_calls": "run_id, step, stage, prompt_id, idx, turn, call",
+    "prompt_outcomes": "run_id, step, prompt_id",
 }
 
 
@@ -177,6 +186,14 @@ def layout_statements(tables: tuple[str, ...] | None = None) -> list[str]:
     """ALTER TABLE statements that give the tables (or the named `tables`) their sorted layout (`SORTED_BY`)."""
     return [f"ALTER TABLE {table} SET SORTED BY ({columns})" for table, columns in SORTED_BY.items()
             if tables is None or table in tables]
+
+
+PROMPT_OUTCOMES_SELECT = (
+    "SELECT run_id, step, prompt_id, count(*)::INTEGER AS rollouts, count(correct)::INTEGER AS judged, "
+    "count(*) FILTER (WHERE correct)::INTEGER AS correct, sum(reward)::DOUBLE AS reward_sum, "
+    "avg(length)::DOUBLE AS length_mean, avg(entropy_mean)::DOUBLE AS entropy_mean")
+"""The summary of `prompt_outcomes` over rollouts rows (`... FROM rollouts GROUP BY run_id, step, prompt_id`):
+the migration's backfill; the writer computes the same per step in Arrow (`records.prompt_summary`)."""
 
 
 # from_version -> (description, statements that bring a store from from_version to from_version + 1).
@@ -245,6 +262,12 @@ MIGRATIONS: dict[int, tuple[str, list[str] | Callable[[], list[str]]]] = {
          [f"ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS {name} {typ}" for name, typ in (
              ("filter_kept", "BOOLEAN"), ("filter_penalty", "FLOAT"), ("filter_reason", "VARCHAR"),
              ("branch_entropy_before", "FLOAT"), ("branch_entropy_after", "FLOAT"), ("branch_draw", "FLOAT"))]),
+    13: ("prompt_outcomes (issue #43): one row per run x step x prompt summarising its rollouts (count, stored "
+         "verdicts, correct, reward sum, mean length and entropy), written with each step; filled here from the "
+         "rollouts already stored (a row without a stored verdict counts in rollouts, not in judged)",
+         lambda: create_statements(("prompt_outcomes",)) + layout_statements(("prompt_outcomes",)) + [
+             "DELETE FROM prompt_outcomes",  # a store taken back to an earlier version by hand still has it
+             f"INSERT INTO prompt_outcomes {PROMPT_OUTCOMES_SELECT} FROM rollouts GROUP BY run_id, step, prompt_id"]),
 }
 
 

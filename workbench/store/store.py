@@ -188,6 +188,7 @@ def _ensure_schema(lake: Lake) -> int:
         for version, _description, statements in path:
             lake.write(lambda cur, v=version, s=statements: _migrate(cur, v, s),
                        f"migrate schema {version} -> {version + 1}")
+        lake.write(_inline_options, "inline the small tables a migration added")
     return _schema_version(lake) or schema.SCHEMA_VERSION
 
 
@@ -224,12 +225,18 @@ def _configure(cur: duckdb.DuckDBPyConnection) -> None:
         return
     for key, value in PARQUET_OPTIONS.items():
         cur.execute(f"CALL lake.set_option('{key}', '{value}')")
-    for table, limit in schema.INLINE_ROW_LIMIT.items():
-        cur.execute(f"CALL lake.set_option('data_inlining_row_limit', {int(limit)}, table_name => '{table}')")
+    _inline_options(cur)
     for statement in schema.layout_statements():
         cur.execute(statement)
     cur.execute("INSERT INTO meta VALUES ('schema_version', ?), ('created_by', 'workbench')",
                 [str(schema.SCHEMA_VERSION)])
+
+
+def _inline_options(cur: duckdb.DuckDBPyConnection) -> None:
+    """Keep the small tables' rows in the catalog (`INLINE_ROW_LIMIT`); after migrations too, since
+    DuckLake sets no option on a table created in the same transaction (a migration's new table)."""
+    for table, limit in schema.INLINE_ROW_LIMIT.items():
+        cur.execute(f"CALL lake.set_option('data_inlining_row_limit', {int(limit)}, table_name => '{table}')")
 
 
 def _migrate(cur: duckdb.DuckDBPyConnection, version: int, statements: list[str]) -> None:

@@ -18,7 +18,7 @@ import pyarrow as pa
 from workbench.errors import DataError, StoreError
 from workbench.faults import fault_point
 from workbench.store.connection import Lake
-from workbench.store.records import StepRecord, now_utc, rollouts_to_arrow, rows_to_arrow, step_row
+from workbench.store.records import StepRecord, now_utc, prompt_summary, rollouts_to_arrow, rows_to_arrow, step_row
 from workbench.store.schema import STEP_TABLES, TABLES
 
 log = logging.getLogger(__name__)
@@ -352,6 +352,7 @@ class _StepBatch:
             prompts_by_run.setdefault(run_id, []).extend(record.prompts)
         self.rollouts, self.rollout_consts = _concat_filled(rollouts)
         self.rollout_rows = self.rollouts.num_rows
+        self.outcomes = prompt_summary(self.rollouts)  # the Compare prompts page's read, in the same commit
         self.steps = _concat(steps) if steps else rows_to_arrow("steps", [], {})
         self.small = {table: _concat(parts) for table, parts in small.items()}
         self.episodes = {table: _concat_filled(parts) for table, parts in episodes.items() if parts}
@@ -365,6 +366,7 @@ class _StepBatch:
 
     def insert(self, cur: duckdb.DuckDBPyConnection) -> None:
         insert(cur, "rollouts", self.rollouts, self.rollout_consts)
+        insert(cur, "prompt_outcomes", self.outcomes, self.rollout_consts)
         for table, data in self.small.items():
             insert(cur, table, data)
         for table, (data, consts) in self.episodes.items():

@@ -1,0 +1,28 @@
+"""`workbench bench playground` at its smallest (one request of one sample of two tokens, idle only), on the
+real SmolLM2 conversion the tests share: a finished one-step run whose step-1 snapshot was sampled, a load
+time and a first request measured, and a second call reusing that run. Asserts what was measured and
+stored, never a timing's value."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_playground_bench_samples_a_smollm2_checkpoint_through_the_worker(smollm2_dir, tmp_path):
+    from benchmarks.playground_bench import bench_playground
+    from workbench.playground.sample import available_steps
+    from workbench.store import open_store
+
+    store = tmp_path / "store"
+    out = bench_playground(store, requests=1, samples=1, tokens=2, beside=False)
+    assert out["checkpoint"] == 1 and (out["samples"], out["tokens"]) == (1, 2)
+    assert out["checkpoint_load_s"] > 0 and out["first_request_s"] > 0
+    assert out["idle"]["n"] == 1 and out["idle"]["max_s"] >= out["idle"]["median_s"] > 0
+    assert "beside_run" not in out
+    with open_store(store) as st:
+        run = st.run(out["run_id"])
+    assert run["status"] == "finished" and 1 in available_steps(store, out["run_id"])
+    again = bench_playground(store, requests=1, samples=1, tokens=2, beside=False)
+    assert again["run_id"] == out["run_id"]  # the snapshot is reused, not trained again
