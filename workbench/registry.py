@@ -43,6 +43,10 @@ class Registry(Generic[F]):
         self._items[name] = value
         return value
 
+    def remove(self, name: str) -> F:
+        """Take `name` out (a test's or a plugin's entry, when it is done); KeyError when it is not there."""
+        return self._items.pop(name)
+
     def register(self, name: str) -> Callable[[F], F]:
         """Decorator adding a function or class under `name` (duplicates are refused)."""
         return lambda value: self.add(name, value)

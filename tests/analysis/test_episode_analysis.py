@@ -40,3 +40,15 @@ def test_episode_stats_per_step():
     assert out[0] == {"step": 1, "episodes": 2, "calls_per_episode": 0.5, "tool_error_rate": 1.0, "call_rate": 0.5,
                       "turns": 3.0, "model_tokens": 3.5, "tool_tokens": 1.5}
     assert out[1]["tool_error_rate"] == 0.0 and out[1]["call_rate"] == 1.0
+
+
+def test_episodes_by_step_reads_the_episode_metrics_and_nothing_else():
+    from workbench.analysis.episodes import episodes_by_step
+
+    plain = pl.DataFrame({"step": [1, 2, 3], "metrics": [{"rollout/reward_mean": 0.5}] * 3})
+    assert episodes_by_step(plain).is_empty()  # a run without episodes: no rows (not one row of nulls)
+    mixed = pl.DataFrame({"step": [2, 1, 3], "metrics": [
+        {"episodes/call_rate": 0.5, "episodes/tool_error_rate": 0.25}, {"episodes/call_rate": 0.25}, {"x": 1.0}]})
+    out = episodes_by_step(mixed)
+    assert out["step"].to_list() == [1, 2] and out["call_rate"].to_list() == [0.25, 0.5]
+    assert out["tool_error_rate"].to_list() == [None, 0.25] and out["model_tokens"].null_count() == 2

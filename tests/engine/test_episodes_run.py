@@ -31,8 +31,15 @@ def _recording_loss(logp, old, adv, mask, **kw):
     return get_policy_loss("ppo_clip")(logp, old, adv, mask, **kw)
 
 
-if "test_recording_ppo_clip" not in POLICY_LOSSES:
+@pytest.fixture
+def recording_loss():
+    """`ppo_clip` that records the mask it receives, registered for one test (other tests read the registry)."""
+    SEEN_MASKS.clear()
     POLICY_LOSSES.add("test_recording_ppo_clip", _recording_loss)
+    try:
+        yield SEEN_MASKS
+    finally:
+        POLICY_LOSSES.remove("test_recording_ppo_clip")
 
 
 def _episodes(store_dir, rid) -> tuple[pl.DataFrame, dict]:
@@ -42,8 +49,8 @@ def _episodes(store_dir, rid) -> tuple[pl.DataFrame, dict]:
         return rows, st.episodes(rid, keys)
 
 
-def test_an_episodes_run_calls_the_tool_trains_on_model_tokens_only_and_stores_turns(store_dir, tiny_tools_config):
-    SEEN_MASKS.clear()
+def test_an_episodes_run_calls_the_tool_trains_on_model_tokens_only_and_stores_turns(store_dir, tiny_tools_config,
+                                                                                      recording_loss):
     cfg = tiny_tools_config(steps=2, eval__every=2, algorithm__loss="test_recording_ppo_clip",
                             algorithm__micro_batch_size=0, checkpoint__every=0)
     seen: dict[int, dict] = {}

@@ -73,8 +73,9 @@ def metric_columns(steps: pl.DataFrame, columns: dict[str, str]) -> pl.DataFrame
     if not long.is_empty():
         wide = long.pivot(on="key", index="_row", values="value", aggregate_function="last")
         out = out.join(wide, on="_row", how="left", maintain_order="left")
-    return out.select([(pl.col(k) if k in out.columns else pl.lit(None)).cast(pl.Float64).alias(c)
-                       for k, c in columns.items()])
+    # with_columns, not select: a frame of literals only (no wanted metric logged at all) would have one row
+    cols = [(pl.col(k) if k in out.columns else pl.lit(None)).cast(pl.Float64).alias(f"__{c}") for k, c in columns.items()]
+    return out.with_columns(cols).select([pl.col(f"__{c}").alias(c) for c in columns.values()])
 
 
 def term_names(steps: pl.DataFrame) -> list[str]:
