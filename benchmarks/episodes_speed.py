@@ -11,9 +11,9 @@ Each round runs, in alternating order, the two ways on the same prompts, batch a
   minus the time it sat blocked on tools with no row left to decode, `EpisodeBatch.tool_time_s`). Rows
   waiting for their own tool while others decode are counted: that is the cost of episodes.
 - single: `HFBackend.generate` (the backend the independent shape uses), one turn per row of up to an
-  episode's model-token limit (`rollout.episodes.max_model_tokens`; rows stop at their end of text, so
-  the token counts differ and both are reported); tokens per second = generated tokens / generation
-  wall time.
+  episode's tokens per turn (`rollout.episodes.turn_tokens`, else `sampling.max_new_tokens`; rows stop at
+  their end of text, so the token counts differ a little and both are reported); tokens per second =
+  generated tokens / generation wall time.
 
 Reported: per round both throughputs and their ratio, the medians, the tokens of each side, the tool
 time excluded, and the machine's load before and after. The ratio is the figure to read; absolute
@@ -74,8 +74,8 @@ def bench_episodes_speed(store_dir: str, *, config: Any = CONFIG, overrides: Seq
                                calls=sum(t.call is not None for row in eb.turns for t in row),
                                episode_tok_s=round(sum(eb.model_tokens) / max(decode_s, 1e-9), 1))
                 else:
-                    most = cfg.rollout.episodes.max_model_tokens
-                    b = backend.generate(ids, SamplingParams(temperature=temperature, max_new_tokens=most),
+                    b = backend.generate(ids, SamplingParams(temperature=temperature,
+                                                             max_new_tokens=shape.limits.turn_tokens),
                                          seeds=seeds)
                     got.update(single_tokens=int(b.lengths.sum()), single_s=round(b.gen_time_s, 4),
                                single_tok_s=round(int(b.lengths.sum()) / max(b.gen_time_s, 1e-9), 1))
