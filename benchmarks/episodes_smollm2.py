@@ -149,3 +149,33 @@ def bench_episodes_smollm2(store_dir: str, *, config: str = CONFIG, overrides: S
         out["pass1_gain"] = round(out["with_tool"]["pass1"] - out["without_tool"]["pass1"], 4)
     out["load_after"] = list(os.getloadavg())
     return out
+
+
+CURVE_METRICS = ("rollout/reward_mean", "episodes/call_rate", "episodes/tool_calls", "episodes/tool_error_rate",
+                 "episodes/model_tokens", "episodes/tool_tokens", "episodes/turns", "rollout/zero_signal_frac",
+                 "timing_s/generate", "timing_s/train", "timing_s/step")
+"""A training run's per-step figures `run_curve` reports (the metric catalogue's names)."""
+
+
+def run_curve(store_dir: str, run_id: str) -> dict[str, Any]:
+    """A finished run's curve from the store: per step the CURVE_METRICS, per evaluation held-out pass@1
+    with its 90% interval over questions (`workbench bench episodes-smollm2 --curve RUN`)."""
+    from workbench.store import open_store
+
+    with open_store(store_dir) as st:
+        steps = st.run_steps(run_id)
+        evals = st.evals(run_id)
+        run = st.run(run_id)
+    out: dict[str, Any] = {"run_id": run_id, "name": run.get("name"), "status": run.get("status"), "steps": []}
+    for row in steps.sort("step").to_dicts():
+        metrics = row.get("metrics") or {}
+        got = {k: metrics.get(k) for k in CURVE_METRICS}
+        out["steps"].append({"step": row["step"], **{k: (round(float(v), 4) if v is not None else None)
+                                                      for k, v in got.items()}})
+    for step, group in evals.group_by("step", maintain_order=True):
+        rate = (group["correct"] / group["samples"]).to_numpy()
+        out.setdefault("evals", []).append({"step": int(step[0]), "questions": group.height,
+                                            "samples": int(group["samples"].max()),
+                                            "pass1": round(float(rate.mean()), 4), "pass1_ci90": interval(rate, 0)})
+    out["evals"] = sorted(out.get("evals", []), key=lambda e: e["step"])
+    return out

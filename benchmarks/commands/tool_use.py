@@ -31,6 +31,8 @@ def register(bench: typer.Typer) -> None:
         prompts: Annotated[int, typer.Option("--prompts", help="Held-out questions, spread over levels (0: all).")] = 0,
         seed: Annotated[int, typer.Option("--seed", help="Sampling seed (the same in both arms).")] = 0,
         arms: Annotated[str, typer.Option("--arms", help="tool, plain or tool,plain.")] = "tool,plain",
+        curve: Annotated[str, typer.Option("--curve", help="Instead: a finished run's curve (held-out pass@1 per "
+                                           "evaluation, call and tool error rates per step) from the store.")] = "",
         store: StoreOpt = None,
         set_: SetOpt = None,
         as_json: JsonOpt = False,
@@ -38,8 +40,12 @@ def register(bench: typer.Typer) -> None:
         """SmolLM2's step-0 pass@1 / pass@k on its calculator task with the tool (episodes, Hermes calls)
         and without it (the question asked plainly, one turn), 90% intervals, call and error rates."""
         from benchmarks.episodes_smollm2 import bench_episodes_smollm2 as run_bench
+        from benchmarks.episodes_smollm2 import run_curve
         from workbench.errors import ConfigError
 
+        if curve:
+            print_result(run_curve(str(store_path(store)), curve), as_json)
+            return
         _at_least_one("episodes-smollm2", samples=samples, prompts=prompts + 1)
         chosen = tuple(a.strip() for a in arms.split(",") if a.strip())
         if not chosen or any(a not in ("tool", "plain") for a in chosen):
