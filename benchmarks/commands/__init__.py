@@ -3,5 +3,5 @@ commands to the group (`benchmarks/cli.py`). Thin, as the library's commands are
 harness and print; heavy imports happen inside the commands so that `workbench --help` stays fast."""
 
 MODULES = ["store", "engine", "allocators", "control", "app", "integrations", "badinput", "reliability", "guards",
-           "shapes", "model", "tools", "episodes", "sdk", "inflight", "playground"]
+           "shapes", "model", "tools", "episodes", "tool_use", "sdk", "inflight", "playground"]
 """In the order `workbench bench --help` lists their commands."""

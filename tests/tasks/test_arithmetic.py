@@ -6,7 +6,7 @@ import pytest
 
 from workbench.errors import ConfigError
 from workbench.tasks import ArithmeticTaskConfig, get_task, task_config_from_dict
-from workbench.tasks.arithmetic import _evaluate, level_space
+from workbench.tasks.arithmetic import ArithmeticTask, _evaluate, level_space
 
 SMALL = ArithmeticTaskConfig(train_size=900, eval_per_level=10)
 
@@ -71,6 +71,8 @@ def test_verify_exact_on_prompt():
         ({"train_size": 0}, "task.train_size"),
         ({"eval_per_level": 0}, "task.eval_per_level"),
         ({"template": "no expression"}, "task.template"),
+        ({"template": "{a} boxes of {e} pens"}, "task.template"),
+        ({"template": '{a} then {"name": 1}'}, "task.template"),
         ({"verifier": "fuzzy"}, "task.verifier"),
         ({"kind": "arithmetic", "seeds": 3}, "seeds"),
         ({"kind": "chess"}, "task.kind"),
@@ -85,3 +87,21 @@ def test_from_dict_round_trip():
     cfg = task_config_from_dict({"kind": "arithmetic", "levels": ["1+1", "2*1"], "seed": 4})
     assert cfg == ArithmeticTaskConfig(levels=("1+1", "2*1"), seed=4)
     hash(cfg)  # frozen and hashable: the organism recipe embeds it
+
+
+def test_word_problems_name_the_operands_and_only_the_last_tool_result_is_judged():
+    """`{a}`, `{b}` are the expression's operands in order; a doubled brace is a literal one; under the
+    "tools" profile the text after the last `</result>` or `</tool_response>` is the answer, so a right
+    tool result followed by a wrong answer is wrong."""
+    cfg = ArithmeticTaskConfig(profile="tools", levels=("2*2",), verifier="number",
+                               template='{{"x": 1}} A shop packs {a} boxes with {b} pens each. ({expr})')
+    task = ArithmeticTask(cfg)
+    p = task.eval_prompts()[0]
+    a, b = p.metadata["expr"].split("*")
+    assert p.text == f'{{"x": 1}} A shop packs {a} boxes with {b} pens each. ({a}*{b})'
+    assert int(p.answer) == int(a) * int(b)
+    call = '<tool_call>{"name": "calculator"}</tool_call>user\n<tool_response>' + p.answer + "</tool_response>\n"
+    assert task.verify(call + "assistant\nThe answer is " + p.answer, p).correct
+    assert not task.verify(call + "assistant\nThe answer is 5", p).correct
+    assert task.verify(call + "assistant\n", p).verdict == "no_answer"
+    assert task.verify("<result>1</result>" + p.answer, p).correct

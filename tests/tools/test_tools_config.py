@@ -53,6 +53,9 @@ def test_a_full_section_loads():
     ({"limits": {"max_result_chars": 0}}, "tools.limits.max_result_chars must be an integer in [1, 1000000]"),
     ({"limits": {"disk_mb": 1}}, "tools.limits.disk_mb: unknown field"),
     ({"tool": ["calculator"]}, "tools.tool: unknown field"),
+    ({"result_template": "<|im_start|>user\n<|im_end|>"}, "tools.result_template: text holding {result} exactly once"),
+    ({"result_template": "{result}{result}"}, "tools.result_template: text holding {result} exactly once"),
+    ({"result_template": 3}, "tools.result_template"),
 ])
 def test_bad_sections_are_refused_naming_the_field(data, message):
     with pytest.raises(ConfigError) as info:
@@ -100,3 +103,14 @@ def test_a_tool_module_the_sandbox_cannot_import_stops_the_start(tmp_path):
     assert out.returncode == 1
     assert "WorkbenchError: the tool sandbox did not start" in out.stderr
     assert "No module named 'gone_tool'" in out.stderr
+
+
+def test_a_result_template_wraps_the_syntax_result():
+    """A chat model's tool turn: the template's text either side of the syntax's result, the rest as is
+    (braces other than {result} are not a format field)."""
+    turn = "<|im_end|>\n<|im_start|>user\n{result}<|im_end|>\n<|im_start|>assistant\n"
+    config = load_tools_config({"syntax": "hermes", "result_template": turn})
+    assert config.result_text("<tool_response>1776</tool_response>") == (
+        "<|im_end|>\n<|im_start|>user\n<tool_response>1776</tool_response><|im_end|>\n<|im_start|>assistant\n")
+    assert load_tools_config({"result_template": "{x} {result} }"}).result_text("7") == "{x} 7 }"
+    assert ToolsConfig().result_text("<result>7</result>") == "<result>7</result>"

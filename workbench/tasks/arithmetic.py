@@ -54,6 +54,11 @@ PROFILES = tuple(PROFILE_LEVELS)
 PROFILE_TRAIN_SIZE = {"default": 6000, "skewed": 1536, "long": 6000, "tools": 6000}
 RESULT_CLOSE = "</result>"
 """Closes a tool result in the "tools" profile's episodes (`workbench/models/tokenizer.py`, TOOL_TOKENS)."""
+RESULT_CLOSES = (RESULT_CLOSE, "</tool_response>")
+"""The tool-result closing tags of the two call syntaxes (calc, hermes; `workbench/tools/parsers.py`):
+under the "tools" profile only the text after the last one is the episode's answer."""
+OPERANDS = "abcd"
+"""A template's names of an expression's operands in order (`{a}`, `{b}`, ...: word problems)."""
 
 
 @dataclass(frozen=True)
@@ -82,7 +87,9 @@ class ArithmeticTaskConfig:
     """Held-out eval prompts per level."""
     template: str = "{expr}="
     """Prompt text; `{expr}` is replaced by the expression (e.g. "37+5"), `{expr_spaced}` by the
-    expression with spaced operators ("37 + 5", for questions in words to a chat model)."""
+    expression with spaced operators ("37 + 5", for questions in words to a chat model), `{a}`, `{b}`,
+    `{c}`, `{d}` by its operands in order (word problems: "A shop packs {a} boxes of {b} pens each...");
+    a literal brace is written twice (`{{`)."""
     verifier: str = "exact"
     """"exact", "math", "number" (the number after the last "=", else the last one: answers in words)
     or a user verifier "module:function"."""
@@ -108,8 +115,13 @@ class ArithmeticTaskConfig:
         require(len(set(self.levels)) == len(self.levels), "task.levels", "has a duplicate level")
         require(self.train_size >= 1, "task.train_size", f"must be >= 1, got {self.train_size}")
         require(self.eval_per_level >= 1, "task.eval_per_level", f"must be >= 1, got {self.eval_per_level}")
-        require("{expr}" in self.template or "{expr_spaced}" in self.template, "task.template",
-                f"must contain '{{expr}}' or '{{expr_spaced}}', got {self.template!r}")
+        require(any("{" + k + "}" in self.template for k in ("expr", "expr_spaced", "a")), "task.template",
+                f"must contain '{{expr}}', '{{expr_spaced}}' or the operands '{{a}}', '{{b}}', ..., got {self.template!r}")
+        try:
+            fill_template(self.template, "1+2+3+4")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ConfigError(f"task.template: {self.template!r} does not format ({type(exc).__name__}: {exc}); "
+                              "the fields are {expr}, {expr_spaced}, {a}-{d}, and a literal brace is written twice")
         require(self.verify_timeout_s > 0, "task.verify_timeout_s", "must be > 0")
         if self.verifier not in BUILTIN_METHODS and ":" not in self.verifier:
             raise ConfigError(f"task.verifier: {self.verifier!r}; allowed: exact, math, number or 'module:function'")
@@ -149,6 +161,13 @@ def worked_answer(expr: str, final: str) -> str:
 def final_value(response: str) -> str:
     """What the "long" profile verifies: the text after the last "=" (the whole response when none)."""
     return response.rsplit("=", 1)[-1]
+
+
+def fill_template(template: str, expr: str) -> str:
+    """A task template filled for `expr`: `{expr}`, `{expr_spaced}` and its operands `{a}`, `{b}`, ...
+    ("A shop packs {a} boxes of {b} pens" for "37*48")."""
+    operands = dict(zip(OPERANDS, re.split(r"[+\-*]", expr)))
+    return template.format(expr=expr, expr_spaced=spaced(expr), **operands)
 
 
 def spaced(expr: str) -> str:
@@ -202,7 +221,7 @@ class ArithmeticTask:
         spec = self.cfg.levels[level - 1]
         return Prompt(
             id=f"arith-{split}-{i:06d}",
-            text=self.cfg.template.format(expr=expr, expr_spaced=spaced(expr)),
+            text=fill_template(self.cfg.template, expr),
             answer=answer,
             level=level,
             split=split,
@@ -248,9 +267,11 @@ class ArithmeticTask:
     def verify(self, response: str, prompt: Prompt) -> VerifyResult:
         """Judge a response against the prompt's answer (never raises); under the "long" profile only
         the final value, after the last "=", is judged; under "tools" the text after the last tool
-        result (an episode's final answer; the whole response when it made no call)."""
+        result (`</result>` or `</tool_response>`: an episode's final answer; the whole response when it
+        made no call)."""
         if self.cfg.profile == "long":
             response = final_value(response)
         elif self.cfg.profile == "tools":
-            response = response.rsplit(RESULT_CLOSE, 1)[-1]
+            cut = max(response.rfind(close) + len(close) if close in response else 0 for close in RESULT_CLOSES)
+            response = response[cut:]
         return self.verifier(response, prompt.answer, prompt)

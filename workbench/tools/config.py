@@ -40,6 +40,11 @@ class ToolsConfig:
     episode."""
     parallel: int = 8
     """Calls run at once (1-256): a batch's calls share this many sandboxed child processes."""
+    result_template: str = "{result}"
+    """The text the model reads after a call, around the syntax's result (`{result}`, exactly once:
+    `<tool_response>1776</tool_response>`): the chat template's tool turn for a chat model, e.g.
+    SmolLM2's `<|im_end|>\n<|im_start|>user\n{result}<|im_end|>\n<|im_start|>assistant\n`. Every
+    token of it is fed, never trained on."""
     limits: ToolLimits = field(default_factory=ToolLimits)
     """The limits of every call (`[tools.limits]`)."""
     DOC_TABLES: ClassVar = [("### `[tools.limits]`", ToolLimits)]
@@ -56,7 +61,17 @@ class ToolsConfig:
                 "'calc' calls the calculator, which tools.enabled does not list")
         check_int("tools", "max_calls", self.max_calls, 0, 64)
         check_int("tools", "parallel", self.parallel, 1, 256)
+        require(isinstance(self.result_template, str) and self.result_template.count(RESULT_SLOT) == 1,
+                "tools.result_template", f"text holding {RESULT_SLOT} exactly once, got {self.result_template!r}")
         require(isinstance(self.limits, ToolLimits), "tools.limits", "a table of limits")
+
+    def result_text(self, result: str) -> str:
+        """`result` (the syntax's result text) inside `result_template`: what the model reads."""
+        return self.result_template.replace(RESULT_SLOT, result)
+
+
+RESULT_SLOT = "{result}"
+"""Where the syntax's result goes in `ToolsConfig.result_template`."""
 
 
 def load_tools_config(data: dict[str, Any] | None) -> ToolsConfig:

@@ -156,9 +156,11 @@ class EpisodeShape:
                         seconds=res.seconds, truncated=res.truncated)
 
     def result_tokens(self, call: ToolCall) -> list[int]:
-        """The tokens the model reads after its call: the syntax's result turn."""
+        """The tokens the model reads after its call: the syntax's result inside `tools.result_template`
+        (a chat model's tool turn, its template tokens included; none of it is trained on)."""
         res = ToolResult(call.result, error=call.error is not None, kind=call.error or "ok")
-        return list(self.tokenizer(self.syntax.format_result(res), add_special_tokens=False)["input_ids"])
+        text = self.tools.result_text(self.syntax.format_result(res))
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     @property
     def box(self) -> Sandbox:
