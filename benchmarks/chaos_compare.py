@@ -24,8 +24,9 @@ SKIP = {"run_id", "created_at", "time_generate_s", "time_verify_s", "time_train_
 """Columns that legitimately differ between two runs (ids, wall-clock times, which worker)."""
 
 _METRICS = ("map_from_entries(list_filter(map_entries(metrics), "
-            "e -> NOT (e.key LIKE 'timing_s/%' OR e.key LIKE 'timing_cpu_s/%' OR e.key LIKE 'perf/%')))")
-"""`steps.metrics` without its wall-clock and CPU-time entries."""
+            "e -> NOT (e.key LIKE 'timing_s/%' OR e.key LIKE 'timing_cpu_s/%' OR e.key LIKE 'perf/%' "
+            "OR e.key LIKE 'lane/%')))")
+"""`steps.metrics` without its wall-clock and CPU-time entries (the per-worker lanes' times too)."""
 
 
 def _columns(table: str) -> list[str]:

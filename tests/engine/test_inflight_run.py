@@ -54,7 +54,8 @@ def test_a_launched_run_reports_its_steps_in_flight(new_store, tiny_config, tmp_
         if r["step"] is not None:
             assert r["step"] >= before, (before, r)  # never behind the store's commits
         assert 0 <= r["finished"] <= r["rows"] and r["tokens"] <= r["rows"] * r["max_new_tokens"]
-        assert r["step_tokens"] >= r["tokens"] and len(r["slowest"]) == min(3, r["rows"])
+        # a batch's first report (decode step 0, written as it begins when a write is due) has no rows yet
+        assert r["step_tokens"] >= r["tokens"] and len(r["slowest"]) == (min(3, r["rows"]) if r["decode_step"] else 0)
         if r["state"] == "idle":
             assert r["finished"] == r["rows"]
     assert "idle" in {r["state"] for r in rows}  # its batches end (the organism's take ~10 ms: seldom seen going)
