@@ -38,7 +38,7 @@ def main(argv: list[str]) -> int:
         print(f"{argv[0]}: no '--durations=0' lines found (run pytest with --durations=0)", file=sys.stderr)
         return 1
     OUT.write_text(json.dumps({k: round(v, 2) for k, v in sorted(found.items())}, indent=0) + "\n")
-    print(f"{OUT.name}: {len(found)} tests, {sum(v > 5.0 for v in found.values())} over 5 s")
+    print(f"{OUT.name}: {len(found)} tests, {sum(v > 3.5 for v in found.values())} over 3.5 s (SLOW_S)")
     return 0
 
 
