@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.episodes_learning import CONFIG, t_interval, toml_value
+from benchmarks.episodes_learning import CONFIG, held_out_pass1, t_interval
 
 ARMS = {"uniform": {}, "roc": {"rollout.episodes.roc_oversample": 2}, "arpo": {"rollout.episodes.arpo_branch": True}}
 DECISION_COLUMNS = ("filter_kept", "filter_penalty", "filter_reason", "branch_entropy_before", "branch_entropy_after",
@@ -39,15 +39,14 @@ DECISION_COLUMNS = ("filter_kept", "filter_penalty", "filter_reason", "branch_en
 def _one(arm: str, seed: int, store_dir: str, steps: int, budget: int, threads: int) -> dict[str, Any]:
     import polars as pl
 
-    from workbench.config import load_config
+    from workbench.control.launch import resolve_config
     from workbench.engine import run
     from workbench.store import open_store
 
     over = {"steps": steps, "allocator.budget_kind": "tokens", "allocator.budget": budget,
             "allocator.prompts_per_step": 32, "eval.every": steps, "eval.at_start": True, "checkpoint.every": 0,
-            **ARMS[arm]}
-    cfg = load_config(CONFIG, [f"{k}={toml_value(v)}" for k, v in over.items()] +
-                      [f"seed={seed}", f"name=\"alloc-{arm}-s{seed}\"", f"model.threads={threads}"])
+            "seed": seed, "model.threads": threads, **ARMS[arm]}
+    cfg = resolve_config(str(CONFIG), over, name=f"alloc-{arm}-s{seed}")
     t = time.perf_counter()
     rid = run(cfg, store=store_dir)
     wall = time.perf_counter() - t
@@ -60,10 +59,10 @@ def _one(arm: str, seed: int, store_dir: str, steps: int, budget: int, threads: 
         turns = st.episode_turns(rid)
         calls = st.episode_tool_calls(rid)
         alloc = st.allocations(rid)
-    by_step = evals.group_by("step").agg((pl.col("correct").sum() / pl.col("samples").sum()).alias("p")).sort("step")
+    start, end = held_out_pass1(evals)
     trained = rows.filter(pl.col("correct") & (pl.col("filter_kept").fill_null(True)))
-    out = {"run_id": rid, "seconds": round(wall, 1), "pass1_start": round(float(by_step["p"][0]), 4),
-           "pass1_end": round(float(by_step["p"][-1]), 4),
+    out = {"run_id": rid, "seconds": round(wall, 1), "pass1_start": round(start, 4),
+           "pass1_end": round(end, 4),
            "model_tokens": int(sum(r["metrics"].get("rollout/tokens_generated", 0) for r in steps_rows)),
            "episodes": rows.height, "episodes_trained": int(rows["filter_kept"].fill_null(True).sum()),
            "correct_trained_tool_calls": int(trained["tool_calls"].sum()),

@@ -59,13 +59,10 @@ def _one(arm: str, seed: int, store_dir: str, steps: int, budget: int, threads: 
     t = time.perf_counter()
     rid = run(cfg, store=store_dir)
     wall = time.perf_counter() - t
-    import polars as pl
-
     with open_store(store_dir) as st:
         rows = st.run_steps(rid).sort("step").to_dicts()
         evals = st.evals(rid)
-    by_step = evals.group_by("step").agg((pl.col("correct").sum() / pl.col("samples").sum()).alias("p")).sort("step")
-    start, end = float(by_step["p"][0]), float(by_step["p"][-1])
+    start, end = held_out_pass1(evals)
     out = {"run_id": rid, "seconds": round(wall, 1), "pass1_start": round(start, 4), "pass1_end": round(end, 4),
            "rise": round(end - start, 4),
            "model_tokens": int(sum(r["metrics"].get("rollout/tokens_generated", 0) for r in rows)),
@@ -79,9 +76,12 @@ def _one(arm: str, seed: int, store_dir: str, steps: int, budget: int, threads: 
     return out
 
 
-def toml_value(v: Any) -> str:
-    """A value as a `--set` override writes it (TOML: booleans lower case, strings quoted)."""
-    return ("true" if v else "false") if isinstance(v, bool) else f'"{v}"' if isinstance(v, str) else str(v)
+def held_out_pass1(evals: Any) -> tuple[float, float]:
+    """Held-out pass@1 at a run's first and last evaluation (its `evals` rows)."""
+    import polars as pl
+
+    by_step = evals.group_by("step").agg((pl.col("correct").sum() / pl.col("samples").sum()).alias("p")).sort("step")
+    return float(by_step["p"][0]), float(by_step["p"][-1])
 
 
 def bench_episodes_learning(store_dir: str, *, seeds: tuple[int, ...] = (0, 1, 2), steps: int = 60,
