@@ -101,15 +101,9 @@ def trl_step_times(cfg: Any, model_dir: Path, out: Path, steps: int) -> tuple[li
             logs_seen.append(dict(logs or {}))
 
     logs_seen = logs
-    n = int(cfg.allocator.params.get("n", 8))
-    args = GRPOConfig(
-        output_dir=str(out), per_device_train_batch_size=cfg.allocator.prompts_per_step * n, num_generations=n,
-        max_completion_length=cfg.sampling.max_new_tokens, temperature=cfg.sampling.temperature, top_k=0,
-        top_p=1.0, beta=0.0, loss_type="dapo", scale_rewards="group", learning_rate=cfg.optim.lr,
-        max_steps=steps + WARMUP, logging_steps=1, report_to="none", save_strategy="no", use_cpu=True, bf16=False,
-        use_vllm=False, num_iterations=1, gradient_accumulation_steps=1, dataloader_num_workers=0, seed=cfg.seed,
-        disable_dropout=True, disable_tqdm=True, epsilon=cfg.algorithm.clip_low, epsilon_high=cfg.algorithm.clip_high,
-        max_grad_norm=cfg.optim.grad_clip, max_tool_calling_iterations=cfg.tools.max_calls)
+    from benchmarks.real_trl import grpo_kwargs
+
+    args = GRPOConfig(**grpo_kwargs(cfg, out, steps + WARMUP), max_tool_calling_iterations=cfg.tools.max_calls)
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data,
                           processing_class=tokenizer, callbacks=[Timer()], tools=[calculator])
     deterministic = torch.are_deterministic_algorithms_enabled()

@@ -40,6 +40,20 @@ def _engine_steps(cfg: Any, root: Path) -> list[dict[str, Any]]:
     return marks[WARMUP:]
 
 
+def grpo_kwargs(cfg: Any, out: Path, max_steps: int) -> dict[str, Any]:
+    """TRL's `GRPOConfig` arguments for the run config `cfg`'s settings (group size, lengths, sampling,
+    loss, clip, learning rate), on the CPU without vLLM: what both sides of a comparison share."""
+    n = int(cfg.allocator.params.get("n", 8))
+    return dict(
+        output_dir=str(out), per_device_train_batch_size=cfg.allocator.prompts_per_step * n, num_generations=n,
+        max_completion_length=cfg.sampling.max_new_tokens, temperature=cfg.sampling.temperature, top_k=0,
+        top_p=1.0, beta=0.0, loss_type="dapo", scale_rewards="group", learning_rate=cfg.optim.lr,
+        max_steps=max_steps, logging_steps=1, report_to="none", save_strategy="no", use_cpu=True, bf16=False,
+        use_vllm=False, num_iterations=1, gradient_accumulation_steps=1, dataloader_num_workers=0, seed=cfg.seed,
+        disable_dropout=True, disable_tqdm=True, epsilon=cfg.algorithm.clip_low, epsilon_high=cfg.algorithm.clip_high,
+        max_grad_norm=cfg.optim.grad_clip)
+
+
 def _trl_steps(cfg: Any, model_dir: Path, out: Path, steps: int) -> list[float]:
     """TRL's GRPOTrainer on `cfg`'s workload: the wall time of each timed step."""
     import torch
@@ -69,15 +83,7 @@ def _trl_steps(cfg: Any, model_dir: Path, out: Path, steps: int) -> list[float]:
         def on_step_end(self, args, state, control, **kw):  # noqa: ANN001
             marks.append(time.perf_counter())
 
-    n = int(cfg.allocator.params.get("n", 8))
-    args = GRPOConfig(
-        output_dir=str(out), per_device_train_batch_size=cfg.allocator.prompts_per_step * n, num_generations=n,
-        max_completion_length=cfg.sampling.max_new_tokens, temperature=cfg.sampling.temperature, top_k=0,
-        top_p=1.0, beta=0.0, loss_type="dapo", scale_rewards="group", learning_rate=cfg.optim.lr,
-        max_steps=steps + WARMUP, logging_steps=1, report_to="none", save_strategy="no", use_cpu=True, bf16=False,
-        use_vllm=False, num_iterations=1, gradient_accumulation_steps=1, dataloader_num_workers=0, seed=cfg.seed,
-        disable_dropout=True, disable_tqdm=True, epsilon=cfg.algorithm.clip_low, epsilon_high=cfg.algorithm.clip_high,
-        max_grad_norm=cfg.optim.grad_clip)
+    args = GRPOConfig(**grpo_kwargs(cfg, out, steps + WARMUP))
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data,
                           processing_class=tokenizer, callbacks=[Timer()])
     deterministic = torch.are_deterministic_algorithms_enabled()
