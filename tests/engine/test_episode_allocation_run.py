@@ -133,3 +133,35 @@ def test_a_branch_prefix_counts_once_against_a_token_budget():
     r.loss_mask, r.shape = mask, empty_columns(2, "episodes")
     r.shape["branch_at"] = np.array([-1, 4])
     assert r.model_tokens().tolist() == [5, 6] and shared_model_tokens(r) == 3
+
+
+def test_roc_over_an_arpo_branched_oversampled_group(store_dir, tiny_tools_config):
+    """Both on: each grant of 4 is sampled as one ARPO group of 8 (4 whole, 4 branch slots, threshold 1 so
+    that tool results branch), then RoC keeps 4 of the 8. The rollout budget (32 a step) counts the grants
+    and is never exceeded; every sampled episode is stored with RoC's decision, every branch with ARPO's;
+    a kept branch may have a dropped parent (the tree stays whole in the store); only kept rows train."""
+    seen: dict[int, dict] = {}
+    cfg = tiny_tools_config(steps=2, eval__every=0, eval__at_start=False, checkpoint__every=0,
+                            rollout__episodes__roc_oversample=2, rollout__episodes__arpo_branch=True,
+                            rollout__episodes__arpo_threshold=1.0)
+    rid = run(cfg, store=str(store_dir), on_step=lambda s, m: seen.__setitem__(s, m))
+    rows, alloc = _rows(store_dir, rid)
+    per_step = alloc.group_by("step").agg(pl.col("granted").sum(), pl.col("budget").max(), pl.col("budget_left").min())
+    assert (per_step["granted"] <= per_step["budget"]).all() and (per_step["budget_left"] >= 0).all()
+    assert per_step["granted"].to_list() == [32, 32]
+    assert rows.height == 2 * int(alloc["granted"].sum()) == 128
+    assert rows["filter_kept"].null_count() == 0 and rows["filter_penalty"].null_count() == 0
+    granted = alloc.group_by(["step", "prompt_id"]).agg(pl.col("granted").sum())
+    per = rows.group_by(["step", "prompt_id"]).agg(pl.col("filter_kept").sum().alias("kept"), pl.len().alias("n"))
+    per = per.join(granted, on=["step", "prompt_id"])
+    assert (per["kept"] == per["granted"]).all() and (per["n"] == 2 * per["granted"]).all()
+    branched = rows.filter(pl.col("parent_idx").is_not_null())
+    assert branched.height == sum(seen[s]["episodes/arpo_branches"] for s in (1, 2)) > 0
+    assert branched["branch_draw"].null_count() == 0 and branched["branch_entropy_before"].null_count() == 0
+    for s in (1, 2):  # each oversampled group of 8: 4 whole, 4 slots taken by branches or filled whole
+        assert seen[s]["episodes/arpo_branches"] + seen[s]["episodes/arpo_fill"] == 32
+        assert seen[s]["episodes/roc_sampled"] == 64 and seen[s]["episodes/roc_dropped"] == 32
+    assert (branched["parent_idx"] < branched["idx"]).all()  # a parent is a slot of the same group, made first
+    dropped = rows.filter(~pl.col("filter_kept"))
+    assert not dropped["used_in_update"].any() and (dropped["advantage"] == 0).all()
+    assert alloc["reason"].str.contains("roc: kept").all()
