@@ -220,11 +220,20 @@ def conversations(rows: list[dict], episodes: dict, decode, h_max: float, specia
     found = {k: episodes[k] for k in mine if k in episodes}
     if not found:
         return
-    for row in rows:
-        key = (row["step"], row["stage"], row["prompt_id"], row["idx"])
-        if key in found:
-            with st.expander(f"#{row['idx']} as a conversation · {episode_view.episode_summary(row)}"):
-                st.html(episode_view.conversation_html(found[key], decode, h_max, special=special))
+    by_idx = {k[3]: ep for k, ep in found.items()}
+    dropped = {r["idx"] for r in episode_view.dropped_rows(rows)}
+    if episode_view.is_branched_group(rows):  # ARPO: the group as a tree of turns (RoC's dropped nodes marked)
+        with st.expander(f"the group as a tree of turns · {len(rows)} episodes", expanded=True):
+            st.html(episode_view.episode_tree_html(rows, by_idx, decode, h_max, special=special))
+    else:
+        for row in rows:
+            key = (row["step"], row["stage"], row["prompt_id"], row["idx"])
+            if key in found and row["idx"] not in dropped:
+                with st.expander(f"#{row['idx']} as a conversation · {episode_view.episode_summary(row)}"):
+                    st.html(episode_view.conversation_html(found[key], decode, h_max, special=special))
+    if dropped:  # GRPO-RoC: what it sampled and did not train on, apart
+        st.html(episode_view.dropped_html(rows, by_idx, decode, h_max, special=special,
+                                          conversations=not episode_view.is_branched_group(rows)))
     lanes = [(f"#{k[3]}", ep) for k, ep in found.items()]
     if any(episode_view.lane_segments(ep) for _, ep in lanes):
         with st.expander("where the episodes' time went"):
