@@ -98,11 +98,22 @@ def replay_cmd(
     every: Annotated[bool, typer.Option("--all", help="Replay every registered allocator with its "
                                         "default parameters.")] = False,
     seed: Annotated[Optional[int], typer.Option("--seed", help="Seed of the replay (default: the run's).")] = None,
+    episodes: Annotated[bool, typer.Option("--episodes", help="On an episodes run: what GRPO-RoC and ARPO would "
+                                           "have spent, or one line each saying why the store cannot tell "
+                                           "(docs/episode-allocation.md).")] = False,
+    roc_oversample: Annotated[Optional[int], typer.Option("--roc-oversample", help="With --episodes: RoC's "
+                                                          "factor (default: the run's own).")] = None,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Replay a run's logged outcomes under our allocators: rollouts, generated tokens, informative groups
-    and zero-signal fraction each would have had, beside what the run itself did."""
+    and zero-signal fraction each would have had, beside what the run itself did. With --episodes: what
+    GRPO-RoC (which episodes kept, which dropped) and ARPO would have spent on an episodes run."""
+    if episodes:
+        _replay_episodes(run, roc_oversample, seed, store, as_json)
+        return
+    if roc_oversample is not None:
+        raise DataError("replay: --roc-oversample needs --episodes")
     from workbench.allocators import available_allocators
     from workbench.control.commands import parse_params
     from workbench.integrations.whatif import whatif_rows
@@ -125,6 +136,25 @@ def replay_cmd(
     for row in [logged, *rows]:
         typer.echo("  ".join(f"{row[c]:>18.3f}" if isinstance(row.get(c), float) else f"{str(row.get(c)):>18}"
                              for c in cols))
+
+
+def _replay_episodes(run: str, roc_oversample: int | None, seed: int | None, store: Any, as_json: bool) -> None:
+    from workbench.analysis.replay_episodes import episode_replay
+    from workbench.store import open_store
+
+    with open_store(store_path(store), read_only=True) as s:
+        out = episode_replay(s, run, roc_oversample=roc_oversample, seed=seed)
+    decisions = out["roc"].pop("decisions", None)
+    if as_json:
+        print_json({**out, "roc": {**out["roc"], "decisions": None if decisions is None else decisions.to_dicts()}})
+        return
+    for method in ("roc", "arpo"):
+        answer = out[method]
+        if "refused" in answer:
+            typer.echo(answer["refused"])
+            continue
+        typer.echo(f"{'GRPO-RoC' if method == 'roc' else 'ARPO'}: " + ", ".join(
+            f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in answer.items() if v is not None))
 
 
 def register(app: typer.Typer) -> None:
