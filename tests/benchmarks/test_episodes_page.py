@@ -24,10 +24,24 @@ def test_the_episode_store_holds_six_turn_episodes_and_the_other_none(tmp_path):
         assert not st.has_episodes(one) and st.rollouts(one, limit=1000).height == 40
 
 
+def test_the_allocated_store_holds_arpo_trees_with_rocs_decisions(tmp_path):
+    rid = build_store(tmp_path / "alloc", 40, multi_turn=True, steps=2, allocated=True)
+    with open_store(tmp_path / "alloc") as st:
+        rows = st.rollouts(rid, limit=1000)
+        assert rows.height == 40 and rows["filter_kept"].sum() == 20
+        branches = rows.filter(rows["parent_idx"].is_not_null())
+        assert branches.height == 20 and set(branches["branch_at"]) == {15}
+        for r in branches.to_dicts():  # a branch's first turns are its parent's, up to its branch point
+            mine = st.episode(rid, r["step"], r["stage"], r["prompt_id"], r["idx"]).response_token_ids()
+            theirs = st.episode(rid, r["step"], r["stage"], r["prompt_id"], r["parent_idx"]).response_token_ids()
+            assert mine[:15] == theirs[:15] and r["branch_draw"] is not None
+
+
 @pytest.mark.slow
 def test_the_page_runs_on_both_stores(tmp_path):
     out = bench_episodes_page(str(tmp_path), episodes=40, repeats=1)
     page = out["rollouts_page"]
-    for label in ("episodes", "single_turn"):
+    for label in ("episodes", "single_turn", "allocated"):
         assert page[label]["cold"]["median"] > 0 and page[label]["cached"]["median"] > 0
-    assert out["meets_targets"] == (page["episodes"]["cold"]["median"] <= 700 and page["episodes"]["cold"]["p95"] <= 2000)
+    assert out["meets_targets"] == all(page[k]["cold"]["median"] <= 700 and page[k]["cold"]["p95"] <= 2000
+                                       for k in ("episodes", "allocated"))
