@@ -91,16 +91,23 @@ def _parquet_bytes(frame: Any) -> int:
     return buf.tell()
 
 
-def decision_bytes(rows: Any, turns: Any, calls: Any, alloc: Any) -> float:
-    """What the decision columns (and RoC's reason text) add, in percent of the episodes' whole record."""
+def decision_byte_counts(rows: Any, turns: Any, calls: Any, alloc: Any,
+                         columns: tuple[str, ...] = DECISION_COLUMNS) -> tuple[int, int]:
+    """(bytes the decision `columns` and RoC's reason text add, bytes of the episodes' whole record without
+    them): each frame written as Parquet (zstd); a column null in every row counts as absent."""
     import polars as pl
 
-    present = [c for c in DECISION_COLUMNS if c in rows.columns and rows[c].null_count() < rows.height]
+    present = [c for c in columns if c in rows.columns and rows[c].null_count() < rows.height]
     without = _parquet_bytes(rows.drop(present))
     added = _parquet_bytes(rows) - without
     plain = alloc.with_columns(pl.col("reason").str.replace(r"; roc: .*$", ""))
     added += _parquet_bytes(alloc) - _parquet_bytes(plain)
-    whole = without + _parquet_bytes(turns) + _parquet_bytes(calls) + _parquet_bytes(plain)
+    return added, without + _parquet_bytes(turns) + _parquet_bytes(calls) + _parquet_bytes(plain)
+
+
+def decision_bytes(rows: Any, turns: Any, calls: Any, alloc: Any) -> float:
+    """What the decision columns (and RoC's reason text) add, in percent of the episodes' whole record."""
+    added, whole = decision_byte_counts(rows, turns, calls, alloc)
     return round(100.0 * added / max(whole, 1), 3)
 
 

@@ -1,7 +1,9 @@
 """`workbench bench episodes`: the organism's tool task at its warm start, with and without the calculator
 (benchmarks/episodes_bench.py); `workbench bench episodes-learning`: RL on it with and without the tool,
 over seeds (benchmarks/episodes_learning.py); `workbench bench episode-allocation`: GRPO-RoC and ARPO branching
-against uniform episodes at the same budget (benchmarks/episode_allocation.py)."""
+against uniform episodes at the same budget (benchmarks/episode_allocation.py); `workbench bench
+episode-decision-bytes`: what their decision rows add to the store's bytes per episode
+(benchmarks/episode_decision_bytes.py)."""
 
 from __future__ import annotations
 
@@ -103,3 +105,21 @@ def register(bench: typer.Typer) -> None:
                 raise ConfigError(f"bench episode-allocation: {name} must be >= 1, got {value}")
         print_result(run_bench(str(store_path(store)), seeds=seed_list, steps=steps, budget=budget, threads=threads),
                      as_json)
+
+    @bench.command("episode-decision-bytes")
+    def bench_episode_decision_bytes(
+        steps: int = typer.Option(4, "--steps", help="Training steps per run."),
+        seed: int = typer.Option(0, "--seed", help="Run seed (every arm)."),
+        budget: int = typer.Option(1024, "--budget", help="Model tokens per step, every arm."),
+        store: StoreOpt = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Uniform, GRPO-RoC, ARPO and both on the tools organism: the store bytes per episode and what the
+        decision columns (and RoC's reason text) add, in percent (the bound: 5%)."""
+        from benchmarks.episode_decision_bytes import bench_episode_decision_bytes as run_bench
+        from workbench.errors import ConfigError
+
+        for name, value in (("--steps", steps), ("--budget", budget)):
+            if value < 1:
+                raise ConfigError(f"bench episode-decision-bytes: {name} must be >= 1, got {value}")
+        print_result(run_bench(str(store_path(store)), steps=steps, seed=seed, budget=budget), as_json)
