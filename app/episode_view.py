@@ -199,6 +199,9 @@ def _tree_node(node: Any, episodes: dict[int, Episode], draw: Callable[[Episode]
         start = branch_turn(ep, row.get("branch_at")) if ep is not None else None
         head = _branch_mark(row, start)
         start = start or 0
+    if node.missing_parent is not None:
+        head = (f'<span style="color:#888">(branched from #{node.missing_parent} at t{row.get("branch_at")}, not '
+                "shown: a filter or the page hides it; drawn whole)</span> ")
     if start:
         body = (f'<div data-shared-turns="{start}" style="color:#888;font-size:0.8em">… {start} turns shared with '
                 f"#{html.escape(str(row.get('parent_idx')))} (drawn there)</div>")

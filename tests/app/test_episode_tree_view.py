@@ -58,6 +58,12 @@ def test_a_branch_whose_point_ends_no_turn_is_drawn_whole():
     assert "drawn whole" in out and "data-shared-turns" not in out and out.count(">user<") == 2
 
 
+def test_a_branch_whose_parent_is_not_shown_is_a_root_drawn_whole_and_says_so():
+    out = episode_view.episode_tree_html([_row(0), _row(3, parent=1, at=5)], {0: _episode("1"), 3: _episode("2")})
+    assert re.findall(r'data-episode-node="(\d+)" data-depth="(\d+)"', out) == [("0", "0"), ("3", "0")]
+    assert "branched from #1 at t5, not shown" in out and "data-shared-turns" not in out and out.count(">user<") == 2
+
+
 def test_rocs_dropped_episodes_come_apart_with_penalty_and_reason():
     rows = [_row(0, kept=True), _row(1, kept=False, filter_penalty=1.5, filter_reason="wrong_not_sampled",
                                        finish_reason="turns"), _row(2, kept=True)]
