@@ -153,8 +153,11 @@ def _replay_episodes(run: str, roc_oversample: int | None, seed: int | None, sto
         if "refused" in answer:
             typer.echo(answer["refused"])
             continue
+        cannot = answer.pop("cannot", None)
         typer.echo(f"{'GRPO-RoC' if method == 'roc' else 'ARPO'}: " + ", ".join(
             f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in answer.items() if v is not None))
+        if cannot:
+            typer.echo(f"ARPO cannot replay {cannot}")
 
 
 def register(app: typer.Typer) -> None:
