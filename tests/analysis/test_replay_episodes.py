@@ -18,6 +18,7 @@ from workbench.cli import app
 from workbench.engine import run
 from workbench.store import open_store
 
+pytestmark = pytest.mark.slow  # five real runs for the module (~25 s on 2 cores)
 QUIET = dict(steps=2, eval__every=0, eval__at_start=False, checkpoint__every=0)
 ROC = dict(rollout__episodes__roc_oversample=2)
 ARPO = dict(rollout__episodes__arpo_branch=True, rollout__episodes__arpo_threshold=1.0)

@@ -6,6 +6,7 @@ uniform run, row for row."""
 from __future__ import annotations
 
 import polars as pl
+import pytest
 
 from workbench.engine import run
 from workbench.metrics import CATALOGUE, lookup
@@ -135,6 +136,7 @@ def test_a_branch_prefix_counts_once_against_a_token_budget():
     assert r.model_tokens().tolist() == [5, 6] and shared_model_tokens(r) == 3
 
 
+@pytest.mark.slow
 def test_roc_over_an_arpo_branched_oversampled_group(store_dir, tiny_tools_config):
     """Both on: each grant of 4 is sampled as one ARPO group of 8 (4 whole, 4 branch slots, threshold 1 so
     that tool results branch), then RoC keeps 4 of the 8. The rollout budget (32 a step) counts the grants
