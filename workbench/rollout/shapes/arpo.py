@@ -33,7 +33,7 @@ PROBE_STREAM = 0xAE90
 DECISION_COLUMNS = ("branch_entropy_before", "branch_entropy_after", "branch_draw", "branch_rounds", "branch_split",
                     "branch_split_dh")
 """The branching decision stored per row: the branch rule's entropies and draw (a branch), AEPO's consecutive
-rounds c (a branch under AEPO's rule), AEPO's split m and its H_root - mean H_tool (every row of an AEPO group)."""
+rounds c (a branch under AEPO's rule), AEPO's split m and its H_root - mean H_tool (on the group's probe row)."""
 
 
 def plan(seeds: Sequence[int], initial: float) -> tuple[dict[int, list[int]], dict[int, int]]:
@@ -100,7 +100,7 @@ def arpo_episodes(run: Any, prompts: Sequence[Sequence[int]], seeds: Sequence[in
     for g, (seed, pos) in enumerate(groups.items()):
         if probe is not None:
             turns[pos[0]], finish[pos[0]] = probe.turns[g], probe.finish_reasons[g]
-            cols["branch_split"][pos], cols["branch_split_dh"][pos] = whole[seed], dh[seed]
+            cols["branch_split"][pos[0]], cols["branch_split_dh"][pos[0]] = whole[seed], dh[seed]  # on the probe
         slot_of = {row: lead + k for k, row in enumerate(grown[seed])}
         for k, row in enumerate(grown[seed]):
             out = pos[lead + k]
