@@ -99,3 +99,16 @@ def test_arpo_hard_attribution_trains_on_its_branches(store_dir, tiny_tools_conf
     sums = rows.filter(pl.col("used_in_update")).group_by(["step", "prompt_id"]).agg(pl.col("advantage").sum())
     assert (sums["advantage"].abs() < 1e-5).all()
     assert all(seen[s]["train/tokens"] > 0 for s in (1, 2))
+
+
+def test_aepo_without_its_split_keeps_arpos_plan_and_its_own_rule(store_dir, tiny_tools_config):
+    """aepo_split = false: no probe, ARPO's plan (2 of each group of 4 whole, 2 slots), AEPO's penalised rule."""
+    seen: dict[int, dict] = {}
+    cfg = tiny_tools_config(**dict(OFF, steps=1), rollout__episodes__aepo_branch=True,
+                            rollout__episodes__aepo_split=False, rollout__episodes__arpo_threshold=0.0)
+    rid = run(cfg, store=str(store_dir), on_step=lambda s, m: seen.__setitem__(s, m))
+    rows, _ = _rows(store_dir, rid)
+    assert rows.height == 32 and rows["branch_split"].null_count() == 32 and "episodes/aepo_whole" not in seen[1]
+    assert seen[1]["episodes/aepo_branches"] + seen[1]["episodes/aepo_fill"] == 16  # 8 groups x 2 slots
+    branched = rows.filter(pl.col("parent_idx").is_not_null())
+    assert branched.height == seen[1]["episodes/aepo_branches"] and branched["branch_rounds"].null_count() == 0

@@ -11,7 +11,10 @@ import numpy as np
 import pytest
 import torch
 
+from workbench.config.algorithm import AlgorithmConfig
+from workbench.config.shapes import EpisodesConfig
 from workbench.engine.episode_filter import trained_advantages
+from workbench.errors import ConfigError
 from workbench.engine.steplog import Rollouts
 from workbench.rollout.episode_decode import Branching, RowTurn, _Tree, aepo_branches, branches
 from workbench.rollout.shapes import empty_columns
@@ -129,3 +132,15 @@ def test_hard_equals_soft_under_the_token_mean_and_not_under_the_sequence_mean()
             losses[agg, name] = (float(loss), float(grad[0, 0] + grad[2, 0] + grad[3, 0]))
     assert losses["token", "soft"] == pytest.approx(losses["token", "hard"], abs=1e-12)
     assert losses["sequence", "soft"][1] != pytest.approx(losses["sequence", "hard"][1], abs=1e-6)
+
+
+@pytest.mark.parametrize("make, field", [
+    (lambda: EpisodesConfig(aepo_branch=True, arpo_branch=True), "rollout.episodes.aepo_branch"),
+    (lambda: EpisodesConfig(arpo_advantage="medium"), "rollout.episodes.arpo_advantage"),
+    (lambda: EpisodesConfig(aepo_beta=-1.0), "rollout.episodes.aepo_beta"),
+    (lambda: EpisodesConfig(aepo_penalty=1.5), "rollout.episodes.aepo_penalty"),
+    (lambda: AlgorithmConfig(entropy_advantage=-0.2), "algorithm.entropy_advantage"),
+])
+def test_a_bad_setting_is_refused_naming_its_field(make, field):
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+        make()
