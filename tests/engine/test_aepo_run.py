@@ -112,3 +112,22 @@ def test_aepo_without_its_split_keeps_arpos_plan_and_its_own_rule(store_dir, tin
     assert seen[1]["episodes/aepo_branches"] + seen[1]["episodes/aepo_fill"] == 16  # 8 groups x 2 slots
     branched = rows.filter(pl.col("parent_idx").is_not_null())
     assert branched.height == seen[1]["episodes/aepo_branches"] and branched["branch_rounds"].null_count() == 0
+
+
+def test_the_entropy_advantage_reaches_the_update(store_dir, tiny_tools_config):
+    """Whole episodes (no branching: the first step's rows are the same in both runs): with
+    `entropy_advantage = 0.2` the same rows and row advantages are trained with other token advantages, so
+    the first step's policy loss moves; the balanced clip alone (on-policy, every ratio 1) leaves it as it is."""
+    out = {}
+    for name, over in (("plain", {}), ("clip", {"algorithm__loss": "aepo_clip"}),
+                       ("scaled", {"algorithm__entropy_advantage": 0.2})):
+        seen: dict[int, dict] = {}
+        rid = run(tiny_tools_config(**dict(OFF, steps=1), **over), store=str(store_dir),
+                  on_step=lambda s, m: seen.__setitem__(s, m))
+        out[name] = (_rows(store_dir, rid)[0].select(COLS).to_dicts(), seen[1])
+    assert out["plain"][0] == out["clip"][0] == out["scaled"][0]
+    assert out["plain"][1]["train/pg_loss"] == out["clip"][1]["train/pg_loss"]
+    assert out["plain"][1]["train/ratio_max"] == 1.0
+    if not any(r["advantage"] for r in out["plain"][0]):
+        pytest.skip("no group carried a signal on this machine's draws")
+    assert out["scaled"][1]["train/pg_loss"] != pytest.approx(out["plain"][1]["train/pg_loss"], rel=1e-4, abs=1e-6)
