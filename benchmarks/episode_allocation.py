@@ -36,7 +36,8 @@ from benchmarks.episodes_learning import CONFIG, held_out_pass1, t_interval
 
 ARMS = {"uniform": {}, "roc": {"rollout.episodes.roc_oversample": 2}, "arpo": {"rollout.episodes.arpo_branch": True},
         "arpo_hard": {"rollout.episodes.arpo_branch": True, "rollout.episodes.arpo_advantage": "hard"},
-        "aepo": {"rollout.episodes.aepo_branch": True, "algorithm.loss": "aepo_clip", "algorithm.entropy_advantage": 0.2}}
+        "aepo": {"rollout.episodes.aepo_branch": True, "algorithm.loss": "aepo_clip",
+                 "algorithm.entropy_advantage": 0.2}}
 DEFAULT_ARMS = ("uniform", "roc", "arpo", "aepo")
 DECISION_COLUMNS = ("filter_kept", "filter_penalty", "filter_reason", "branch_entropy_before", "branch_entropy_after",
                     "branch_draw", "branch_rounds", "branch_split", "branch_split_dh")

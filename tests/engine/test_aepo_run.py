@@ -51,7 +51,8 @@ def test_aepo_stores_its_split_and_branches_and_trains_with_the_balanced_loss(st
     with open_store(str(store_dir)) as st:
         eps = st.episodes(rid, list(by_idx))
     for r in branched.to_dicts():
-        before, after, u, c = r["branch_entropy_before"], r["branch_entropy_after"], r["branch_draw"], r["branch_rounds"]
+        before, after = r["branch_entropy_before"], r["branch_entropy_after"]
+        u, c = r["branch_draw"], r["branch_rounds"]
         assert aepo_branches(u + 1e-6, before, after, 0.2, 0.0, 0.05, c)  # the stored decision (float32) branches
         mine = eps[(r["step"], r["stage"], r["prompt_id"], r["idx"])].response_token_ids()
         theirs = eps[(r["step"], r["stage"], r["prompt_id"], r["parent_idx"])].response_token_ids()

@@ -177,7 +177,8 @@ def ppo_clip_loss(
 def surrogate_loss(per_token: torch.Tensor, logprobs: torch.Tensor, old_logprobs: torch.Tensor, adv: torch.Tensor,
                    mask: torch.Tensor, *, clip_low: float, clip_high: float, aggregation: str,
                    ref_logprobs: torch.Tensor | None, kl_coef: float, max_tokens: int | None,
-                   normalizer: float | None, high_keeps_gradient: bool = False) -> tuple[torch.Tensor, dict[str, float]]:
+                   normalizer: float | None,
+                   high_keeps_gradient: bool = False) -> tuple[torch.Tensor, dict[str, float]]:
     """A clipped surrogate's per-token loss aggregated, plus the optional k3 KL penalty, and the metrics every
     clipped loss reports (`ppo_clip`'s docstring). With `high_keeps_gradient` (AEPO's clip) the tokens past the
     upper clip keep their gradient: they count in `train/clip_frac_high`, not in `train/clip_frac`."""
