@@ -6,7 +6,10 @@ organism's tool task (`configs/organism-tools.toml`) at the same model-token bud
 
 Arms: "uniform" (whole episodes), "roc" (GRPO-RoC, `rollout.episodes.roc_oversample = 2`: a grant is priced at
 twice its tokens, so it keeps half the grants of uniform at the same budget), "arpo" (ARPO branching,
-`rollout.episodes.arpo_branch = true`, the code's constants). Reported:
+`rollout.episodes.arpo_branch = true`, the code's constants), "arpo_hard" (the same with
+`rollout.episodes.arpo_advantage = "hard"`; not run unless asked with --arms), "aepo" (AEPO: `aepo_branch` with
+its probe split and penalised rule, `algorithm.loss = "aepo_clip"`, `algorithm.entropy_advantage = 0.2`). Uniform
+always runs (every difference is paired with it by seed). Reported:
 - per arm and seed: held-out pass@1 at step 0 and at the end (the run's evaluation: every held-out prompt x
   `eval.samples`), model tokens and episodes; across seeds the end pass@1 minus uniform's (paired by seed)
   with its 90% t-interval;
@@ -31,9 +34,13 @@ import numpy as np
 
 from benchmarks.episodes_learning import CONFIG, held_out_pass1, t_interval
 
-ARMS = {"uniform": {}, "roc": {"rollout.episodes.roc_oversample": 2}, "arpo": {"rollout.episodes.arpo_branch": True}}
+ARMS = {"uniform": {}, "roc": {"rollout.episodes.roc_oversample": 2}, "arpo": {"rollout.episodes.arpo_branch": True},
+        "arpo_hard": {"rollout.episodes.arpo_branch": True, "rollout.episodes.arpo_advantage": "hard"},
+        "aepo": {"rollout.episodes.aepo_branch": True, "algorithm.loss": "aepo_clip",
+                 "algorithm.entropy_advantage": 0.2}}
+DEFAULT_ARMS = ("uniform", "roc", "arpo", "aepo")
 DECISION_COLUMNS = ("filter_kept", "filter_penalty", "filter_reason", "branch_entropy_before", "branch_entropy_after",
-                    "branch_draw")
+                    "branch_draw", "branch_rounds", "branch_split", "branch_split_dh")
 
 
 def _one(arm: str, seed: int, store_dir: str, steps: int, budget: int, threads: int) -> dict[str, Any]:
@@ -69,7 +76,7 @@ def _one(arm: str, seed: int, store_dir: str, steps: int, budget: int, threads: 
            "correct_trained_tool_errors": int(trained["tool_errors"].sum())}
     out["correct_trained_tool_error_rate"] = round(out["correct_trained_tool_errors"] /
                                                    max(out["correct_trained_tool_calls"], 1), 4)
-    if arm == "arpo":
+    if arm in ("arpo", "arpo_hard", "aepo"):
         out["branches"] = int(rows["parent_idx"].is_not_null().sum())
     out["decision_bytes_pct"] = decision_bytes(rows, turns, calls, alloc)
     if eps:
@@ -120,15 +127,22 @@ def _quantiles(x: list[float]) -> dict[str, float] | None:
 
 
 def bench_episode_allocation(store_dir: str, *, seeds: tuple[int, ...] = (0, 1, 2), steps: int = 40,
-                             budget: int = 1024, threads: int = 1) -> dict[str, Any]:
-    """Every arm for every seed (module docstring); one JSON-able dict."""
-    runs: dict[str, dict[int, dict[str, Any]]] = {arm: {} for arm in ARMS}
+                             budget: int = 1024, threads: int = 1,
+                             arms: tuple[str, ...] = DEFAULT_ARMS) -> dict[str, Any]:
+    """Every arm of `arms` (and uniform) for every seed (module docstring); one JSON-able dict."""
+    from workbench.errors import ConfigError
+
+    bad = [a for a in arms if a not in ARMS]
+    if bad:
+        raise ConfigError(f"bench episode-allocation: --arms: unknown {', '.join(bad)}; valid: {', '.join(ARMS)}")
+    arms = ("uniform",) + tuple(a for a in dict.fromkeys(arms) if a != "uniform")
+    runs: dict[str, dict[int, dict[str, Any]]] = {arm: {} for arm in arms}
     for seed in seeds:
-        for arm in ARMS:
+        for arm in arms:
             runs[arm][seed] = _one(arm, seed, store_dir, steps, budget, threads)
     uni = runs["uniform"]
     summary: dict[str, Any] = {}
-    for arm in ARMS:
+    for arm in arms:
         ends = [runs[arm][s]["pass1_end"] for s in seeds]
         summary[f"{arm}_pass1_end_mean"] = round(float(np.mean(ends)), 4)
         summary[f"{arm}_pass1_end_ci90"] = t_interval(ends)
@@ -138,12 +152,14 @@ def bench_episode_allocation(store_dir: str, *, seeds: tuple[int, ...] = (0, 1, 
             diff = [runs[arm][s]["pass1_end"] - uni[s]["pass1_end"] for s in seeds]
             summary[f"{arm}_minus_uniform_mean"] = round(float(np.mean(diff)), 4)
             summary[f"{arm}_minus_uniform_ci90"] = t_interval(diff)
-    err = [runs["roc"][s]["correct_trained_tool_error_rate"] - uni[s]["correct_trained_tool_error_rate"] for s in seeds]
-    summary["roc_minus_uniform_correct_tool_error_rate_mean"] = round(float(np.mean(err)), 4)
-    summary["roc_minus_uniform_correct_tool_error_rate_ci90"] = t_interval(err)
+    if "roc" in arms:
+        err = [runs["roc"][s]["correct_trained_tool_error_rate"] - uni[s]["correct_trained_tool_error_rate"]
+               for s in seeds]
+        summary["roc_minus_uniform_correct_tool_error_rate_mean"] = round(float(np.mean(err)), 4)
+        summary["roc_minus_uniform_correct_tool_error_rate_ci90"] = t_interval(err)
     deltas = {s: uni[s].pop("entropy_deltas") for s in seeds}  # per turn: summarised, not listed
     for k in (10, 20):
         summary[f"entropy_after_tool_minus_first_turn_k{k}"] = _quantiles([x for s in seeds for x in deltas[s][k]])
     return {"config": "configs/organism-tools.toml", "seeds": list(seeds), "steps": steps,
             "budget_model_tokens_per_step": budget, "load": list(os.getloadavg()), "summary": summary,
-            **{arm: {str(s): v for s, v in runs[arm].items()} for arm in ARMS}}
+            **{arm: {str(s): v for s, v in runs[arm].items()} for arm in arms}}

@@ -36,6 +36,7 @@ PRESENT = {
     "episodes": "with `rollout.shape = \"episodes\"` (docs/episodes.md)",
     "roc": "with GRPO-RoC (`rollout.episodes.roc_oversample` > 1, docs/episode-allocation.md)",
     "arpo": "with ARPO branching (`rollout.episodes.arpo_branch`, docs/episode-allocation.md)",
+    "aepo": "with AEPO's branching (`rollout.episodes.aepo_branch`, docs/episode-allocation.md)",
     "import": "on runs imported from other engines (`workbench import`)",
     "trl": "on runs logged live from TRL's trainer (`workbench.integrations.trl`)",
 }
@@ -152,6 +153,14 @@ CATALOGUE: tuple[Metric, ...] = (
            "episodes", _EP, "arpo"),
     Metric("episodes/arpo_fill", "whole episodes sampled to fill the slots no branch took", "episodes", _EP,
            "arpo"),
+    Metric("episodes/aepo_draws", "AEPO branch draws made (one per tool result read while the group had slots "
+           "left)", "draws", _EP, "aepo"),
+    Metric("episodes/aepo_branches", "episodes grown as AEPO branches (a copy of a row after a tool result)",
+           "episodes", _EP, "aepo"),
+    Metric("episodes/aepo_fill", "whole episodes sampled to fill the slots no AEPO branch took", "episodes", _EP,
+           "aepo"),
+    Metric("episodes/aepo_whole", "episodes AEPO's split sampled whole (probes included), summed over the groups",
+           "episodes", _EP, "aepo"),
     Metric("rollout/shape/drafts_dropped", "drafts dropped with their drafting weights past "
            "`rollout.speculative.max_draft_mb`", "rollouts", _SPEC, "speculative"),
     Metric("rollout/shape/verify_s", "seconds of the cached teacher-forced verification pass (inside "

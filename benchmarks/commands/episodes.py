@@ -86,13 +86,16 @@ def register(bench: typer.Typer) -> None:
         steps: int = typer.Option(40, "--steps", help="Training steps per run."),
         budget: int = typer.Option(1024, "--budget", help="Model tokens per step, every arm."),
         threads: int = typer.Option(1, "--threads", help="torch threads per run."),
+        arms: str = typer.Option("uniform,roc,arpo,aepo", "--arms",
+                                 help="Comma-separated arms: uniform, roc, arpo, arpo_hard, aepo "
+                                 "(uniform always runs)."),
         store: StoreOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
-        """Uniform episodes, GRPO-RoC and ARPO branching on the tools organism at the same model-token budget:
-        held-out pass@1 with 90% t-intervals over seeds, RoC's trained correct episodes' tool error rate
-        against uniform's, the entropy after tool results against the first turn's, and the store bytes the
-        decision columns add."""
+        """Uniform episodes, GRPO-RoC, ARPO branching (soft or hard) and AEPO on the tools organism at the same
+        model-token budget: held-out pass@1 with 90% t-intervals over seeds, RoC's trained correct episodes' tool
+        error rate against uniform's, the entropy after tool results against the first turn's, and the store
+        bytes the decision columns add."""
         from benchmarks.episode_allocation import bench_episode_allocation as run_bench
         from workbench.errors import ConfigError
 
@@ -103,7 +106,8 @@ def register(bench: typer.Typer) -> None:
         for name, value in (("--steps", steps), ("--budget", budget), ("--threads", threads), ("seeds", len(seed_list))):
             if value < 1:
                 raise ConfigError(f"bench episode-allocation: {name} must be >= 1, got {value}")
-        print_result(run_bench(str(store_path(store)), seeds=seed_list, steps=steps, budget=budget, threads=threads),
+        print_result(run_bench(str(store_path(store)), seeds=seed_list, steps=steps, budget=budget, threads=threads,
+                               arms=tuple(a.strip() for a in arms.split(",") if a.strip())),
                      as_json)
 
     @bench.command("episode-decision-bytes")

@@ -18,7 +18,7 @@ from workbench.store import open_store
 
 ROOT = Path(__file__).resolve().parents[2]
 
-NOT_RUN_HERE = {"ray", "vllm", "trl", "speculative", "tree", "episodes", "roc", "arpo"}
+NOT_RUN_HERE = {"ray", "vllm", "trl", "speculative", "tree", "episodes", "roc", "arpo", "aepo"}
 """Metrics present only with Ray workers, vLLM or TRL's trainer, or with a rollout shape: the runs below
 use none of them (a Ray run and a TRL run are slow tests of their own, vLLM needs a GPU; the shapes' runs
 check their own entries against the catalogue in tests/engine/test_shapes_run.py and

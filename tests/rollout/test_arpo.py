@@ -73,7 +73,8 @@ def test_a_branch_is_its_parent_up_to_a_tool_result_then_decodes_from_a_cache_co
         ends = [sum(len(t.tokens) for t in eb.turns[r][:k + 1]) for k in range(len(eb.turns[r]))]
         k = ends.index(at)
         assert eb.turns[r][k].role == "tool"
-        before, after, u = eb.decisions[r]
+        before, after, u, c = eb.decisions[r]
+        assert math.isnan(c)  # ARPO's rule: no consecutive-round count
         asked = [t for t in eb.turns[r][:k] if t.role == "assistant" and t.tokens]
         assert before == pytest.approx(window_entropy(asked[0].entropy, 20, len(tokenizer)))
         assert after == pytest.approx(window_entropy(asked[-1].entropy, 20, len(tokenizer)))

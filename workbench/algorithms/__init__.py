@@ -16,6 +16,7 @@ from workbench.algorithms.advantages import (
     group_stats,
     register_advantage,
 )
+from workbench.algorithms.entropy_balanced import aepo_clip_loss, entropy_scaled_advantages
 from workbench.algorithms.logprobs import (
     GroupedBatch,
     PackedBatch,
@@ -38,11 +39,13 @@ __all__ = [
     "AGGREGATIONS",
     "GroupedBatch",
     "PackedBatch",
+    "aepo_clip_loss",
     "aggregate",
     "available_advantages",
     "available_policy_losses",
     "get_advantage",
     "get_policy_loss",
+    "entropy_scaled_advantages",
     "group_has_signal",
     "group_sequences",
     "group_stats",

@@ -48,14 +48,15 @@ def correct(prox: torch.Tensor, behav: torch.Tensor, adv: torch.Tensor, mask: to
     """Anchor log-probs [N, T], per-token advantages [N, T], diagnostics, and each row's mean weight [N].
 
     `prox` and `behav` are [N, T] log-probabilities of the sampled tokens under the proximal and the
-    behaviour policy, `adv` [N] per-sequence advantages, `stale` [N] bool the rows to correct."""
+    behaviour policy, `adv` [N] per-sequence or [N, T] per-token advantages, `stale` [N] bool the rows to
+    correct."""
     stale_t = stale.bool().unsqueeze(1).expand_as(prox)
     raw, w = behaviour_weights(prox.detach(), behav, mask, level=level, cap=cap)
     if mode != "decoupled":
         w = torch.ones_like(w)
     w = torch.where(stale_t, w, torch.ones_like(w))
     anchor = torch.where(stale_t, behav, prox) if mode == "bypass" else prox
-    adv_tok = adv.to(prox.dtype).unsqueeze(1) * w
+    adv_tok = (adv.unsqueeze(1) if adv.ndim == 1 else adv).to(prox.dtype) * w
     m = mask.bool()
     sel = m & stale_t
     n = int(sel.sum())

@@ -166,11 +166,23 @@ def ppo_clip_loss(
         raise ValueError(f"clip_low and clip_high must be >= 0; got {clip_low}, {clip_high}")
     adv = advantages.unsqueeze(-1) if advantages.ndim == 1 else advantages
     adv = adv.to(logprobs.dtype)
-    maskb = mask.bool()
     ratio = torch.exp(logprobs - old_logprobs.detach())
-    unclipped = -adv * ratio
     clipped = -adv * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
-    per_token = torch.maximum(unclipped, clipped)
+    per_token = torch.maximum(-adv * ratio, clipped)
+    return surrogate_loss(per_token, logprobs, old_logprobs, adv, mask, clip_low=clip_low, clip_high=clip_high,
+                          aggregation=aggregation, ref_logprobs=ref_logprobs, kl_coef=kl_coef, max_tokens=max_tokens,
+                          normalizer=normalizer)
+
+
+def surrogate_loss(per_token: torch.Tensor, logprobs: torch.Tensor, old_logprobs: torch.Tensor, adv: torch.Tensor,
+                   mask: torch.Tensor, *, clip_low: float, clip_high: float, aggregation: str,
+                   ref_logprobs: torch.Tensor | None, kl_coef: float, max_tokens: int | None,
+                   normalizer: float | None,
+                   high_keeps_gradient: bool = False) -> tuple[torch.Tensor, dict[str, float]]:
+    """A clipped surrogate's per-token loss aggregated, plus the optional k3 KL penalty, and the metrics every
+    clipped loss reports (`ppo_clip`'s docstring). With `high_keeps_gradient` (AEPO's clip) the tokens past the
+    upper clip keep their gradient: they count in `train/clip_frac_high`, not in `train/clip_frac`."""
+    maskb = mask.bool()
     pg_loss = aggregate(per_token, mask, aggregation, max_tokens=max_tokens, normalizer=normalizer)
     loss = pg_loss
     kl_value = 0.0
@@ -180,15 +192,16 @@ def ppo_clip_loss(
         if kl_coef:
             loss = loss + kl_coef * aggregate(kl, mask, aggregation, max_tokens=max_tokens, normalizer=normalizer)
     with torch.no_grad():
-        r = ratio.detach()
+        r = torch.exp(logprobs.detach() - old_logprobs.detach())
         a = adv.expand_as(r)
         low = (r < 1.0 - clip_low) & (a < 0) & maskb
         high = (r > 1.0 + clip_high) & (a > 0) & maskb
         tokens = int(maskb.sum())
+        removed = low if high_keeps_gradient else low | high
         metrics = {
             "train/pg_loss": float(pg_loss.detach()),
             "train/kl": kl_value,
-            "train/clip_frac": float((low | high).sum()) / max(tokens, 1),
+            "train/clip_frac": float(removed.sum()) / max(tokens, 1),
             "train/clip_frac_low": float(low.sum()) / max(tokens, 1),
             "train/clip_frac_high": float(high.sum()) / max(tokens, 1),
             "train/ratio_mean": _masked_mean(r, mask),

@@ -15,7 +15,8 @@ class AlgorithmConfig:
     advantage_params: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of the advantage estimator."""
     loss: str = "ppo_clip"
-    """Policy loss from the registry (ppo_clip)."""
+    """Policy loss from the registry: ppo_clip, aepo_clip (AEPO: the upper clip keeps its gradient,
+    `workbench/algorithms/entropy_balanced.py`)."""
     clip_low: float = 0.2
     """Lower clip of the probability ratio (1 - clip_low)."""
     clip_high: float = 0.28
@@ -29,11 +30,16 @@ class AlgorithmConfig:
     """Optimiser steps per training step (the batch is split into this many mini-batches)."""
     micro_batch_size: int = 0
     """Sequences per forward/backward pass, gradients accumulated (0: the whole mini-batch at once)."""
+    entropy_advantage: float = 0.0
+    """AEPO's entropy-aware advantage: each token's advantage times 1 + this * z(H_t), z the trainer's token
+    entropy standardised over the micro-batch's loss tokens, detached (AEPO: 0.2; 0: off, one advantage per row)."""
 
     def __post_init__(self) -> None:
         check(0 <= self.clip_low < 1, "algorithm.clip_low", "a number in [0, 1)", self.clip_low)
         check(self.clip_high >= 0, "algorithm.clip_high", "a number >= 0", self.clip_high)
         check(self.kl_coef >= 0, "algorithm.kl_coef", "a number >= 0", self.kl_coef)
         check(self.updates_per_step >= 1, "algorithm.updates_per_step", "an integer >= 1", self.updates_per_step)
+        check(0 <= self.entropy_advantage <= 10, "algorithm.entropy_advantage", "a number in [0, 10] (0: off)",
+              self.entropy_advantage)
         check(self.micro_batch_size >= 0, "algorithm.micro_batch_size", "an integer >= 0 (0: whole batch)",
               self.micro_batch_size)

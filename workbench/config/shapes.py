@@ -113,7 +113,23 @@ class EpisodesConfig:
     arpo_alpha: float = 0.2
     """ARPO: weight of the entropy change in the branch draw: branch when clip(u - alpha * dH, 0, 1) <= threshold."""
     arpo_threshold: float = 0.5
-    """ARPO: the branch draw's threshold (the code's branch_probability, 0.5)."""
+    """ARPO: the branch draw's threshold (the code's branch_probability, 0.5); AEPO's rule uses it too."""
+    arpo_advantage: Literal["soft", "hard"] = "soft"
+    """ARPO's credit of a branch's shared prefix (ARPO or AEPO branching): "soft" (the code's): each row trained
+    with its own advantage; "hard" (the paper's alternative): a token shared by k branches gets, in each of them,
+    the mean advantage of the k (docs/episode-allocation.md)."""
+    aepo_branch: bool = False
+    """AEPO (arXiv 2510.14545): ARPO's branching with AEPO's rollout: the split between whole episodes and branch
+    slots chosen per prompt from a probe episode (`aepo_split`), and the branch rule with the consecutive-branch
+    penalty (`aepo_penalty`); window, alpha and threshold are ARPO's settings. Not with `arpo_branch`."""
+    aepo_split: bool = True
+    """AEPO: choose each prompt's whole episodes m = min(n, int(n * sigmoid(aepo_beta * (H_root - mean H_tool))) + 1)
+    from one probe episode (AEPO's code); off: ARPO's fixed `arpo_initial`."""
+    aepo_beta: float = 0.5
+    """AEPO: the split's temperature beta (the code's 0.5)."""
+    aepo_penalty: float = 0.05
+    """AEPO: branch when (u + alpha * dH) * (1 - aepo_penalty * c) >= threshold, c the prompt's consecutive
+    branching rounds (the code's 0.05)."""
 
     def __post_init__(self) -> None:
         w = "rollout.episodes."
@@ -124,6 +140,12 @@ class EpisodesConfig:
         check(1 <= self.arpo_window <= 4096, w + "arpo_window", "an integer in [1, 4096] (tokens)", self.arpo_window)
         check(self.arpo_alpha >= 0, w + "arpo_alpha", "a number >= 0", self.arpo_alpha)
         check(0 <= self.arpo_threshold <= 1, w + "arpo_threshold", "a number in [0, 1]", self.arpo_threshold)
+        check(self.arpo_advantage in ("soft", "hard"), w + "arpo_advantage", "\"soft\" or \"hard\"",
+              self.arpo_advantage)
+        check(not (self.aepo_branch and self.arpo_branch), w + "aepo_branch",
+              "false while arpo_branch is true (AEPO's branching replaces ARPO's: set one)", self.aepo_branch)
+        check(0 <= self.aepo_beta <= 100, w + "aepo_beta", "a number in [0, 100]", self.aepo_beta)
+        check(0 <= self.aepo_penalty <= 1, w + "aepo_penalty", "a number in [0, 1]", self.aepo_penalty)
         check(1 <= self.max_turns <= 64, w + "max_turns", "an integer in [1, 64]", self.max_turns)
         check(0 <= self.turn_tokens <= 65536, w + "turn_tokens", "an integer in [0, 65536] (0: sampling.max_new_tokens)",
               self.turn_tokens)

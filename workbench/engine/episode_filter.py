@@ -20,6 +20,7 @@ import numpy as np
 
 from workbench.engine.steplog import Rollouts
 from workbench.rollout.roc import penalty, select
+from workbench.rollout.shapes.arpo import hard_advantages
 
 ROC_STREAM = 0x70C
 """Mixed into a group's seed for RoC's uniform draw of wrong episodes (apart from the sampling streams)."""
@@ -102,3 +103,20 @@ def shared_model_tokens(r: Rollouts) -> int:
     at = np.asarray(r.shape["branch_at"], dtype=np.int64)
     mask = r.train_mask()
     return int(sum(int(mask[i, :at[i]].sum()) for i in np.flatnonzero(at > 0)))
+
+
+def trained_advantages(r: Rollouts, adv: np.ndarray, attribution: str) -> np.ndarray:
+    """The advantages the update trains `r` with: `adv` [N] as they are ("soft", ARPO's code), or, with
+    `attribution = "hard"` and branches in `r`, [N, T] per token, each shared prefix token the mean advantage of
+    the rows sharing it (`workbench.rollout.shapes.arpo.hard_advantages`)."""
+    if attribution != "hard" or r.shape is None:
+        return adv
+    slot = np.asarray(r.shape["parent_idx"], dtype=np.int64)  # the parent's slot in its (prompt, stage) group
+    if not (slot >= 0).any():
+        return adv
+    first: dict[tuple[int, int], int] = {}
+    for i, key in enumerate(zip(np.asarray(r.prompt).tolist(), np.asarray(r.stage).tolist())):
+        first.setdefault(key, i)
+    parent = np.asarray([first[(int(r.prompt[i]), int(r.stage[i]))] + int(slot[i]) if slot[i] >= 0 else -1
+                         for i in range(r.n)], dtype=np.int64)
+    return hard_advantages(parent, np.asarray(r.shape["branch_at"], dtype=np.int64), adv, int(r.tokens.shape[1]))

@@ -65,6 +65,7 @@ from workbench.config import RunConfig
 from workbench.engine.batch import Batch
 from workbench.engine.checkpoint import (latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, save_weights,
                                         set_rng_state)
+from workbench.engine.episode_filter import trained_advantages
 from workbench.engine.evaluate import evaluate
 from workbench.engine.context import RunContext, RunState, apply_controls
 from workbench.engine.guards import guard_step
@@ -244,7 +245,8 @@ def learn(ctx: RunContext, batch: Batch, timer: PhaseTimer) -> Update:
         s.writer.release()  # the previous step's commit overlaps the update, not generation
         s.backend.offload()  # vLLM frees its GPU memory for the update
         with timer("train"):
-            res = policy_update(s, r, adv, used, signal, batch.rng, stale=(staleness > 0) if pipelined else None)
+            res = policy_update(s, r, trained_advantages(r, adv, cfg.rollout.episodes.arpo_advantage), used, signal,
+                                batch.rng, stale=(staleness > 0) if pipelined else None)
         metrics.update(res.metrics)
         is_weight = res.row_weight if pipelined else None
         r.trainer_logprobs = res.trainer_logprobs  # the rollouts' record (`logging.token_logprobs`)

@@ -15,11 +15,14 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from workbench.rollout.shapes.arpo import DECISION_COLUMNS
 from workbench.tasks.rewards import terms_array
 
 log = logging.getLogger(__name__)
 
-BRANCH_COLUMNS = ("branch_entropy_before", "branch_entropy_after", "branch_draw")
+BRANCH_COLUMNS = DECISION_COLUMNS
+BRANCH_INT_COLUMNS = ("branch_rounds", "branch_split")
+"""Branch decision columns stored as integers (null where NaN)."""
 """ARPO's branch decision per row (the store's `rollouts` columns of the same names)."""
 
 
@@ -98,7 +101,8 @@ class Rollouts:
     filter_reason: list | None = None
     """[N] why the filter kept or dropped each row (`workbench.rollout.roc.REASONS`; None: not filtered)."""
     branch: dict[str, np.ndarray] | None = None
-    """ARPO branching: `BRANCH_COLUMNS` -> [N] float (NaN: the row is not a branch); None: no branching."""
+    """ARPO / AEPO branching: `BRANCH_COLUMNS` -> [N] float (NaN: not a branch, or not AEPO's); None: no
+    branching."""
 
     @property
     def n(self) -> int:
@@ -316,8 +320,10 @@ def rollouts_table(
         cols["filter_penalty"] = pa.array(np.asarray(r.filter_penalty, dtype=np.float32), pa.float32(),
                                           from_pandas=True)
         cols["filter_reason"] = pa.array(list(r.filter_reason or [None] * n), pa.string())
-    for name in BRANCH_COLUMNS if r.branch is not None else ():  # ARPO: the decision that made a branch
-        cols[name] = pa.array(np.asarray(r.branch[name], dtype=np.float32), pa.float32(), from_pandas=True)
+    for name in BRANCH_COLUMNS if r.branch is not None else ():  # ARPO / AEPO: the decision that made a branch
+        v = np.asarray(r.branch[name], dtype=np.float64)
+        cols[name] = pa.array(np.where(np.isnan(v), 0, v).astype(np.int32), pa.int32(), mask=np.isnan(v)) \
+            if name in BRANCH_INT_COLUMNS else pa.array(v.astype(np.float32), pa.float32(), from_pandas=True)
     if token_logprobs:
         cols["token_logprobs"] = _list_array(r.logprobs.cpu().float(), mask, lengths, pa.float32())
         cols["token_trainer_logprobs"] = _trainer_array(r.trainer_logprobs, mask, lengths)

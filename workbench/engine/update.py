@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from workbench.algorithms import GroupedBatch, get_policy_loss, group_sequences, grouped_logprobs
+from workbench.algorithms import (GroupedBatch, entropy_scaled_advantages, get_policy_loss, group_sequences,
+                                  grouped_logprobs)
 from workbench.algorithms.correction import correct
 from workbench.algorithms.losses import loss_normaliser
 from workbench.engine.setup import Setup
@@ -43,7 +44,8 @@ class _Sums:
 
 def policy_update(s: Setup, r: Rollouts, adv: np.ndarray, used: np.ndarray, signal: np.ndarray,
                   rng: np.random.Generator, *, stale: np.ndarray | None = None) -> UpdateResult:
-    """`updates_per_step` optimiser steps on the used rows.
+    """`updates_per_step` optimiser steps on the used rows. `adv` is one advantage per row [N], or one per
+    token [N, T] (ARPO's hard attribution); `algorithm.entropy_advantage` scales either per token (AEPO).
 
     `stale` [N] marks rows generated under an older policy than the trainer's (the asynchronous
     pipeline): their loss gets `pipeline.correction` (`workbench.algorithms.correction`) and the result
@@ -95,7 +97,8 @@ def _micro_step(s: Setup, r: Rollouts, micro: list[int], old: torch.Tensor, adv:
     a, pc, dev = s.cfg.algorithm, s.cfg.pipeline, s.device
     batch, t = _pack(s, r, micro)
     batch = batch.to(dev)
-    logp, _ = grouped_logprobs(s.model, batch, pad_token_id=s.pad_id, temperature=t)
+    logp, ent = grouped_logprobs(s.model, batch, pad_token_id=s.pad_id, temperature=t,
+                                 with_entropy=a.entropy_advantage > 0)
     width = logp.shape[1]
     # What the loss sees: the response's tokens the model sampled. Tool-result tokens of an episode stay
     # in the attention (`batch.response_mask`) but out of the loss, its normaliser and its metrics.
@@ -107,7 +110,7 @@ def _micro_step(s: Setup, r: Rollouts, micro: list[int], old: torch.Tensor, adv:
     old_m = old[micro, :width].to(dev)
     if a.updates_per_step == 1:
         old_m = torch.where(onp, logp.detach(), old_m)
-    adv_m = torch.as_tensor(adv[micro], dtype=torch.float32, device=dev)
+    adv_m = torch.as_tensor(adv[micro] if adv.ndim == 1 else adv[micro, :width], dtype=torch.float32, device=dev)
     cm: dict[str, float] = {}
     if stale is not None:
         behav = r.logprobs[micro, :width].to(dev)
@@ -116,6 +119,8 @@ def _micro_step(s: Setup, r: Rollouts, micro: list[int], old: torch.Tensor, adv:
             mode=pc.correction, level=pc.correction_level, cap=pc.is_cap)
         sums.is_max = max(sums.is_max, cm.pop("train/is_weight_max"))
         out.row_weight[micro] = w_row.cpu().double().numpy()
+    if a.entropy_advantage > 0:  # AEPO: per token, by the trainer's entropy standardised over the micro-batch
+        adv_m = entropy_scaled_advantages(adv_m, ent, loss_mask, a.entropy_advantage)
     ref = None
     if s.ref_model is not None:
         with torch.no_grad():

@@ -19,8 +19,8 @@ How it works (one `torch.inference_mode` loop over a `DynamicCache`, as `HFBacke
    what `HFBackend.generate` draws.
 5. Limits per episode (`EpisodeLimits`): tokens per turn, assistant turns, tool calls, model tokens,
    total tokens (model + tool); the first one reached ends the episode and names its finish reason.
-6. With `branching` (ARPO, `Branching`; the episodes shape's `arpo_branch`): when a row has read a whole tool
-   result and its group has slots left, ARPO's draw decides whether it branches; a branch is a copy of the
+6. With `branching` (ARPO, `Branching`; the episodes shape's `arpo_branch`, or `aepo_branch` with AEPO's rule):
+   when a row has read a whole tool result and its group has slots left, the draw decides whether it branches; a branch is a copy of the
    row's turns and of its cache row (`batch_select_indices` on an index naming the row twice), diverging at
    the first token after the result, sampling from a stream of its own. The batch grows; `parents`,
    `branch_at` and `decisions` say how. Without it nothing of this runs.
@@ -96,9 +96,9 @@ class EpisodeBatch:
     """ARPO branching: each row's parent row (-1: a root, sampled whole); empty without branching."""
     branch_at: list[int] = field(default_factory=list)
     """ARPO branching: the response position (tokens after the prompt) a branch starts at (-1: a root)."""
-    decisions: list[tuple[float, float, float] | None] = field(default_factory=list)
+    decisions: list[tuple[float, float, float, float] | None] = field(default_factory=list)
     """ARPO branching: per branch (entropy of the first turn, entropy of the turn before the branch
-    point, the draw u); None for a root."""
+    point, the draw u, AEPO's consecutive rounds c: NaN under ARPO's rule); None for a root."""
     draws: int = 0
     """ARPO branching: branch draws made (after every tool result while the group had slots left)."""
 
@@ -382,6 +382,8 @@ class Branching:
     alpha: float = 0.2
     threshold: float = 0.5
     vocab: int = 2
+    penalty: float | None = None
+    """AEPO's rule instead of ARPO's (`aepo_branches`), with this consecutive-branch penalty; None: ARPO's."""
 
 
 BRANCH_STREAM = 0xA4B0
@@ -396,6 +398,15 @@ def window_entropy(entropy: Sequence[float], window: int, vocab: int) -> float:
 def branches(u: float, before: float, after: float, alpha: float, threshold: float) -> bool:
     """ARPO's rule: branch when clip(u - alpha * (after - before), 0, 1) <= threshold."""
     return min(max(u - alpha * (after - before), 0.0), 1.0) <= threshold
+
+
+def aepo_branches(u: float, before: float, after: float, alpha: float, threshold: float, penalty: float,
+                  rounds: int) -> bool:
+    """AEPO's rule: branch when (u + alpha * (after - before)) * (1 - penalty * rounds) >= threshold, `rounds` the
+    group's consecutive branching rounds. The draw's sign is ARPO's mirrored (u + alpha dH >= threshold rather
+    than u - alpha dH <= threshold: the same chance without the penalty, since u is uniform); unclipped, as AEPO's
+    code."""
+    return (u + alpha * (after - before)) * (1.0 - penalty * rounds) >= threshold
 
 
 def branch_draw(seed: int, row: int, call: int) -> float:
@@ -413,32 +424,46 @@ class _Tree:
         self.slots = dict(cfg.slots)
         n = len(seeds)
         self.parents, self.branch_at = [-1] * n, [-1] * n
-        self.decisions: list[tuple[float, float, float] | None] = [None] * n
+        self.decisions: list[tuple[float, float, float, float] | None] = [None] * n
         self.points: list[int] = []
         self.draws = 0
+        self.branched: dict[int, set[int]] = {}  # AEPO: each group's rounds (call numbers) that made a branch
 
     def branch(self) -> None:
         """Decide at each row that just read a tool result; copy the rows that branch."""
         points, self.points = self.points, []
         new: list[int] = []
+        cfg = self.cfg
         for r in points:
             seed = self.seeds[r]
             if self.slots.get(seed, 0) <= 0 or self.loop.state[r] != GEN:
                 continue
             turns = self.loop.turns[r]
             asked = [t for t in turns if t.role == "assistant" and t.tokens]
-            first = window_entropy(asked[0].entropy, self.cfg.window, self.cfg.vocab)
-            last = window_entropy(asked[-1].entropy, self.cfg.window, self.cfg.vocab)
-            u = branch_draw(seed, r, self.loop.calls[r])
+            first = window_entropy(asked[0].entropy, cfg.window, cfg.vocab)
+            last = window_entropy(asked[-1].entropy, cfg.window, cfg.vocab)
+            call = self.loop.calls[r]
+            u = branch_draw(seed, r, call)
             self.draws += 1
-            if not branches(u, first, last, self.cfg.alpha, self.cfg.threshold):
+            c = self.consecutive(seed, call)
+            if not (branches(u, first, last, cfg.alpha, cfg.threshold) if cfg.penalty is None else
+                    aepo_branches(u, first, last, cfg.alpha, cfg.threshold, cfg.penalty, c)):
                 continue
             self.slots[seed] -= 1
-            new.append(self._copy(r, (first, last, u)))
+            self.branched.setdefault(seed, set()).add(call)
+            new.append(self._copy(r, (first, last, u, float(c) if cfg.penalty is not None else math.nan)))
         if new:
             self.loop.grow([self.loop.rows.index(self.parents[c]) for c in new], new)
 
-    def _copy(self, r: int, decision: tuple[float, float, float]) -> int:
+    def consecutive(self, seed: int, call: int) -> int:
+        """AEPO's c for a decision after a row's `call`-th tool result: how many rounds right before it (calls
+        call - 1, call - 2, ...) made a branch in the group (a round without one ends the run)."""
+        done, c = self.branched.get(seed, set()), 0
+        while call - 1 - c in done:
+            c += 1
+        return c
+
+    def _copy(self, r: int, decision: tuple[float, float, float, float]) -> int:
         lp = self.loop
         c = len(lp.turns)
         lp.turns.append([RowTurn(t.role, list(t.tokens), list(t.logprobs), list(t.entropy), t.started_s, t.seconds,

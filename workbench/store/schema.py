@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 """Bumped whenever a table or column changes; older stores are migrated on open (see MIGRATIONS)."""
 
 EPISODE_KEY = [("run_id", "VARCHAR"), ("step", "INTEGER"), ("stage", "INTEGER"), ("prompt_id", "VARCHAR"),
@@ -63,6 +63,7 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("turns", "INTEGER"), ("tool_calls", "INTEGER"), ("tool_errors", "INTEGER"), ("tool_tokens", "INTEGER"),
         ("filter_kept", "BOOLEAN"), ("filter_penalty", "FLOAT"), ("filter_reason", "VARCHAR"),
         ("branch_entropy_before", "FLOAT"), ("branch_entropy_after", "FLOAT"), ("branch_draw", "FLOAT"),
+        ("branch_rounds", "INTEGER"), ("branch_split", "INTEGER"), ("branch_split_dh", "FLOAT"),
     ],
     # Episodes (workbench/episodes.py): the turns and tool calls of a multi-turn rollout, keyed by the
     # rollout's (run_id, step, stage, prompt_id, idx). A single-turn rollout has no rows here.
@@ -268,6 +269,11 @@ MIGRATIONS: dict[int, tuple[str, list[str] | Callable[[], list[str]]]] = {
          lambda: create_statements(("prompt_outcomes",)) + layout_statements(("prompt_outcomes",)) + [
              "DELETE FROM prompt_outcomes",  # a store taken back to an earlier version by hand still has it
              f"INSERT INTO prompt_outcomes {PROMPT_OUTCOMES_SELECT} FROM rollouts GROUP BY run_id, step, prompt_id"]),
+    14: ("AEPO's decisions (issue #41): rollouts.branch_rounds (the consecutive branching rounds c of a branch's "
+         "penalty), branch_split (the whole episodes m its group's split chose) and branch_split_dh (the probe's "
+         "H_root - mean H_tool behind it); null in rows written before and in rows without them",
+         [f"ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS {name} {typ}" for name, typ in (
+             ("branch_rounds", "INTEGER"), ("branch_split", "INTEGER"), ("branch_split_dh", "FLOAT"))]),
 }
 
 

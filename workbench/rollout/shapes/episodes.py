@@ -94,7 +94,7 @@ class EpisodeShape:
                                  f"\"hf\"), not {type(backend).__name__}")
         self._backend = backend
         columns, branch, arpo = empty_columns(len(prompts), self.name), None, {}
-        if self.cfg.arpo_branch and seeds is not None:  # ARPO: groups grown by branching (shapes/arpo.py)
+        if (self.cfg.arpo_branch or self.cfg.aepo_branch) and seeds is not None:  # ARPO / AEPO (shapes/arpo.py)
             def run(ps, ss, branching):
                 return self.run(backend, ps, sampling, seeds=ss, branching=branching)
             eb, columns["parent_idx"], columns["branch_at"], branch, arpo = arpo_episodes(
