@@ -34,8 +34,7 @@ except ValueError:
     default_refresh = 5
 refresh = st.sidebar.number_input("refresh every (s, 0 = off)", 0, 300, default_refresh, key=f"{PAGE}_refresh")
 every = refresh if refresh and status in LIVE_STATUSES else None
-LANE_STEPS = 8
-"""Steps drawn in the per-worker lanes (the latest)."""
+LANE_STEPS = 8  # steps drawn in the per-worker lanes (the latest; a bare string here would be drawn on the page)
 
 
 @st.fragment(run_every=inflight.PAGE_REFRESH_S if refresh and status in LIVE_STATUSES else None)
