@@ -15,8 +15,9 @@ and its first two steps awaited (its model loaded), then `quiet_steps` of its st
 request, then the same requests are timed again, then `quiet_steps` more steps with no request, and the run
 is stopped. Latency is wall time from submit to the result, as the page waits for it. The run's pace is
 read from when its steps were recorded (`steps.created_at`): a step's seconds are the time since the
-previous step's record, counted "during" when both records fall inside the requests and "without" when
-both fall in a quiet window before or after them (`step_pace`); each side's steps/s is one over its median step. Read the p95s against the 15 s
+previous step's record, counted "during" when the step overlaps the requests (on a loaded machine one step
+may outlast all of them) and "without" when it lies wholly in a quiet window before or after them
+(`step_pace`); each side's steps/s is one over its median step. Read the p95s against the 15 s
 target, and `steps_per_s_ratio` (during / without, the same run and config) as the cost of sampling beside
 a run; the load average at both ends says how shared the machine was.
 """
@@ -97,16 +98,20 @@ def _step_times(store: Path, run_id: str) -> list[float]:
     return sorted(t.timestamp() for t in steps["created_at"].to_list() if t is not None) if steps.height else []
 
 
-def step_pace(commits: list[float], windows: dict[str, list[tuple[float, float]]]) -> dict[str, dict[str, Any]]:
-    """The run's pace in each named set of windows (epoch seconds), from its steps' record times `commits`:
-    the seconds of each step whose previous record and own record both fall inside one window of the set, their median and one over it
-    (`steps_per_s`; None with no whole step inside)."""
-    commits = sorted(commits)
+def step_pace(records: list[float], during: tuple[float, float],
+              without: list[tuple[float, float]]) -> dict[str, dict[str, Any]]:
+    """The run's pace from its steps' record times (epoch seconds; a step lasts from the previous record to
+    its own): "during" the steps that overlap the `during` window at all (a step longer than the window
+    spans it), "without" the steps wholly inside one of the `without` windows; for each, how many, their
+    median seconds and one over it (`steps_per_s`; None when there is no such step)."""
+    records = sorted(records)
+    steps = list(zip(records, records[1:]))
+    chosen = {"during": [(a, b) for a, b in steps if a < during[1] and b > during[0]],
+              "without": [(a, b) for a, b in steps if any(lo <= a and b <= hi for lo, hi in without)]}
     out: dict[str, dict[str, Any]] = {}
-    for name, spans in windows.items():
-        gaps = [b - a for a, b in zip(commits, commits[1:]) if any(lo <= a and b <= hi for lo, hi in spans)]
-        median = statistics.median(gaps) if gaps else None
-        out[name] = {"steps": len(gaps), "median_step_s": None if median is None else round(median, 2),
+    for name, picked in chosen.items():
+        median = statistics.median(b - a for a, b in picked) if picked else None
+        out[name] = {"steps": len(picked), "median_step_s": None if median is None else round(median, 2),
                      "steps_per_s": None if not median else round(1.0 / median, 4)}
     return out
 
@@ -132,7 +137,7 @@ def _beside(store: Path, worker: Any, base: Any, requests: int, quiet_steps: int
     after = len(_step_times(store, run_id))
     commits = _await_steps(store, run_id, after + quiet_steps + 1, timeout_s)
     quiet_b = (min(t for t in commits if t >= end), commits[-1])
-    pace = step_pace(commits, {"during": [(start, end)], "without": [quiet_a, quiet_b]})
+    pace = step_pace(commits, (start, end), [quiet_a, quiet_b])
     during, without = pace["during"], pace["without"]
     ratio = (round(during["steps_per_s"] / without["steps_per_s"], 3)
              if during["steps_per_s"] and without["steps_per_s"] else None)

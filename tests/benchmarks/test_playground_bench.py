@@ -9,16 +9,17 @@ from __future__ import annotations
 import pytest
 
 
-def test_the_run_pace_counts_only_the_steps_wholly_inside_each_set_of_windows():
+def test_the_run_pace_takes_the_steps_touching_the_requests_against_those_wholly_outside():
     from benchmarks.playground_bench import step_pace
 
     records = [100.0, 102.0, 104.5, 107.0, 112.0, 118.0, 121.0, 123.0]  # step seconds 2, 2.5, 2.5, 5, 6, 3, 2
-    pace = step_pace(records, {"during": [(106.0, 118.0)], "without": [(100.0, 104.5), (118.0, 130.0)],
-                               "empty": [(108.0, 111.0)]})
+    pace = step_pace(records, (108.0, 117.0), [(100.0, 104.5), (118.0, 130.0)])
     assert pace["during"] == {"steps": 2, "median_step_s": 5.5, "steps_per_s": round(1 / 5.5, 4)}  # 107-112-118
     assert pace["without"] == {"steps": 4, "median_step_s": 2.25, "steps_per_s": round(1 / 2.25, 4)}
-    assert pace["empty"] == {"steps": 0, "median_step_s": None, "steps_per_s": None}
-    assert step_pace(records[::-1], {"w": [(100.0, 104.5)]})["w"]["steps"] == 2  # any order
+    spanned = step_pace(records, (112.5, 113.0), [(100.0, 101.0)])  # one step outlasts the requests
+    assert spanned["during"]["median_step_s"] == 6.0
+    assert spanned["without"] == {"steps": 0, "median_step_s": None, "steps_per_s": None}
+    assert step_pace(records[::-1], (0.0, 1.0), [(100.0, 104.5)])["without"]["steps"] == 2  # any order
 
 
 @pytest.mark.slow
