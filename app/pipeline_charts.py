@@ -102,12 +102,13 @@ def kl_chart(frame: pl.DataFrame, *, changes: list[dict] | None = None) -> go.Fi
 
 
 LANE_COLOURS = {"generate": PALETTE[0], "allocate": "#9ecae1", "verify": "#6baed6", "train": PALETTE[1],
-                "weight_sync": "#2ca02c", "eval": "#9467bd", "log": "#8c564b", "idle": "#d9d9d9"}
+                "weight_sync": "#2ca02c", "eval": "#9467bd", "log": "#8c564b", "idle": "#d9d9d9",
+                "restart": "#d62728"}
 """Phase -> colour in the lanes; a phase not named here gets grey."""
 
 
 def lanes_chart(lanes: pl.DataFrame) -> go.Figure:
-    """One lane per worker (trainer, generator): a bar per step and phase from its first start to its last
+    """One lane per worker (trainer, generator, Ray workers ray-<i>): a bar per step and phase from its first start to its last
     end, coloured by phase (idle pale), longer spans under shorter ones; the step, the seconds inside, the
     start and the end in each bar's
     customdata (a click opens that step: `app.drill.lane_step_of`). `lanes` as

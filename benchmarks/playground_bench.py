@@ -2,17 +2,24 @@
 checkpoint, through the dashboard's own sampling worker process (`workbench.playground.worker.Worker`, at
 its niceness), over 10 requests with nothing else running ("idle") and again while a SmolLM2 run trains
 beside it (launched as the dashboard launches runs: a detached process at the runs' priority), with that
-run's steps per second during the requests and before them, and the time to load the checkpoint.
+run's steps per second during the requests against its steps per second without them, and the time to
+load the checkpoint.
 
     nice workbench bench playground --store DIR --json
 
 Steps: (1) a one-step SmolLM2 run (configs/smollm2.toml shrunk, `checkpoint.weights_every = 1`) gives the
 checkpoint sampled, a weights-only snapshot at step 1 (reused when DIR already holds it); (2) the load time:
 `load_policy` on it, in this process, at one thread; (3) a worker answers one warm-up request (it loads the
-model: `first_request_s`), then `requests` timed ones (seeds 0, 1, ...); (4) the training run is launched,
-its first step awaited, then the same requests are timed again, and the run stopped. Latency is wall time
-from submit to the result, as the page waits for it. Read the p95s against the 15 s target, and the run's
-steps/s during the requests against its steps/s before them (the cost of sampling beside it).
+model: `first_request_s`), then `requests` timed ones (seeds 0, 1, ...); (4) the training run is launched
+and its first two steps awaited (its model loaded), then `quiet_steps` of its steps are timed with no
+request, then the same requests are timed again, then `quiet_steps` more steps with no request, and the run
+is stopped. Latency is wall time from submit to the result, as the page waits for it. The run's pace is
+read from when its steps were recorded (`steps.created_at`): a step's seconds are the time since the
+previous step's record, counted "during" when the step overlaps the requests (on a loaded machine one step
+may outlast all of them) and "without" when it lies wholly in a quiet window before or after them
+(`step_pace`); each side's steps/s is one over its median step. Read the p95s against the 15 s
+target, and `steps_per_s_ratio` (during / without, the same run and config) as the cost of sampling beside
+a run; the load average at both ends says how shared the machine was.
 """
 
 from __future__ import annotations
@@ -27,10 +34,12 @@ TRAINED = ["steps=1", "allocator.prompts_per_step=2", "allocator.budget=4", "all
            "sampling.max_new_tokens=8", "eval.at_start=false", "eval.every=0", "model.threads=1",
            "model.device=\"cpu\"", "checkpoint.weights_every=1", "name=\"playground-checkpoint\""]
 """The run whose step-1 snapshot is sampled (two prompts x two rollouts: it only has to exist)."""
-BESIDE = ["steps=1000", "model.threads=1", "model.device=\"cpu\"", "eval.at_start=false", "eval.every=0",
-          "checkpoint.every=0", "name=\"playground-beside\""]
-"""The run that trains beside the requests: configs/smollm2.toml (4 prompts x 8 rollouts of 24 tokens a
-step) without evaluations or checkpoints, stopped when the requests end."""
+BESIDE = ["steps=100000", "model.threads=1", "model.device=\"cpu\"", "eval.at_start=false", "eval.every=0",
+          "checkpoint.every=0", "allocator.prompts_per_step=2", "allocator.budget=8", "allocator.params.n=4",
+          "name=\"playground-beside\""]
+"""The run that trains beside the requests: configs/smollm2.toml without evaluations or checkpoints and
+shrunk to 2 prompts x 4 rollouts of 24 tokens a step (4 x 8 took ~150 s a step on the shared 2-core
+machine: no step ended inside 10 requests), stopped when the last quiet window ends."""
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -81,7 +90,7 @@ def _timed_requests(worker: Any, base: Any, seeds: range, timeout_s: float) -> l
 
 
 def _step_times(store: Path, run_id: str) -> list[float]:
-    """When each of the run's steps was committed (epoch seconds), in order."""
+    """When each of the run's steps was recorded (epoch seconds), in order."""
     from workbench.store import open_store
 
     with open_store(store, read_only=True) as st:
@@ -89,8 +98,56 @@ def _step_times(store: Path, run_id: str) -> list[float]:
     return sorted(t.timestamp() for t in steps["created_at"].to_list() if t is not None) if steps.height else []
 
 
+def step_pace(records: list[float], during: tuple[float, float],
+              without: list[tuple[float, float]]) -> dict[str, dict[str, Any]]:
+    """The run's pace from its steps' record times (epoch seconds; a step lasts from the previous record to
+    its own): "during" the steps that overlap the `during` window at all (a step longer than the window
+    spans it), "without" the steps wholly inside one of the `without` windows; for each, how many, their
+    median seconds and one over it (`steps_per_s`; None when there is no such step)."""
+    records = sorted(records)
+    steps = list(zip(records, records[1:]))
+    chosen = {"during": [(a, b) for a, b in steps if a < during[1] and b > during[0]],
+              "without": [(a, b) for a, b in steps if any(lo <= a and b <= hi for lo, hi in without)]}
+    out: dict[str, dict[str, Any]] = {}
+    for name, picked in chosen.items():
+        median = statistics.median(b - a for a, b in picked) if picked else None
+        out[name] = {"steps": len(picked), "median_step_s": None if median is None else round(median, 2),
+                     "steps_per_s": None if not median else round(1.0 / median, 4)}
+    return out
+
+
+def _await_steps(store: Path, run_id: str, n: int, timeout_s: float) -> list[float]:
+    """Wait until the run has recorded `n` steps; their record times."""
+    deadline = time.time() + timeout_s
+    while len(got := _step_times(store, run_id)) < n:
+        if time.time() > deadline:
+            raise TimeoutError(f"bench playground: the run beside made {len(got)} of {n} steps in {timeout_s:.0f} s")
+        time.sleep(0.5)
+    return got
+
+
+def _beside(store: Path, worker: Any, base: Any, requests: int, quiet_steps: int, timeout_s: float,
+            run_id: str) -> dict[str, Any]:
+    """The requests timed while `run_id` trains, between two quiet windows of `quiet_steps` steps each."""
+    commits = _await_steps(store, run_id, 2, timeout_s)  # its model loaded, two steps behind it
+    quiet_a = (commits[-1], _await_steps(store, run_id, len(commits) + quiet_steps, timeout_s)[-1])
+    start, load_start = time.time(), os.getloadavg()[0]
+    times = _timed_requests(worker, base, range(requests), timeout_s)
+    end, load_end = time.time(), os.getloadavg()[0]
+    after = len(_step_times(store, run_id))
+    commits = _await_steps(store, run_id, after + quiet_steps + 1, timeout_s)
+    quiet_b = (min(t for t in commits if t >= end), commits[-1])
+    pace = step_pace(commits, (start, end), [quiet_a, quiet_b])
+    during, without = pace["during"], pace["without"]
+    ratio = (round(during["steps_per_s"] / without["steps_per_s"], 3)
+             if during["steps_per_s"] and without["steps_per_s"] else None)
+    return {**_summary(times), "run_id": run_id, "requests_s": round(end - start, 1),
+            "load_avg_1m_requests": [round(load_start, 1), round(load_end, 1)],
+            "run_pace": {"during_requests": during, "without_requests": without, "steps_per_s_ratio": ratio}}
+
+
 def bench_playground(store: Path | str, *, requests: int = 10, samples: int = 8, tokens: int = 24,
-                     beside: bool = True, timeout_s: float = 600.0) -> dict[str, Any]:
+                     beside: bool = True, quiet_steps: int = 4, timeout_s: float = 600.0) -> dict[str, Any]:
     """Run the bench (see the module docstring); one JSON-able dict."""
     from benchmarks.tiny import shared_smollm2
     from workbench.control import api
@@ -124,22 +181,7 @@ def bench_playground(store: Path | str, *, requests: int = 10, samples: int = 8,
         result["idle"] = _summary(_timed_requests(worker, base, range(requests), timeout_s))
         if beside:
             beside_id = launch(smollm2_config(BESIDE).to_dict(), store=store)
-            deadline = time.time() + timeout_s
-            while len(_step_times(store, beside_id)) < 2:  # its model loaded and two steps behind it
-                if time.time() > deadline:
-                    raise TimeoutError(f"bench playground: the run beside made no two steps in {timeout_s:.0f} s")
-                time.sleep(1.0)
-            before = _step_times(store, beside_id)
-            start = time.time()
-            times = _timed_requests(worker, base, range(requests), timeout_s)
-            end = time.time()
-            during = [t for t in _step_times(store, beside_id) if start <= t <= end]
-            result["beside_run"] = _summary(times)
-            result["beside_run"].update({
-                "run_id": beside_id,
-                "run_steps_during": len(during), "requests_s": round(end - start, 1),
-                "run_steps_per_s_during": round(len(during) / (end - start), 4),
-                "run_steps_per_s_before": round((len(before) - 1) / max(before[-1] - before[0], 1e-9), 4)})
+            result["beside_run"] = _beside(store, worker, base, requests, quiet_steps, timeout_s, beside_id)
     finally:
         worker.close()
         if beside_id is not None:

@@ -143,6 +143,7 @@ SHARED_WORKER = {
     # one local Ray runtime at a time: a second one on the same machine may join the first
     "tests/rollout/test_ray.py": "ray",
     "tests/rollout/test_ray_cluster.py": "ray",
+    "tests/app/test_browser_ray_lanes.py": "ray",  # a Ray runtime (then Chromium): with the Ray files
     # one Chromium (and the app or JupyterLab it drives) at a time: each is heavy on two cores. (The
     # notebooks' file stays apart: its one browser test sits beside two long organism runs.)
     "tests/app/test_browser.py": "browser",

@@ -264,9 +264,11 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("timing_s/weight_reload", "loading pushed weights into the generator process or the Ray workers", "s",
            "generator process / Ray backend (workbench/rollout/)", "generator_process"),
     # lane/: when each worker did what (the Run page's per-worker lanes)
-    Metric("lane/<worker>/<phase>/start", "when a worker (trainer, or the pipeline's generator) first began a "
-           "phase (allocate, generate, verify, train, weight_sync, eval, log, idle) for this step; seconds since "
-           "the epoch", "s", _TIMER),
+    Metric("lane/<worker>/<phase>/start", "when a worker (trainer, the pipeline's generator, or a Ray rollout "
+           "worker ray-<i>) first began a phase (allocate, generate, verify, train, weight_sync, eval, log, idle; "
+           "a Ray worker: generate, weight_sync, restart, idle) for this step; seconds since the epoch on the "
+           "trainer's clock (a Ray worker's own times shifted by its clock's offset, "
+           "workbench/rollout/worker_lanes.py)", "s", _TIMER),
     Metric("lane/<worker>/<phase>/end", "when the worker last ended that phase for this step; seconds since the "
            "epoch", "s", _TIMER),
     Metric("lane/<worker>/<phase>/s", "the worker's seconds inside that phase for this step", "s", _TIMER),
@@ -331,6 +333,33 @@ STEP_COLUMNS: dict[str, str] = {m.column: m.name for m in CATALOGUE if m.column}
 
 TEXT_COLUMNS = frozenset(m.column for m in CATALOGUE if m.column and m.text)
 """`steps` columns that hold a name or a table, not a number."""
+
+
+class Lanes:
+    """Spans of work per (worker, phase), merged per phase: first start, last end, seconds inside.
+    `metrics()` gives them as `lane/<worker>/<phase>/{start,end,s}` step metrics (declared above) and
+    starts afresh; the trainer's and the pipeline's (workbench/engine/timing.py) and Ray workers'
+    (workbench/rollout/worker_lanes.py) all go through it. No lock of its own (a batch's
+    timer travels in checkpoints, pickled): one thread at a time, or under its owner's lock (the pipeline)."""
+
+    def __init__(self) -> None:
+        self._spans: dict[tuple[str, str], tuple[float, float, float]] = {}
+
+    def add(self, worker: str, phase: str, start: float, end: float) -> None:
+        """A span of `phase` on `worker` from `start` to `end` (`time.time()` seconds)."""
+        first, last, inside = self._spans.get((worker, phase), (start, end, 0.0))
+        self._spans[(worker, phase)] = (min(first, start), max(last, end), inside + max(0.0, end - start))
+
+    def take(self) -> dict[tuple[str, str], tuple[float, float, float]]:
+        out, self._spans = self._spans, {}
+        return out
+
+    def metrics(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for (worker, phase), (start, end, inside) in self.take().items():
+            out.update({f"lane/{worker}/{phase}/start": start, f"lane/{worker}/{phase}/end": end,
+                        f"lane/{worker}/{phase}/s": inside})
+        return out
 
 
 def metrics_markdown() -> str:

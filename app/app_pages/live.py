@@ -34,8 +34,7 @@ except ValueError:
     default_refresh = 5
 refresh = st.sidebar.number_input("refresh every (s, 0 = off)", 0, 300, default_refresh, key=f"{PAGE}_refresh")
 every = refresh if refresh and status in LIVE_STATUSES else None
-LANE_STEPS = 8
-"""Steps drawn in the per-worker lanes (the latest)."""
+LANE_STEPS = 8  # steps drawn in the per-worker lanes (the latest; a bare string here would be drawn on the page)
 
 
 @st.fragment(run_every=inflight.PAGE_REFRESH_S if refresh and status in LIVE_STATUSES else None)
@@ -198,7 +197,8 @@ pipeline(run_id)
 
 @st.fragment(run_every=every)
 def workers(run_id: str) -> None:
-    """Rollout workers (Ray backend): how many, rollouts/s of each, weight sync time per step."""
+    """Rollout workers (Ray backend): how many, rollouts/s of each, weight sync time per step, and for a
+    synchronous run what each worker did in the last steps (its lane beside the trainer's)."""
     rates, sync = data.workers(run_id)
     if rates.is_empty():
         return
@@ -218,6 +218,13 @@ def workers(run_id: str) -> None:
     with right:
         st.caption("weight sync per step (s): new weights put once in Ray's object store, loaded by every worker")
         st.line_chart(sync, x="step", y="weight_sync_s")
+    steps = data.steps((run_id,))
+    if pipeline_by_step(steps).is_empty():  # a synchronous run's lanes (the pipeline's panel draws its own)
+        event = st.plotly_chart(pipeline_charts.lanes_chart(worker_lanes(steps, last=LANE_STEPS)),
+                                key=f"{PAGE}_worker_lanes", **components.DRILL)
+        components.drill_to_step(run_id, event, lanes=True)
+        st.caption("each worker's generate, weight install, restart and idle spans, timed on the worker and "
+                   "placed on the trainer's clock; the trainer's own phases in its lane")
 
 
 workers(run_id)

@@ -138,6 +138,53 @@ def test_engine_run_with_two_workers_equals_in_process(ray_runtime, store_dir, t
         ev = st.events(b)
         restarts = ev.filter(ev["kind"] == "worker_restart")
         assert restarts.height >= 1 and restarts["message"].str.contains("rollout worker ray-").all()
+        lanes = _check_worker_lanes(st, b, "trainer")
+    # the killed worker's lane shows it down, then back: a restart span and its reload of the weights
+    (name,) = {_data(d)["worker"] for d in restarts["data"].to_list()}
+    down = [m for m in lanes if m.get(f"lane/{name}/restart/s", 0) > 0]
+    assert down and down[0].get(f"lane/{name}/weight_sync/s", 0) > 0, sorted(k for m in lanes for k in m
+                                                                                if k.startswith(f"lane/{name}"))
+
+
+def _data(d) -> dict:
+    """An event's `data` as read back (a JSON string or a dict)."""
+    import json
+
+    return json.loads(d) if isinstance(d, str) else d
+
+
+def _check_worker_lanes(st, run_id: str, driver: str) -> list[dict]:
+    """Each Ray worker's lanes (workbench/rollout/worker_lanes.py) against what the store holds, step by
+    step: a worker's generate span inside the step's generate phase on `driver`'s lane (the trainer, or the
+    pipeline's generator), its generate seconds those of its rollouts per second, the rows it did those
+    the rollouts table names it for, and its phases summing to the same windows for every worker. The
+    lanes stay out of run comparisons (benchmarks/chaos_compare.py). The steps' metrics, in step order."""
+    from benchmarks.chaos_compare import _METRICS
+
+    steps = st.run_steps(run_id).sort("step")
+    per_step = [_as_dict(m) for m in steps["metrics"].to_list()]
+    rows = st.sql("SELECT step, worker, count(*) AS n FROM rollouts WHERE run_id = ? GROUP BY ALL", [run_id])
+    did = {(r["step"], r["worker"]): r["n"] for r in rows.to_dicts()}
+    workers = ("ray-0", "ray-1")
+    for step, m in zip(steps["step"].to_list(), per_step):
+        start, end = m[f"lane/{driver}/generate/start"], m[f"lane/{driver}/generate/end"]
+        totals = []
+        for w in workers:
+            n = did.get((step, w), 0)
+            assert m.get(f"perf/worker/{w}/rollouts", 0) == n, (step, w)
+            if n:
+                assert start <= m[f"lane/{w}/generate/start"] <= m[f"lane/{w}/generate/end"] <= end, (step, w)
+                assert m[f"lane/{w}/generate/s"] == pytest.approx(n / m[f"perf/worker/{w}/rollouts_per_s"], abs=1e-5)
+                assert 0 < m[f"lane/{w}/generate/s"] <= end - start
+            totals.append(sum(m.get(f"lane/{w}/{p}/s", 0.0) for p in ("generate", "weight_sync", "restart", "idle")))
+        assert totals[0] == pytest.approx(totals[1], abs=1e-4), (step, totals)  # the same windows
+        if driver == "trainer":  # the windows lie inside its generate and weight_sync phases
+            assert totals[0] <= m["timing_s/generate"] + m.get("timing_s/weight_sync", 0.0) + 1e-3, (step, totals)
+    assert sum(n for (_, w), n in did.items()) == sum(m[f"perf/worker/{w}/rollouts"] for m in per_step
+                                                      for w in workers if f"perf/worker/{w}/rollouts" in m)
+    kept = st.sql(f"SELECT {_METRICS} AS metrics FROM steps WHERE run_id = ?", [run_id])["metrics"].to_list()
+    assert kept and not any(k.startswith("lane/") for m in kept for k in _as_dict(m))
+    return per_step
 
 
 def _actor_pids() -> list[int]:
@@ -175,6 +222,8 @@ def test_two_workers_generate_ahead_of_the_trainer(ray_runtime, store_dir, tiny_
     assert r.height == 4 * 32 and set(r["worker"]) == {"ray-0", "ray-1"}
     assert r["staleness"].max() <= 1
     assert all(m["rollout/workers"] == 2 for m in seen if "rollout/workers" in m) and "rollout/workers" in seen[-1]
+    with open_store(store_dir) as st:
+        _check_worker_lanes(st, rid, "generator")  # the pipeline's generator thread drove the workers
     # the run's actors were closed with it (the runtime is the module's)
     wait_until(lambda: not _actor_pids(), 60, "the run's actors to close", every=0.5)
 

@@ -28,8 +28,9 @@ from typing import Any, Callable, Generic, Iterator, TypeVar
 
 import torch
 
-from workbench.engine.timing import GENERATOR_THREAD, Lanes, worker_of
+from workbench.engine.timing import GENERATOR_THREAD, worker_of
 from workbench.errors import WorkbenchError
+from workbench.metrics import Lanes
 from workbench.rollout.base import RolloutBackend
 
 T = TypeVar("T")

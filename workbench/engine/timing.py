@@ -4,11 +4,12 @@ other jobs the CPU time measures the phase's own work where the wall time also c
 It is the whole of that work at one torch thread (`model.threads = 1`, or OMP_NUM_THREADS=1); with more,
 torch's other threads are not counted, nor are the store's (whose commit overlaps the next step)).
 
-Lanes (`Lanes`): when each worker did what, for the Run page's per-worker lanes. A phase timed on the
-pipeline's generator thread is the generator's, any other the trainer's (`worker_of`); the pipeline adds
+Lanes (`workbench.metrics.Lanes`): when each worker did what, for the Run page's per-worker lanes. A
+phase timed on the pipeline's generator thread is the generator's, any other the trainer's (`worker_of`); the pipeline adds
 its own spans (the generator's idle wait and weight installs, the trainer's wait for a batch). Per step,
 worker and phase: `lane/<worker>/<phase>/start` and `.../end` (the first start and the last end, seconds
-since the epoch, so lanes of steps line up in time) and `.../s` (the seconds inside it)."""
+since the epoch, so lanes of steps line up in time) and `.../s` (the seconds inside it). Ray's rollout
+workers report their own (`workbench/rollout/worker_lanes.py`)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from collections import defaultdict
 from contextlib import contextmanager
 from typing import Iterator
 
+from workbench.metrics import Lanes  # noqa: F401 - also its old home: checkpoints pickled a batch's timer with it
 
 CPU_PHASES = ("generate",)
 GENERATOR_THREAD = "rollout-generator"
@@ -29,31 +31,6 @@ def worker_of(thread: threading.Thread | None = None) -> str:
     thread, else "trainer"."""
     name = (thread or threading.current_thread()).name
     return "generator" if name == GENERATOR_THREAD else "trainer"
-
-
-class Lanes:
-    """Spans of work per (worker, phase), merged per phase: first start, last end, seconds inside.
-    `metrics()` gives them as `lane/...` step metrics and starts afresh. No lock of its own (a batch's
-    timer travels in checkpoints, pickled): one thread at a time, or under its owner's lock (the pipeline)."""
-
-    def __init__(self) -> None:
-        self._spans: dict[tuple[str, str], tuple[float, float, float]] = {}
-
-    def add(self, worker: str, phase: str, start: float, end: float) -> None:
-        """A span of `phase` on `worker` from `start` to `end` (`time.time()` seconds)."""
-        first, last, inside = self._spans.get((worker, phase), (start, end, 0.0))
-        self._spans[(worker, phase)] = (min(first, start), max(last, end), inside + max(0.0, end - start))
-
-    def take(self) -> dict[tuple[str, str], tuple[float, float, float]]:
-        out, self._spans = self._spans, {}
-        return out
-
-    def metrics(self) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for (worker, phase), (start, end, inside) in self.take().items():
-            out.update({f"lane/{worker}/{phase}/start": start, f"lane/{worker}/{phase}/end": end,
-                        f"lane/{worker}/{phase}/s": inside})
-        return out
 
 
 class PhaseTimer:

@@ -27,7 +27,9 @@ the CPU or on the GPU Ray assigns it; `VLLMBackend` on a GPU). The engine talks 
    workers); the run's end closes them.
 
 Per-worker figures for the step (`take_metrics`): `perf/worker/<name>/rollouts_per_s` (rows over the
-worker's own generation time) and `rollout/workers`.
+worker's own generation time), `rollout/workers`, and each worker's lanes (`lane/<name>/<phase>/...`:
+its generate, weight_sync, restart and idle spans, timed on the worker and placed on the trainer's clock
+by `workbench/rollout/worker_lanes.py`).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ import torch
 from workbench.errors import WorkbenchError
 from workbench.rollout.base import BackendDefaults, GenerationBatch, ModelSpec, SamplingParams, check_offset
 from workbench.rollout.ray_worker import RolloutWorker, pack_state
+from workbench.rollout.worker_lanes import WorkerLanes
 
 
 @dataclass(frozen=True)
@@ -183,6 +186,8 @@ class RayBackend(BackendDefaults):
         self._box: list | None = None
         self._synced = 0
         self._metrics: dict[str, float] = {}
+        self._lanes = WorkerLanes()  # what each worker did, on the trainer's clock
+        self._sent: dict[int, float] = {}  # when each worker's call in flight was submitted
         self._gap: Any = None  # vLLM workers: a LogprobGap (their log-probs against the trainer's)
         self._events: list[dict[str, Any]] = []
         self._faults: dict[int, str] = {}
@@ -258,10 +263,16 @@ class RayBackend(BackendDefaults):
         import ray
 
         self._box = [ray.put(pack_state(state))]
-        try:
-            ray.get([w.load.remote(self._box, version) for w in self.workers])
-        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
-            pass  # a worker died: Ray restarts it and the next generate call reloads these weights
+        self._lanes.open(self.names)
+        sent = time.time()
+        refs = [w.load.remote(self._box, version) for w in self.workers]
+        for name, ref in zip(self.names, refs):
+            try:
+                self._lanes.place(name, ray.get(ref), sent, time.time())
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+                # a worker died: Ray restarts it and the next generate call reloads these weights
+                self._lanes.restart(name, sent, time.time())
+        self._lanes.close()
         self._synced = version
 
     def generator_backend(self, kind: str, *, threads: int) -> "RayGenerator":
@@ -285,12 +296,14 @@ class RayBackend(BackendDefaults):
         new = new_tokens or sampling.max_new_tokens
         shares = split_groups(seeds, [len(p) for p in prompts], new, len(self.workers))
         pending = {i: rows for i, rows in enumerate(shares) if rows}
+        self._lanes.open(self.names)
         calls = {i: self._submit(i, rows, prompts, sampling, seeds) for i, rows in pending.items()}
         parts = []
         for i, rows in pending.items():
             out = self._collect(i, calls[i], rows, prompts, sampling, seeds)
             parts.append((rows, out["batch"], self.names[i]))
             self._note(i, len(rows), out)
+        self._lanes.close()
         batch = merge_batches(parts, len(prompts), self.pad_token_id, time.perf_counter() - start)
         if not all(b.has_entropy for _, b, _ in parts):  # vLLM workers: entropy from the trainer's model
             from workbench.rollout.vllm_backend import LogprobGap
@@ -302,6 +315,7 @@ class RayBackend(BackendDefaults):
     def _submit(self, i: int, rows: list[int], prompts, sampling, seeds):
         version = self._synced if self._box is not None else 0  # what the workers were last sent
         fault = self._faults.pop(i, None)
+        self._sent[i] = time.time()
         return self.workers[i].generate.remote([list(prompts[r]) for r in rows], sampling,
                                                [int(seeds[r]) for r in rows], version, self._box, fault)
 
@@ -311,7 +325,9 @@ class RayBackend(BackendDefaults):
 
         for attempt in range(self.options.max_restarts + 1):
             try:
-                return ray.get(ref)
+                out = ray.get(ref)
+                out["placed"] = self._lanes.place(self.names[i], out, self._sent[i], time.time())
+                return out
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
                 name, pid = self.names[i], self.info[self.names[i]]["pid"]
                 self._events.append(dict(level="warning", kind="worker_restart", message=(
@@ -321,6 +337,7 @@ class RayBackend(BackendDefaults):
                 if attempt == self.options.max_restarts or not self._wait_alive(i):
                     raise WorkbenchError(f"rollout worker {name} died and was not restarted (rollout.max_restarts "
                                          f"= {self.options.max_restarts}): {str(exc).splitlines()[0]}") from None
+                self._lanes.restart(name, self._sent[i], time.time())  # down until its share is sent again
                 ref = self._submit(i, rows, prompts, sampling, seeds)
             except ray.exceptions.RayTaskError as exc:
                 raise exc.as_instanceof_cause() from None
@@ -353,9 +370,12 @@ class RayBackend(BackendDefaults):
                     f"it reloaded the policy's latest weights before generating"),
                     data=dict(worker=name, pid=old, new_pid=out["pid"])))
         m = self._metrics
+        busy = {"generate": 0.0, "weight_sync": 0.0}
+        for phase, start, end in out["placed"]:  # the worker's own seconds, as its lanes hold them
+            busy[phase] = busy.get(phase, 0.0) + (end - start)
         m[f"_rows/{name}"] = m.get(f"_rows/{name}", 0.0) + rows
-        m[f"_time/{name}"] = m.get(f"_time/{name}", 0.0) + float(out["batch"].gen_time_s)
-        m["_load"] = m.get("_load", 0.0) + float(out["load_s"])
+        m[f"_time/{name}"] = m.get(f"_time/{name}", 0.0) + busy["generate"]
+        m["_load"] = m.get("_load", 0.0) + busy["weight_sync"]
 
     # -- what the engine logs -----------------------------------------------------------------------
 
@@ -376,6 +396,7 @@ class RayBackend(BackendDefaults):
             out["timing_s/weight_reload"] = m["_load"]
         if self._gap is not None:
             out.update(self._gap.take())
+        out.update(self._lanes.metrics())
         return out
 
     def take_events(self) -> list[dict[str, Any]]:

@@ -4,6 +4,9 @@ its CPU or GPU, `VLLMBackend` on a GPU), and the weights' form on the way to it 
 trainer's process, `unpack_state` in the worker's: numpy arrays that Ray's object store hands to every
 worker without a copy). A worker reloads the latest weights before generating when its own are older
 (a restarted worker comes back with its first ones), and dies like a `kill -9` when a test asks it to.
+Each call answers with its spans of work on this worker's own clock (`spans`: (phase, start, end) in
+`time.time()` seconds; `clock`: when the call began and ended here), which the driver places on the
+trainer's clock (`workbench/rollout/worker_lanes.py`).
 """
 
 from __future__ import annotations
@@ -71,24 +74,33 @@ class RolloutWorker:
         return dict(name=self.name, pid=os.getpid(), node=ray.get_runtime_context().get_node_id(),
                     device=self.device, host=socket.gethostname(), threads=torch.get_num_threads())
 
-    def load(self, box: list, version: int) -> float:
-        """Load the weights in `box[0]` (an object-store reference); returns the seconds it took."""
+    def _install(self, box: list, version: int) -> tuple[str, float, float]:
+        """Load the weights in `box[0]` (an object-store reference); the install's span."""
         import ray
 
-        t0 = time.perf_counter()
+        start = time.time()
         state = unpack_state(ray.get(box[0]))
         if self.model is not None:
             self.model.load_state_dict(state)
         else:
             self.backend.load_weights(state.items())
         self.version = version
-        return time.perf_counter() - t0
+        return ("weight_sync", start, time.time())
+
+    def load(self, box: list, version: int) -> dict[str, Any]:
+        """Install new weights (see `_install`); the span, the call's clock and this process's pid."""
+        span = self._install(box, version)
+        return dict(spans=[span], clock=(span[1], span[2]), pid=os.getpid())
 
     def generate(self, prompts: list[list[int]], sampling: SamplingParams, seeds: list[int], version: int,
                  box: list | None, fault: str | None = None) -> dict[str, Any]:
-        """Sample the rows; reload the latest weights first when this worker's are older."""
-        load_s = self.load(box, version) if box and version != self.version else 0.0
+        """Sample the rows; reload the latest weights first when this worker's are older. With the batch,
+        this process's pid and the call's spans (weight install, generate) on this worker's clock."""
+        entered = time.time()
+        spans = [self._install(box, version)] if box and version != self.version else []
         if fault == "kill":  # fault injection for tests: die like a `kill -9` mid-call
             os.kill(os.getpid(), 9)
+        start = time.time()
         batch = self.backend.generate(prompts, sampling, seeds=seeds)
-        return dict(batch=batch, pid=os.getpid(), load_s=load_s)
+        spans.append(("generate", start, time.time()))
+        return dict(batch=batch, pid=os.getpid(), spans=spans, clock=(entered, time.time()))
