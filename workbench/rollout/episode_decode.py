@@ -179,6 +179,7 @@ class _Loop:
         self.pending: dict[int, Future] = {}
         self.waiting_since: dict[int, float] = {}
         self.chunk: dict[int, list[int]] = {}
+        self.feeding: list[int] = []  # output rows in FEED, in the order they got their results
         self.blocked_s = 0.0
         self.ends_call: Callable[[list[int]], bool] | None = None
         self.steps = 0  # decoding steps (forward passes) so far
@@ -232,14 +233,15 @@ class _Loop:
     # -- one step ------------------------------------------------------------------------------------
     def _step_tokens(self) -> dict[int, int]:
         """Sample for generating rows, take the next result token for feeding rows; {out row: token fed}."""
-        gen = [i for i, r in enumerate(self.rows) if self.state[r] == GEN]
+        rows, state = self.rows, self.state
+        gen = [i for i, r in enumerate(rows) if state[r] == GEN]
         fed: dict[int, int] = {}
         if gen:
-            logp = sampling_logprobs(self.logits[gen], self.sampling)
+            out_rows = [rows[i] for i in gen]
+            logp = sampling_logprobs(self.logits[gen] if len(gen) < len(rows) else self.logits, self.sampling)
             uniform = None
             if self.uniforms is not None:
                 n0 = self.uniforms.shape[1]
-                out_rows = [self.rows[i] for i in gen]
                 if not self.extra_uniforms:
                     uniform = self.uniforms[[self.sampled[r] for r in out_rows], out_rows]
                 else:  # ARPO branches draw from their own streams
@@ -248,25 +250,25 @@ class _Loop:
             tok = sample_tokens(logp, self.sampling.top_k == 1, self.generator, uniform)
             lp = logp.gather(-1, tok.unsqueeze(-1)).squeeze(-1)
             ent = torch.special.entr(logp.exp()).sum(-1)
-            for j, i in enumerate(gen):
-                r = self.rows[i]
-                fed[r] = self._sampled(r, int(tok[j]), float(lp[j]), float(ent[j]))
-        for r in self.rows:
-            if self.state[r] == FEED:
-                chunk = self.chunk[r]
-                fed[r] = chunk.pop(0)
-                self.fed[r] += 1
-                self.turns[r][-1].tokens.append(fed[r])
-                if not chunk:
-                    turn = self.turns[r][-1]
-                    turn.seconds = self._now() - turn.started_s
-                    if self.fed[r] + self.sampled[r] >= self.limits.max_total_tokens:
-                        self._end(r, "total_tokens")
-                    else:
-                        self.state[r] = GEN
-                        self.turns[r].append(RowTurn("assistant", started_s=self._now()))
-                        if self.tree is not None:  # ARPO: a branch point, decided after this step's forward
-                            self.tree.points.append(r)
+            # one conversion per step, not one per row and value
+            for r, t, p, e in zip(out_rows, tok.tolist(), lp.tolist(), ent.tolist()):
+                fed[r] = self._sampled(r, t, p, e)
+        for r in sorted(self.feeding):  # in the working batch's order (rows only grow at its end)
+            chunk = self.chunk[r]
+            fed[r] = chunk.pop(0)
+            self.fed[r] += 1
+            self.turns[r][-1].tokens.append(fed[r])
+            if not chunk:
+                turn = self.turns[r][-1]
+                turn.seconds = self._now() - turn.started_s
+                if self.fed[r] + self.sampled[r] >= self.limits.max_total_tokens:
+                    self._end(r, "total_tokens")
+                else:
+                    self.state[r] = GEN
+                    self.turns[r].append(RowTurn("assistant", started_s=self._now()))
+                    if self.tree is not None:  # ARPO: a branch point, decided after this step's forward
+                        self.tree.points.append(r)
+        self.feeding = [r for r in self.feeding if state[r] == FEED]
         return {r: t for r, t in fed.items() if t is not None}
 
     def _sampled(self, r: int, tok: int, lp: float, ent: float) -> int | None:
@@ -333,6 +335,7 @@ class _Loop:
             else:
                 self.chunk[r] = chunk
                 self.state[r] = FEED
+                self.feeding.append(r)
 
     def _end(self, r: int, reason: str) -> None:
         self.state[r] = DONE
@@ -358,14 +361,18 @@ class _Loop:
         self.rows = self.rows + rows
 
     def _forward(self, fed: dict[int, int]) -> None:
-        dev = self.b.device
-        tok = torch.tensor([fed.get(r, self.b.pad_token_id) for r in self.rows], dtype=torch.long, device=dev)
-        real = torch.tensor([r in fed for r in self.rows], dtype=torch.long, device=dev)
-        self.mask = torch.cat([self.mask, real.unsqueeze(1).to(self.mask.dtype)], dim=1)
-        logits = self.b._forward(tok.unsqueeze(-1), self.mask, self.next_pos.unsqueeze(-1), self.cache)
-        keep = real.bool()
-        self.logits = torch.where(keep.unsqueeze(-1), logits, self.logits)
-        self.next_pos = self.next_pos + real
+        """One [N, 1] forward: the fed tokens, a pad with mask 0 for every other row. Only a row that was
+        fed a token reads its logits next (a waiting row's are read after its result is fed), so the
+        new logits replace the old for every row, as in `HFBackend.decode`."""
+        dev, pad = self.b.device, self.b.pad_token_id
+        tok = torch.tensor([[fed.get(r, pad)] for r in self.rows], dtype=torch.long, device=dev)
+        if len(fed) == len(self.rows):
+            real = self.mask.new_ones((len(self.rows), 1))
+        else:
+            real = torch.tensor([[r in fed] for r in self.rows], dtype=self.mask.dtype, device=dev)
+        self.mask = torch.cat([self.mask, real], dim=1)
+        self.logits = self.b._forward(tok, self.mask, self.next_pos.unsqueeze(-1), self.cache)
+        self.next_pos = self.next_pos + real.squeeze(1)
 
 
 @dataclass(frozen=True)
