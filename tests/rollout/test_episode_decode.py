@@ -161,3 +161,18 @@ def test_episodes_report_their_progress_to_the_in_flight_channel(model, tokenize
     assert report.row["rows"] == report.row["finished"] == len(rows)
     assert report.row["tokens"] == sum(len(t.tokens) for turns in batch.turns for t in turns)
     assert report.row["samples"] and all(s["text"] == "x" * s["tokens"] for s in report.row["samples"])
+
+
+def test_a_tool_turn_lasts_from_its_call_until_its_result_reached_the_loop(model, tokenizer, prompts):
+    def slow(text: str) -> ToolCall:
+        time.sleep(0.03)
+        return ToolCall("calc", text, "5", seconds=0.03)
+
+    backend = HFBackend(model, tokenizer)
+    limits = EpisodeLimits(turn_tokens=6, max_turns=3, max_tool_calls=2, max_model_tokens=20, max_total_tokens=40)
+    batch = decode_episodes(backend, list(prompts), SAMPLE, limits=limits, call_end_ids=_digits(tokenizer),
+                            run_tool=slow, result_tokens=_result_tokens(tokenizer), seeds=list(range(len(prompts))))
+    tools = [t for turns in batch.turns for t in turns if t.role == "tool"]
+    assert tools  # the random model says a digit soon in almost every turn
+    for t in tools:  # what the call added to its episode: at least the tool's own time, within the batch
+        assert 0.03 <= t.seconds and t.started_s + t.seconds <= batch.gen_time_s

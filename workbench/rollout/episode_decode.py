@@ -323,14 +323,17 @@ class _Loop:
             self.turns[r][-1].call = call
             chunk = [int(t) for t in self.result_tokens(call)]
             now = self._now()
-            tool = RowTurn("tool", started_s=self.waiting_since.pop(r), seconds=0.0)
+            # the turn's seconds: from the call to its result reaching the loop (what the call adds to
+            # the episode: the sandbox's round trip, and up to one decoding step before it is collected)
+            started = self.waiting_since.pop(r)
+            tool = RowTurn("tool", started_s=started, seconds=now - started)
             tool.call = call
             self.turns[r].append(tool)
             n_assistant = sum(t.role == "assistant" for t in self.turns[r])
             if not chunk:
                 chunk = [self.b.pad_token_id]
             if n_assistant >= self.limits.max_turns:
-                tool.tokens, tool.seconds = chunk, now - tool.started_s
+                tool.tokens = chunk
                 self._end(r, "turns")
             else:
                 self.chunk[r] = chunk
