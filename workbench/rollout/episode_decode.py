@@ -158,6 +158,13 @@ def decode_episodes(backend: HFBackend, prompts: Sequence[Sequence[int]], sampli
 
 GEN, FEED, WAIT, DONE = range(4)
 
+COMPACT_BELOW = 0.85
+"""Finished episodes leave the working batch (and its cache) once the unfinished share falls to this or
+below, sooner than `HFBackend.decode`'s default (0.5): an episode's tail is longer (tool waits, results
+fed a token a step), so a finished row kept in the batch costs more steps, and copying the cache out is
+cheap beside them (measured: docs/episodes.md, decode speed). A backend's `compact_below = 0` still
+keeps every row; a backend's higher share wins."""
+
 
 class _Loop:
     """The state of one `decode_episodes` call (one row per episode)."""
@@ -350,7 +357,8 @@ class _Loop:
 
     def _maybe_compact(self) -> None:
         keep = [i for i, r in enumerate(self.rows) if self.state[r] != DONE]
-        if len(keep) <= self.b.compact_below * len(self.rows) and len(keep) < len(self.rows):
+        below = self.b.compact_below and max(self.b.compact_below, COMPACT_BELOW)
+        if len(keep) <= below * len(self.rows) and len(keep) < len(self.rows):
             index = torch.tensor(keep, dtype=torch.long, device=self.b.device)
             self.cache.batch_select_indices(index)
             self.rows = [self.rows[i] for i in keep]
