@@ -22,7 +22,8 @@ def test_episodes_and_single_turn_side_by_side(store_dir, tiny_tools_config):
         assert r["episode_tok_s"] == pytest.approx(r["episode_tokens"] / r["episode_decode_s"], rel=1e-2, abs=0.1)
         assert r["ratio_same_tokens"] == pytest.approx(r["episode_tok_s"] / r["same_tok_s"], abs=2e-3)
         assert r["ratio_turn_capped"] == pytest.approx(r["episode_tok_s"] / r["single_tok_s"], abs=2e-3)
-    for key in ("ratio_same_tokens", "ratio_turn_capped"):
+        assert r["cpu_ratio_same_tokens"] == pytest.approx(r["episode_cpu_tok_s"] / r["same_cpu_tok_s"], abs=2e-3)
+    for key in ("ratio_same_tokens", "ratio_turn_capped", "cpu_ratio_same_tokens"):
         ratios = [r[key] for r in out["rounds"]]
         assert min(ratios) <= out[f"median_{key}"] <= max(ratios)
     added, own = out["tool_added_ms"], out["tool_sandbox_ms"]
