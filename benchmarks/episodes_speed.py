@@ -90,17 +90,8 @@ def bench_episodes_speed(store_dir: str, *, config: Any = CONFIG, overrides: Seq
             for way in ways:
                 cpu = time.thread_time()
                 if way == "episodes":
-                    eb = shape.run(backend, ids, episode_sampling, seeds=seeds)
-                    cpu = time.thread_time() - cpu
-                    decode_s = eb.gen_time_s - eb.tool_time_s
-                    tools = [t for row in eb.turns for t in row if t.role == "tool"]
-                    added_ms += [1000 * t.seconds for t in tools]
-                    sandbox_ms += [1000 * t.call.seconds for t in tools if t.call is not None]
-                    got.update(episode_tokens=int(sum(eb.model_tokens)), episode_decode_s=round(decode_s, 4),
-                               tool_blocked_s=round(eb.tool_time_s, 4), longest=int(max(eb.model_tokens)),
-                               calls=len(tools), same_counts=eb.model_tokens == counts,
-                               episode_tok_s=round(sum(eb.model_tokens) / max(decode_s, 1e-9), 1),
-                               episode_cpu_tok_s=round(sum(eb.model_tokens) / max(cpu, 1e-9), 1))
+                    got.update(_time_episodes(shape, backend, ids, episode_sampling, seeds, counts,
+                                              added_ms, sandbox_ms))
                 elif way == "single":
                     b = backend.generate(ids, SamplingParams(temperature=temperature,
                                                              max_new_tokens=shape.limits.turn_tokens),
@@ -122,12 +113,6 @@ def bench_episodes_speed(store_dir: str, *, config: Any = CONFIG, overrides: Seq
     def median(key: str) -> float:
         return statistics.median(r[key] for r in rows)
 
-    def ms(values: list[float]) -> dict[str, Any]:
-        if not values:
-            return {"calls": 0, "p50": None, "p95": None, "max": None}
-        return {"calls": len(values), "p50": round(float(np.quantile(values, 0.5)), 2),
-                "p95": round(float(np.quantile(values, 0.95)), 2), "max": round(max(values), 2)}
-
     return {"config": str(config) if isinstance(config, (str, os.PathLike)) else cfg.name,
             "model": Path(run_model_dir(cfg, store_dir, build=False)).name,
             "prompts": len(questions), "samples": samples, "rows": len(ids), "threads": threads, "rounds": rows,
@@ -136,8 +121,35 @@ def bench_episodes_speed(store_dir: str, *, config: Any = CONFIG, overrides: Seq
             "median_ratio_same_tokens": median("ratio_same_tokens"),
             "median_ratio_turn_capped": median("ratio_turn_capped"),
             "median_cpu_ratio_same_tokens": median("cpu_ratio_same_tokens"),
-            "tool_added_ms": ms(added_ms), "tool_sandbox_ms": ms(sandbox_ms),
+            "tool_added_ms": _ms(added_ms), "tool_sandbox_ms": _ms(sandbox_ms),
             "load_before": load_before, "load_after": list(os.getloadavg())}
+
+
+def _time_episodes(shape: Any, backend: Any, ids: Sequence[Sequence[int]], sampling: Any, seeds: Sequence[int],
+                   counts: list[int], added_ms: list[float], sandbox_ms: list[float]) -> dict[str, Any]:
+    """One timed episodes batch: its figures; each call's added and sandbox milliseconds go on the lists."""
+    cpu = time.thread_time()
+    eb = shape.run(backend, ids, sampling, seeds=seeds)
+    cpu = time.thread_time() - cpu
+    decode_s = eb.gen_time_s - eb.tool_time_s
+    tools = [t for row in eb.turns for t in row if t.role == "tool"]
+    added_ms += [1000 * t.seconds for t in tools]
+    sandbox_ms += [1000 * t.call.seconds for t in tools if t.call is not None]
+    tokens = int(sum(eb.model_tokens))
+    return dict(episode_tokens=tokens, episode_decode_s=round(decode_s, 4), tool_blocked_s=round(eb.tool_time_s, 4),
+                longest=int(max(eb.model_tokens)), calls=len(tools), same_counts=eb.model_tokens == counts,
+                episode_tok_s=round(tokens / max(decode_s, 1e-9), 1),
+                episode_cpu_tok_s=round(tokens / max(cpu, 1e-9), 1))
+
+
+def _ms(values: list[float]) -> dict[str, Any]:
+    """Count, p50, p95 and max of a list of milliseconds (None when empty)."""
+    import numpy as np
+
+    if not values:
+        return {"calls": 0, "p50": None, "p95": None, "max": None}
+    return {"calls": len(values), "p50": round(float(np.quantile(values, 0.5)), 2),
+            "p95": round(float(np.quantile(values, 0.95)), 2), "max": round(max(values), 2)}
 
 
 def _same_tokens(backend: Any, ids: Sequence[Sequence[int]], counts: Sequence[int], temperature: float,
