@@ -299,8 +299,8 @@ class _Loop:
                 return None
             self.calls[r] += 1
             text = self.b.tokenizer.decode(turn.tokens, skip_special_tokens=False)
+            self.waiting_since[r] = self._now()  # before the call starts: its turn holds all of it
             self.pending[r] = self.pool.submit(self._call, text)
-            self.waiting_since[r] = self._now()
             self.state[r] = WAIT
             return tok
         if len(turn.tokens) >= lim.turn_tokens:  # first: a one-turn episode ends as a rollout does
@@ -377,10 +377,12 @@ class _Loop:
         new logits replace the old for every row, as in `HFBackend.decode`."""
         dev, pad = self.b.device, self.b.pad_token_id
         tok = torch.tensor([[fed.get(r, pad)] for r in self.rows], dtype=torch.long, device=dev)
-        if len(fed) == len(self.rows):
+        # `fed` may name a row that just finished and left the batch (its last result token): count by row
+        flags = [r in fed for r in self.rows]
+        if all(flags):
             real = self.mask.new_ones((len(self.rows), 1))
         else:
-            real = torch.tensor([[r in fed] for r in self.rows], dtype=self.mask.dtype, device=dev)
+            real = torch.tensor(flags, dtype=self.mask.dtype, device=dev).unsqueeze(1)
         self.mask = torch.cat([self.mask, real], dim=1)
         self.logits = self.b._forward(tok, self.mask, self.next_pos.unsqueeze(-1), self.cache)
         self.next_pos = self.next_pos + real.squeeze(1)
