@@ -133,7 +133,7 @@ def _time_episodes(shape: Any, backend: Any, ids: Sequence[Sequence[int]], sampl
     cpu = time.thread_time() - cpu
     decode_s = eb.gen_time_s - eb.tool_time_s
     tools = [t for row in eb.turns for t in row if t.role == "tool"]
-    added_ms += [1000 * t.seconds for t in tools]
+    added_ms += [1000 * t.result_s for t in tools]
     sandbox_ms += [1000 * t.call.seconds for t in tools if t.call is not None]
     tokens = int(sum(eb.model_tokens))
     return dict(episode_tokens=tokens, episode_decode_s=round(decode_s, 4), tool_blocked_s=round(eb.tool_time_s, 4),

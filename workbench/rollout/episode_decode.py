@@ -81,6 +81,9 @@ class RowTurn:
     waited_s: float = 0.0
     finish_reason: str | None = None
     call: ToolCall | None = None
+    result_s: float = 0.0
+    """Tool turns: seconds from the call to its result reaching the loop (what the tool added to the
+    episode); `seconds` runs on to the end of feeding the result, as the time lane shows it."""
 
 
 @dataclass
@@ -330,10 +333,10 @@ class _Loop:
             self.turns[r][-1].call = call
             chunk = [int(t) for t in self.result_tokens(call)]
             now = self._now()
-            # the turn's seconds: from the call to its result reaching the loop (what the call adds to
-            # the episode: the sandbox's round trip, and up to one decoding step before it is collected)
+            # from the call to its result reaching the loop: the sandbox's round trip, and up to one
+            # decoding step before the loop collects it (feeding the result adds to `seconds` later)
             started = self.waiting_since.pop(r)
-            tool = RowTurn("tool", started_s=started, seconds=now - started)
+            tool = RowTurn("tool", started_s=started, seconds=now - started, result_s=now - started)
             tool.call = call
             self.turns[r].append(tool)
             n_assistant = sum(t.role == "assistant" for t in self.turns[r])
@@ -462,7 +465,7 @@ class _Tree:
         lp = self.loop
         c = len(lp.turns)
         lp.turns.append([RowTurn(t.role, list(t.tokens), list(t.logprobs), list(t.entropy), t.started_s, t.seconds,
-                                 t.waited_s, t.finish_reason, t.call) for t in lp.turns[r]])
+                                 t.waited_s, t.finish_reason, t.call, t.result_s) for t in lp.turns[r]])
         for name in ("state", "finish", "sampled", "fed", "calls"):
             getattr(lp, name).append(getattr(lp, name)[r])
         self.seeds.append(self.seeds[r])
