@@ -9,6 +9,7 @@ How it works (one `torch.inference_mode` loop over a `DynamicCache`, as `HFBacke
      trained on); after its last token the row's logits start the next assistant turn;
    - waiting for its tool, or done: a pad token with attention mask 0 (the column is invisible to it).
    Position ids advance only on real tokens, so a row sees exactly the positions it would see alone.
+   Finished episodes leave the batch and its cache once at most `COMPACT_BELOW` of it is unfinished.
 3. A sampled token in `call_end_ids` (or, for a closing tag of several tokens, a turn whose tokens
    `ends_call` accepts) ends the turn with a tool call: the turn's text goes to `run_tool`
    on a thread pool at once (the calculator's sandbox is a process of its own), and the row waits; the
