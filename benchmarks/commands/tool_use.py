@@ -66,7 +66,8 @@ def register(bench: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """The model's decode throughput inside episodes (tool time excluded) against single-turn
-        decoding of the same prompts and seeds, alternated rounds, medians and their ratio."""
+        decoding of the same prompts and seeds: the same tokens per row (issue #40's baseline) and
+        turn-capped; rotated rounds, medians, both ratios, and the ms each calculator call adds."""
         from benchmarks.episodes_speed import bench_episodes_speed as run_bench
 
         _at_least_one("episodes-speed", prompts=prompts, samples=samples, rounds=rounds, threads=threads)

@@ -161,3 +161,36 @@ def test_episodes_report_their_progress_to_the_in_flight_channel(model, tokenize
     assert report.row["rows"] == report.row["finished"] == len(rows)
     assert report.row["tokens"] == sum(len(t.tokens) for turns in batch.turns for t in turns)
     assert report.row["samples"] and all(s["text"] == "x" * s["tokens"] for s in report.row["samples"])
+
+
+def test_a_tool_turn_lasts_from_its_call_until_its_result_reached_the_loop(model, tokenizer, prompts):
+    def slow(text: str) -> ToolCall:
+        time.sleep(0.03)
+        return ToolCall("calc", text, "5", seconds=0.03)
+
+    backend = HFBackend(model, tokenizer)
+    limits = EpisodeLimits(turn_tokens=6, max_turns=3, max_tool_calls=2, max_model_tokens=20, max_total_tokens=40)
+    batch = decode_episodes(backend, list(prompts), SAMPLE, limits=limits, call_end_ids=_digits(tokenizer),
+                            run_tool=slow, result_tokens=_result_tokens(tokenizer), seeds=list(range(len(prompts))))
+    tools = [t for turns in batch.turns for t in turns if t.role == "tool"]
+    assert tools  # the random model says a digit soon in almost every turn
+    for t in tools:  # what the call added: at least the tool's own time; the turn runs on while it is fed
+        assert 0.03 <= t.result_s <= t.seconds and t.started_s + t.seconds <= batch.gen_time_s
+
+
+@pytest.mark.parametrize("total", [5, 7, 9])
+def test_rows_ending_on_a_result_token_leave_the_batch_without_touching_the_waiting_rows(model, tokenizer, prompts,
+                                                                                         total):
+    # every finished row leaves the batch at once (compact_below=1), rows end on a result token
+    # (max_total_tokens), and the tools finish in a random order: the rows still waiting for theirs
+    # must keep exactly the positions and cache a full forward pass gives
+    backend = HFBackend(model, tokenizer, compact_below=1.0)
+    rows = [p for p in prompts for _ in range(4)]
+    limits = EpisodeLimits(turn_tokens=4, max_turns=4, max_tool_calls=3, max_model_tokens=20, max_total_tokens=total)
+    for _ in range(3):
+        batch = decode_episodes(backend, rows, SAMPLE, limits=limits, call_end_ids=_digits(tokenizer),
+                                run_tool=_tool("73", sleep=True), result_tokens=_result_tokens(tokenizer),
+                                seeds=list(range(len(rows))))
+        for prompt, turns in zip(rows, batch.turns):
+            got = [lp for t in turns if t.role == "assistant" for lp in t.logprobs]
+            assert_f32_close(torch.tensor(got), torch.tensor(_full_logprobs(model, prompt, turns, SAMPLE)), terms=64)

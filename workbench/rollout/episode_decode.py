@@ -9,6 +9,7 @@ How it works (one `torch.inference_mode` loop over a `DynamicCache`, as `HFBacke
      trained on); after its last token the row's logits start the next assistant turn;
    - waiting for its tool, or done: a pad token with attention mask 0 (the column is invisible to it).
    Position ids advance only on real tokens, so a row sees exactly the positions it would see alone.
+   Finished episodes leave the batch and its cache once at most `COMPACT_BELOW` of it is unfinished.
 3. A sampled token in `call_end_ids` (or, for a closing tag of several tokens, a turn whose tokens
    `ends_call` accepts) ends the turn with a tool call: the turn's text goes to `run_tool`
    on a thread pool at once (the calculator's sandbox is a process of its own), and the row waits; the
@@ -81,6 +82,9 @@ class RowTurn:
     waited_s: float = 0.0
     finish_reason: str | None = None
     call: ToolCall | None = None
+    result_s: float = 0.0
+    """Tool turns: seconds from the call to its result reaching the loop (what the tool added to the
+    episode); `seconds` runs on to the end of feeding the result, as the time lane shows it."""
 
 
 @dataclass
@@ -158,6 +162,13 @@ def decode_episodes(backend: HFBackend, prompts: Sequence[Sequence[int]], sampli
 
 GEN, FEED, WAIT, DONE = range(4)
 
+COMPACT_BELOW = 0.85
+"""Finished episodes leave the working batch (and its cache) once the unfinished share falls to this or
+below, sooner than `HFBackend.decode`'s default (0.5): an episode's tail is longer (tool waits, results
+fed a token a step), so a finished row kept in the batch costs more steps, and copying the cache out is
+cheap beside them (measured: docs/episodes.md, decode speed). A backend's `compact_below = 0` still
+keeps every row; a backend's higher share wins."""
+
 
 class _Loop:
     """The state of one `decode_episodes` call (one row per episode)."""
@@ -179,6 +190,7 @@ class _Loop:
         self.pending: dict[int, Future] = {}
         self.waiting_since: dict[int, float] = {}
         self.chunk: dict[int, list[int]] = {}
+        self.feeding: list[int] = []  # output rows in FEED, in the order they got their results
         self.blocked_s = 0.0
         self.ends_call: Callable[[list[int]], bool] | None = None
         self.steps = 0  # decoding steps (forward passes) so far
@@ -232,14 +244,15 @@ class _Loop:
     # -- one step ------------------------------------------------------------------------------------
     def _step_tokens(self) -> dict[int, int]:
         """Sample for generating rows, take the next result token for feeding rows; {out row: token fed}."""
-        gen = [i for i, r in enumerate(self.rows) if self.state[r] == GEN]
+        rows, state = self.rows, self.state
+        gen = [i for i, r in enumerate(rows) if state[r] == GEN]
         fed: dict[int, int] = {}
         if gen:
-            logp = sampling_logprobs(self.logits[gen], self.sampling)
+            out_rows = [rows[i] for i in gen]
+            logp = sampling_logprobs(self.logits[gen] if len(gen) < len(rows) else self.logits, self.sampling)
             uniform = None
             if self.uniforms is not None:
                 n0 = self.uniforms.shape[1]
-                out_rows = [self.rows[i] for i in gen]
                 if not self.extra_uniforms:
                     uniform = self.uniforms[[self.sampled[r] for r in out_rows], out_rows]
                 else:  # ARPO branches draw from their own streams
@@ -248,25 +261,25 @@ class _Loop:
             tok = sample_tokens(logp, self.sampling.top_k == 1, self.generator, uniform)
             lp = logp.gather(-1, tok.unsqueeze(-1)).squeeze(-1)
             ent = torch.special.entr(logp.exp()).sum(-1)
-            for j, i in enumerate(gen):
-                r = self.rows[i]
-                fed[r] = self._sampled(r, int(tok[j]), float(lp[j]), float(ent[j]))
-        for r in self.rows:
-            if self.state[r] == FEED:
-                chunk = self.chunk[r]
-                fed[r] = chunk.pop(0)
-                self.fed[r] += 1
-                self.turns[r][-1].tokens.append(fed[r])
-                if not chunk:
-                    turn = self.turns[r][-1]
-                    turn.seconds = self._now() - turn.started_s
-                    if self.fed[r] + self.sampled[r] >= self.limits.max_total_tokens:
-                        self._end(r, "total_tokens")
-                    else:
-                        self.state[r] = GEN
-                        self.turns[r].append(RowTurn("assistant", started_s=self._now()))
-                        if self.tree is not None:  # ARPO: a branch point, decided after this step's forward
-                            self.tree.points.append(r)
+            # one conversion per step, not one per row and value
+            for r, t, p, e in zip(out_rows, tok.tolist(), lp.tolist(), ent.tolist()):
+                fed[r] = self._sampled(r, t, p, e)
+        for r in sorted(self.feeding):  # in the working batch's order (rows only grow at its end)
+            chunk = self.chunk[r]
+            fed[r] = chunk.pop(0)
+            self.fed[r] += 1
+            self.turns[r][-1].tokens.append(fed[r])
+            if not chunk:
+                turn = self.turns[r][-1]
+                turn.seconds = self._now() - turn.started_s
+                if self.fed[r] + self.sampled[r] >= self.limits.max_total_tokens:
+                    self._end(r, "total_tokens")
+                else:
+                    self.state[r] = GEN
+                    self.turns[r].append(RowTurn("assistant", started_s=self._now()))
+                    if self.tree is not None:  # ARPO: a branch point, decided after this step's forward
+                        self.tree.points.append(r)
+        self.feeding = [r for r in self.feeding if state[r] == FEED]
         return {r: t for r, t in fed.items() if t is not None}
 
     def _sampled(self, r: int, tok: int, lp: float, ent: float) -> int | None:
@@ -290,8 +303,8 @@ class _Loop:
                 return None
             self.calls[r] += 1
             text = self.b.tokenizer.decode(turn.tokens, skip_special_tokens=False)
+            self.waiting_since[r] = self._now()  # before the call starts: its turn holds all of it
             self.pending[r] = self.pool.submit(self._call, text)
-            self.waiting_since[r] = self._now()
             self.state[r] = WAIT
             return tok
         if len(turn.tokens) >= lim.turn_tokens:  # first: a one-turn episode ends as a rollout does
@@ -321,18 +334,22 @@ class _Loop:
             self.turns[r][-1].call = call
             chunk = [int(t) for t in self.result_tokens(call)]
             now = self._now()
-            tool = RowTurn("tool", started_s=self.waiting_since.pop(r), seconds=0.0)
+            # from the call to its result reaching the loop: the sandbox's round trip, and up to one
+            # decoding step before the loop collects it (feeding the result adds to `seconds` later)
+            started = self.waiting_since.pop(r)
+            tool = RowTurn("tool", started_s=started, seconds=now - started, result_s=now - started)
             tool.call = call
             self.turns[r].append(tool)
             n_assistant = sum(t.role == "assistant" for t in self.turns[r])
             if not chunk:
                 chunk = [self.b.pad_token_id]
             if n_assistant >= self.limits.max_turns:
-                tool.tokens, tool.seconds = chunk, now - tool.started_s
+                tool.tokens = chunk
                 self._end(r, "turns")
             else:
                 self.chunk[r] = chunk
                 self.state[r] = FEED
+                self.feeding.append(r)
 
     def _end(self, r: int, reason: str) -> None:
         self.state[r] = DONE
@@ -344,7 +361,8 @@ class _Loop:
 
     def _maybe_compact(self) -> None:
         keep = [i for i, r in enumerate(self.rows) if self.state[r] != DONE]
-        if len(keep) <= self.b.compact_below * len(self.rows) and len(keep) < len(self.rows):
+        below = self.b.compact_below and max(self.b.compact_below, COMPACT_BELOW)
+        if len(keep) <= below * len(self.rows) and len(keep) < len(self.rows):
             index = torch.tensor(keep, dtype=torch.long, device=self.b.device)
             self.cache.batch_select_indices(index)
             self.rows = [self.rows[i] for i in keep]
@@ -358,14 +376,20 @@ class _Loop:
         self.rows = self.rows + rows
 
     def _forward(self, fed: dict[int, int]) -> None:
-        dev = self.b.device
-        tok = torch.tensor([fed.get(r, self.b.pad_token_id) for r in self.rows], dtype=torch.long, device=dev)
-        real = torch.tensor([r in fed for r in self.rows], dtype=torch.long, device=dev)
-        self.mask = torch.cat([self.mask, real.unsqueeze(1).to(self.mask.dtype)], dim=1)
-        logits = self.b._forward(tok.unsqueeze(-1), self.mask, self.next_pos.unsqueeze(-1), self.cache)
-        keep = real.bool()
-        self.logits = torch.where(keep.unsqueeze(-1), logits, self.logits)
-        self.next_pos = self.next_pos + real
+        """One [N, 1] forward: the fed tokens, a pad with mask 0 for every other row. Only a row that was
+        fed a token reads its logits next (a waiting row's are read after its result is fed), so the
+        new logits replace the old for every row, as in `HFBackend.decode`."""
+        dev, pad = self.b.device, self.b.pad_token_id
+        tok = torch.tensor([[fed.get(r, pad)] for r in self.rows], dtype=torch.long, device=dev)
+        # `fed` may name a row that just finished and left the batch (its last result token): count by row
+        flags = [r in fed for r in self.rows]
+        if all(flags):
+            real = self.mask.new_ones((len(self.rows), 1))
+        else:
+            real = torch.tensor(flags, dtype=self.mask.dtype, device=dev).unsqueeze(1)
+        self.mask = torch.cat([self.mask, real], dim=1)
+        self.logits = self.b._forward(tok, self.mask, self.next_pos.unsqueeze(-1), self.cache)
+        self.next_pos = self.next_pos + real.squeeze(1)
 
 
 @dataclass(frozen=True)
@@ -467,7 +491,7 @@ class _Tree:
         lp = self.loop
         c = len(lp.turns)
         lp.turns.append([RowTurn(t.role, list(t.tokens), list(t.logprobs), list(t.entropy), t.started_s, t.seconds,
-                                 t.waited_s, t.finish_reason, t.call) for t in lp.turns[r]])
+                                 t.waited_s, t.finish_reason, t.call, t.result_s) for t in lp.turns[r]])
         for name in ("state", "finish", "sampled", "fed", "calls"):
             getattr(lp, name).append(getattr(lp, name)[r])
         self.seeds.append(self.seeds[r])
