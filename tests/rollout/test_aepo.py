@@ -16,7 +16,8 @@ from workbench.config.shapes import EpisodesConfig
 from workbench.engine.episode_filter import trained_advantages
 from workbench.errors import ConfigError
 from workbench.engine.steplog import Rollouts
-from workbench.rollout.episode_decode import Branching, RowTurn, _Tree, aepo_branches, branches
+from workbench.rollout.episode_decode import Branching, RowTurn, aepo_branches, branches
+from workbench.rollout.branching import BranchTree as _Tree
 from workbench.rollout.shapes import empty_columns
 from workbench.rollout.shapes.arpo import aepo_split_size, hard_advantages, probe_dh
 from workbench.rollout.shapes.tree import shared_credit

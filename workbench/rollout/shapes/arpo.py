@@ -24,7 +24,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from workbench.rollout.episode_decode import Branching, EpisodeBatch, window_entropy
+from workbench.rollout.branching import Branching, window_entropy
+from workbench.rollout.episode_decode import EpisodeBatch
 
 FILL_STREAM = 0xF111
 """Mixed into a group's seed for the whole episodes that fill a shortfall."""
