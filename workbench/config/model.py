@@ -31,7 +31,13 @@ class ModelConfig:
     without a deterministic kernel warns instead of failing."""
     chat_template: bool = False
     """Wrap each prompt in the tokenizer's chat template as one user turn (instruction-tuned models)."""
+    chat_tools: bool = False
+    """With `chat_template`: pass the enabled tools' schemas (`tools.enabled`, `workbench.tools.tool_specs`)
+    to the chat template as `tools=`, so a tool-calling template renders them into the system turn, as
+    TRL's `GRPOTrainer(tools=[...])` renders its prompts (docs/episodes-smollm2.md)."""
 
     def __post_init__(self) -> None:
         check(bool(self.path), "model.path", 'a model directory, "organism" or "smollm2"', self.path)
         check(self.threads >= 0, "model.threads", "an integer >= 0", self.threads)
+        check(self.chat_template or not self.chat_tools, "model.chat_tools", "true only with model.chat_template = true",
+              self.chat_tools)
