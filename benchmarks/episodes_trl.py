@@ -23,8 +23,9 @@ What is the same on both sides (configs/smollm2-tools-warm.toml; docs/episodes-s
 
 What differs: the engine decodes each turn on from its KV cache and feeds tool results into it, TRL
 re-encodes prompt + completion + result for every turn (no cache between turns); TRL runs with its default
-gradient checkpointing; the engine skips the update of a step whose groups all have equal rewards (counted:
-`engine_steps_without_update`), TRL does not. Episodes per second = episodes per step / median step seconds.
+gradient checkpointing; without a KL term the engine skips the rows of groups whose rewards all agree (a
+step where all do has no update: `engine_steps_without_update`), TRL does not: `--set algorithm.kl_coef=0.001`
+(TRL's `beta` follows it) makes both train on every row and keep a reference model. Episodes per second = episodes per step / median step seconds.
 """
 
 from __future__ import annotations
@@ -141,7 +142,10 @@ def trl_steps(cfg: Any, model_dir: Path, out: Path, steps: int) -> tuple[list[fl
                 seen.append(dict(logs))
 
     seen = logs
-    args = GRPOConfig(**grpo_kwargs(cfg, out, steps + WARMUP), max_tool_calling_iterations=cfg.tools.max_calls)
+    # beta follows algorithm.kl_coef: with a KL term both sides train on every row (the engine otherwise
+    # skips the rows of groups whose rewards all agree, TRL never does) and both keep a reference model
+    kwargs = {**grpo_kwargs(cfg, out, steps + WARMUP), "beta": cfg.algorithm.kl_coef}
+    args = GRPOConfig(**kwargs, max_tool_calling_iterations=cfg.tools.max_calls)
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data,
                           processing_class=tokenizer, callbacks=[Timer()], tools=tools)
     deterministic = torch.are_deterministic_algorithms_enabled()
@@ -219,7 +223,7 @@ def _report(cfg: Any, model_dir: Path, per_step: int, rounds: int, ours: list[di
         "model": model_dir.name, "episodes_per_step": per_step, "rounds": rounds, "threads": threads,
         "limits": {"max_total_tokens": cfg.rollout.episodes.max_total_tokens, "turn_tokens": cfg.sampling.max_new_tokens,
                    "max_tool_calls": cfg.tools.max_calls, "max_turns": cfg.rollout.episodes.max_turns,
-                   "temperature": cfg.sampling.temperature},
+                   "temperature": cfg.sampling.temperature, "kl_coef": cfg.algorithm.kl_coef},
         **checks,
         "steps_timed": {"engine": len(ours), "trl": len(theirs)},
         "engine_step_s": [round(m["wall_s"], 2) for m in ours], "trl_step_s": [round(s, 2) for s in theirs],
