@@ -25,7 +25,8 @@ What differs: the engine decodes each turn on from its KV cache and feeds tool r
 re-encodes prompt + completion + result for every turn (no cache between turns); TRL runs with its default
 gradient checkpointing; without a KL term the engine skips the rows of groups whose rewards all agree (a
 step where all do has no update: `engine_steps_without_update`), TRL does not: `--set algorithm.kl_coef=0.001`
-(TRL's `beta` follows it) makes both train on every row and keep a reference model. Episodes per second = episodes per step / median step seconds.
+(TRL's `beta` follows it) makes both train on every row and keep a reference model. Episodes per second =
+episodes per step / median step seconds.
 """
 
 from __future__ import annotations
@@ -221,7 +222,8 @@ def _report(cfg: Any, model_dir: Path, per_step: int, rounds: int, ours: list[di
     both = bool(calls_ours) and bool(calls_theirs)
     out: dict[str, Any] = {
         "model": model_dir.name, "episodes_per_step": per_step, "rounds": rounds, "threads": threads,
-        "limits": {"max_total_tokens": cfg.rollout.episodes.max_total_tokens, "turn_tokens": cfg.sampling.max_new_tokens,
+        "limits": {"max_total_tokens": cfg.rollout.episodes.max_total_tokens,
+                   "turn_tokens": cfg.sampling.max_new_tokens,
                    "max_tool_calls": cfg.tools.max_calls, "max_turns": cfg.rollout.episodes.max_turns,
                    "temperature": cfg.sampling.temperature, "kl_coef": cfg.algorithm.kl_coef},
         **checks,
@@ -238,8 +240,9 @@ def _report(cfg: Any, model_dir: Path, per_step: int, rounds: int, ours: list[di
                         "trl": _median([log.get("reward", 0.0) for log in trl_logs])},
         "tool_failure_rate": {"engine": _median([m.get("episodes/tool_error_rate", 0.0) for m in ours]),
                               "trl": _median([log.get("tools/failure_frequency", 0.0) for log in trl_logs])},
-        "engine_steps_without_update": sum(1 for m in ours if m.get("timing_s/train", 1.0) < 1e-3),
-        "engine_phase_s": {k: _median([m.get(f"timing_s/{k}", 0.0) for m in ours]) for k in ("generate", "train", "log")},
+        "engine_steps_without_update": sum(1 for m in ours if m.get("train/optimizer_steps", 1) == 0),
+        "engine_phase_s": {k: _median([m.get(f"timing_s/{k}", 0.0) for m in ours])
+                           for k in ("generate", "train", "log")},
         "load_average_1min": load, "trl_version": __import__("trl").__version__,
     }
     if not both:

@@ -79,7 +79,7 @@ def register(bench: typer.Typer) -> None:
         config: Annotated[str, typer.Option("--config", help="The run config (episodes, model.chat_tools).")]
         = "configs/smollm2-tools-warm.toml",
         rounds: Annotated[int, typer.Option("--rounds", help="Rounds, each side once a round, order alternated.")] = 2,
-        steps: Annotated[int, typer.Option("--steps", help="Timed GRPO steps per side per round (after 1 warm-up).")] = 2,
+        steps: Annotated[int, typer.Option("--steps", help="Timed GRPO steps a side a round (after 1 warm-up).")] = 2,
         prompts: Annotated[int, typer.Option("--prompts", help="Questions per step.")] = 2,
         episodes: Annotated[int, typer.Option("--episodes", help="Episodes per question (the group).")] = 4,
         threads: Annotated[int, typer.Option("--threads", help="torch threads, both sides.")] = 2,

@@ -40,5 +40,5 @@ class ModelConfig:
     def __post_init__(self) -> None:
         check(bool(self.path), "model.path", 'a model directory, "organism" or "smollm2"', self.path)
         check(self.threads >= 0, "model.threads", "an integer >= 0", self.threads)
-        check(self.chat_template or not self.chat_tools, "model.chat_tools", "true only with model.chat_template = true",
-              self.chat_tools)
+        check(self.chat_template or not self.chat_tools, "model.chat_tools",
+              "true only with model.chat_template = true", self.chat_tools)

@@ -12,7 +12,7 @@ template with the calculator's schema (`tool_specs(["calculator"])`) in the syst
     <|im_start|>user\\nA shop packs 37 boxes with 48 pens in each box. How many pens ...?<|im_end|>
     <|im_start|>assistant\\n                                                     (prompt: not trained)
     <tool_call>\\n{"name": "calculator", "arguments": {"expression": "37*48"}}\\n</tool_call><|im_end|>  (trained)
-    \\n<|im_start|>user\\n<tool_response>\\n1776\\n</tool_response><|im_end|>\\n<|im_start|>assistant\\n  (fed: not trained)
+    \\n<|im_start|>user\\n<tool_response>\\n1776\\n</tool_response><|im_end|>\\n<|im_start|>assistant\\n  (fed)
     1776<|im_end|>                                                                                  (trained)
 
 Loss on the assistant tokens only. The segments are tokenised apart, as the engine builds an episode
