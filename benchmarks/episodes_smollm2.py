@@ -4,7 +4,8 @@ at step 0, with and without the tool, side by side on the same held-out word pro
     workbench bench episodes-smollm2 --json                       # every held-out question x 8, both arms
     workbench bench episodes-smollm2 --prompts 12 --samples 8 --set model.threads=2 --json
 
-- With the tool: the config's prompt (the calculator described in the user turn, Hermes syntax) through
+- With the tool: the config's prompt (the calculator described in the user turn, Hermes syntax; or, with
+  `model.chat_tools`, its schema in the chat template's system turn: configs/smollm2-tools-warm.toml) through
   the run's own `EpisodeShape` (the engine's episodes: `decode_episodes` on the in-process backend, each
   call run in the sandbox, the result fed back through `tools.result_template`, the ChatML user turn).
 - Without it: the same questions asked plainly (`--plain-template`, "... Answer with the number only.",
@@ -112,7 +113,7 @@ def bench_episodes_smollm2(store_dir: str, *, config: str = CONFIG, overrides: S
     import torch
 
     from workbench.config import load_config
-    from workbench.engine.setup import encode_prompts
+    from workbench.engine.setup import chat_tools, encode_prompts
     from workbench.models.loading import load_model
     from workbench.models.sources import run_model_dir
     from workbench.rollout.base import group_seed
@@ -141,7 +142,8 @@ def bench_episodes_smollm2(store_dir: str, *, config: str = CONFIG, overrides: S
                            "seed": seed, "threads": torch.get_num_threads(), "load_before": list(os.getloadavg())}
     for arm in arms:
         qs: list[Prompt] = questions if arm == "tool" else [plain[q.id] for q in questions]
-        ids = [x for x in encode_prompts(tok, qs, True) for _ in range(samples)]
+        tools = chat_tools(cfg) if arm == "tool" else None  # model.chat_tools: the schema in the system turn
+        ids = [x for x in encode_prompts(tok, qs, True, tools) for _ in range(samples)]
         run = _tool_arm if arm == "tool" else _plain_arm
         out["with_tool" if arm == "tool" else "without_tool"] = run(cfg, backend, tok, task, qs, ids, seeds,
                                                                     samples, seed)

@@ -1,6 +1,7 @@
 """`workbench bench episodes-smollm2`: SmolLM2 with a calculator at step 0, with and without it
 (benchmarks/episodes_smollm2.py); `workbench bench episodes-speed`: decode throughput inside episodes
-against single-turn decoding (benchmarks/episodes_speed.py). docs/episodes-smollm2.md has their figures."""
+against single-turn decoding (benchmarks/episodes_speed.py); `workbench bench episodes-trl`: the engine's episodes
+against TRL's GRPOTrainer(tools=[...]) (benchmarks/episodes_trl.py). docs/episodes-smollm2.md has their figures."""
 
 from __future__ import annotations
 
@@ -73,3 +74,25 @@ def register(bench: typer.Typer) -> None:
         _at_least_one("episodes-speed", prompts=prompts, samples=samples, rounds=rounds, threads=threads)
         print_result(run_bench(str(store_path(store)), config=config, overrides=list(set_ or []), prompts=prompts,
                                samples=samples, rounds=rounds, threads=threads), as_json)
+
+    @bench.command("episodes-trl")
+    def bench_episodes_trl(
+        config: Annotated[str, typer.Option("--config", help="The run config (episodes, model.chat_tools).")]
+        = "configs/smollm2-tools-warm.toml",
+        rounds: Annotated[int, typer.Option("--rounds", help="Rounds, each side once a round, order alternated.")] = 2,
+        steps: Annotated[int, typer.Option("--steps", help="Timed GRPO steps a side a round (after 1 warm-up).")] = 2,
+        prompts: Annotated[int, typer.Option("--prompts", help="Questions per step.")] = 2,
+        episodes: Annotated[int, typer.Option("--episodes", help="Episodes per question (the group).")] = 4,
+        threads: Annotated[int, typer.Option("--threads", help="torch threads, both sides.")] = 2,
+        store: StoreOpt = None,
+        set_: SetOpt = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """The engine's episodes against TRL 1.16's GRPOTrainer with the calculator as a tool, on the same model, prompt
+        tokens, tool and limits: episodes/s per side (whole GRPO steps, medians), their ratio, tool calls and
+        model tokens per episode on each side (a WARNING key when a side made no call), the load."""
+        from benchmarks.episodes_trl import bench_episodes_trl as run_bench
+
+        _at_least_one("episodes-trl", rounds=rounds, steps=steps, prompts=prompts, episodes=episodes, threads=threads)
+        print_result(run_bench(str(store_path(store)), config=config, rounds=rounds, steps=steps, prompts=prompts,
+                               episodes=episodes, threads=threads, overrides=list(set_ or [])), as_json)

@@ -90,3 +90,21 @@ def test_text_cut_at_a_stop_string_parses_as_a_call():
     for syntax, text in (("calc", "Let me see <calc>2*3"), ("hermes", '<tool_call>{"name": "python"}')):
         assert parse(text, syntax, TOOLS).kind == "unterminated"
         assert parse(text + stop_strings(syntax)[0], syntax, TOOLS).kind == "call"
+
+
+def test_qwen_reads_the_templates_call_and_puts_the_result_on_its_own_line():
+    """Qwen 2.5's template writes a call with newlines inside the tags and a result on its own line
+    (the format the tool-calling SmolLM2 and TRL's tool loop share: docs/episodes-smollm2.md)."""
+    text = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "37*48"}}\n</tool_call>'
+    call = parse(text, "qwen", ["calculator"])
+    assert (call.kind, call.name, call.arguments, call.end) == ("call", "calculator", {"expression": "37*48"}, len(text))
+    assert SYNTAXES.get("qwen").format_result(ToolResult("1776")) == "<tool_response>\n1776\n</tool_response>"
+    assert stop_strings("qwen") == ("</tool_call>",)
+    assert parse('<tool_call>\n{"name": "calc"}\n</tool_call>', "qwen", ["calculator"]).kind == "unknown_tool"
+
+
+def test_chat_tools_needs_the_chat_template():
+    from workbench.config import RunConfig
+
+    with pytest.raises(ConfigError, match="model.chat_tools"):
+        RunConfig.from_dict({"model": {"chat_tools": True}})

@@ -57,12 +57,13 @@ class Prompts:
         return [p.id for p in self.train]
 
     @classmethod
-    def encode(cls, tokenizer: Any, train: list[Prompt], evals: list[Prompt], chat_template: bool) -> Prompts:
+    def encode(cls, tokenizer: Any, train: list[Prompt], evals: list[Prompt], chat_template: bool,
+               tools: list[dict[str, Any]] | None = None) -> Prompts:
         rows = [dict(prompt_id=p.id, split=p.split, level=p.level, text=p.text, answer=p.answer,
                      metadata=p.metadata) for p in train + evals]
-        return cls(train=train, train_tok=encode_prompts(tokenizer, train, chat_template),
+        return cls(train=train, train_tok=encode_prompts(tokenizer, train, chat_template, tools),
                    index={p.id: i for i, p in enumerate(train)}, eval=evals,
-                   eval_tok=encode_prompts(tokenizer, evals, chat_template), rows=rows)
+                   eval_tok=encode_prompts(tokenizer, evals, chat_template, tools), rows=rows)
 
 
 @dataclass(frozen=True)
@@ -111,10 +112,21 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def encode_prompts(tokenizer: Any, prompts: list[Prompt], chat_template: bool) -> list[list[int]]:
-    """Token ids of each prompt (BOS first when the tokenizer has one)."""
+def chat_tools(cfg: RunConfig) -> list[dict[str, Any]] | None:
+    """The tool schemas a run's chat template renders into its prompts (`model.chat_tools`), else None."""
+    if not cfg.model.chat_tools:
+        return None
+    from workbench.tools import tool_specs
+
+    return tool_specs(cfg.tools.enabled)
+
+
+def encode_prompts(tokenizer: Any, prompts: list[Prompt], chat_template: bool,
+                   tools: list[dict[str, Any]] | None = None) -> list[list[int]]:
+    """Token ids of each prompt (BOS first when the tokenizer has one); `tools`: schemas the chat
+    template renders (`chat_tools`)."""
     if chat_template:
-        texts = [tokenizer.apply_chat_template([{"role": "user", "content": p.text}], tokenize=False,
+        texts = [tokenizer.apply_chat_template([{"role": "user", "content": p.text}], tools=tools, tokenize=False,
                                                add_generation_prompt=True) for p in prompts]
         ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
     else:
@@ -192,7 +204,7 @@ def build_setup(cfg: RunConfig, *, store_dir: str | Path, run_id: str,
         shape.bind(backend)
     return Setup(
         cfg=cfg, device=device, model=model, tokenizer=tokenizer, backend=backend, shape=shape, task=task,
-        prompts=Prompts.encode(tokenizer, train, evals, cfg.model.chat_template), pad_id=int(pad_id),
+        prompts=Prompts.encode(tokenizer, train, evals, cfg.model.chat_template, chat_tools(cfg)), pad_id=int(pad_id),
         optimizer=optimizer, scheduler=scheduler, sampler=PromptSampler(len(train), cfg.seed),
         ckpt_dir=checkpoint_dir(store_dir, run_id), writer=writer, ref_model=ref,
     )

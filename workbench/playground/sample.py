@@ -257,7 +257,7 @@ def sample(policy: Policy, request: SampleRequest, limits: Limits = Limits(), *,
     the prompt's pass@k with its interval (a plain dict, JSON-ready). `cancelled()` is asked between
     decoding steps: True stops the request (WorkbenchError)."""
     from workbench.engine.evaluate import decode
-    from workbench.engine.setup import encode_prompts
+    from workbench.engine.setup import chat_tools, encode_prompts
     from workbench.rollout.base import group_seed
     from workbench.tasks.rewards import score
 
@@ -267,7 +267,7 @@ def sample(policy: Policy, request: SampleRequest, limits: Limits = Limits(), *,
                              f"asks for run {request.run_id!r} step {request.checkpoint}")
     prompt = find_prompt(policy, request)
     sampling = sampling_of(policy, request)
-    ids = encode_prompts(policy.tokenizer, [prompt], policy.cfg.model.chat_template)[0]
+    ids = encode_prompts(policy.tokenizer, [prompt], policy.cfg.model.chat_template, chat_tools(policy.cfg))[0]
     deadline = time.monotonic() + limits.max_seconds
     why: list[str] = []
 

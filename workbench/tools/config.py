@@ -33,8 +33,9 @@ class ToolsConfig:
     enabled: tuple[str, ...] = ("calculator",)
     """Names of the tools an episode may call (registered tools: `workbench.tools.tool_names()`)."""
     syntax: str = "calc"
-    """How calls are written: calc (`<calc>37*48</calc>`, the calculator only) or hermes
-    (`<tool_call>{"name": ..., "arguments": {...}}</tool_call>`)."""
+    """How calls are written: calc (`<calc>37*48</calc>`, the calculator only), hermes
+    (`<tool_call>{"name": ..., "arguments": {...}}</tool_call>`) or qwen (hermes calls, the result on its
+    own line inside `<tool_response>`, as Qwen 2.5's chat template and TRL's tool loop write it)."""
     max_calls: int = 4
     """Tool calls an episode may make (0-64); a call past it gets a too_many_calls result and ends the
     episode."""

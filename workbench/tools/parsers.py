@@ -1,13 +1,17 @@
 """Finding a tool call in decoded text: pure functions, one per syntax, and the stop strings that end
 decoding right after a call.
 
-Two syntaxes:
+Three syntaxes:
 
 - `calc`, the model organism's: `<calc>37*48</calc>`; the body is the calculator's expression.
 - `hermes`, SmolLM2's tools prompt and the Hermes / Qwen templates': `<tool_call>{"name": "calculator",
   "arguments": {"expression": "37*48"}}</tool_call>`. SmolLM2's own code wraps the call in a list
   (`[{...}]`): a list of one call is read the same; a list of several is malformed (one call at a
   time). `arguments` may also be a JSON string holding the table (OpenAI's form), or absent ({}).
+- `qwen`: hermes calls, the result on its own line (`<tool_response>\n1776\n</tool_response>`) as Qwen
+  2.5's chat template (and TRL's tool loop, which renders results through it) writes a tool turn; the
+  calls the template writes (`<tool_call>\n{...}\n</tool_call>`) parse as hermes ones (JSON allows the
+  newlines).
 
 `parse(text, syntax, tools)` looks at the first opening tag in `text` and tells apart:
 
@@ -127,6 +131,8 @@ def _hermes_body(body: str, tools: Collection[str]) -> ParsedCall:
 SYNTAXES.add("calc", Syntax("calc", "<calc>", "</calc>", _calc_body, "<result>", "</result>", show_errors=False))
 SYNTAXES.add("hermes", Syntax("hermes", "<tool_call>", "</tool_call>", _hermes_body,
                               "<tool_response>", "</tool_response>"))
+SYNTAXES.add("qwen", Syntax("qwen", "<tool_call>", "</tool_call>", _hermes_body,
+                            "<tool_response>\n", "\n</tool_response>"))
 
 
 def parse(text: str, syntax: str | Syntax, tools: Collection[str]) -> ParsedCall:
