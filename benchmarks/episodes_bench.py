@@ -11,8 +11,8 @@ without it, every call is answered `unknown_tool` and the model reads an empty `
 organism reads digits only). Reported per arm: pass@1 and pass@k (the unbiased estimator) with 90%
 bootstrap intervals over prompts, the share of episodes that called the tool, the tool error rate, the
 entropy of the first tokens after a tool result against the first turn's (ARPO's observation), the
-calls' p50 / p95 seconds, and per level. The learning benchmark (pass@1 over RL training, against a run
-without the tool) needs the training loop to run episodes, which it does not yet (docs/episodes.md).
+calls' p50 / p95 seconds, and per level. Learning over RL training, against a run without the tool, is
+`workbench bench episodes-learning` (benchmarks/episodes_learning.py).
 """
 
 from __future__ import annotations
