@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -48,6 +49,9 @@ def main() -> None:
     # 0: commit as soon as the writer is idle, so that the store gets ahead of the checkpoint between
     # checkpoints and a restart has committed steps to skip; the kill tests also run the SDK's default
     ap.add_argument("--commit-window", type=float, default=0.0)
+    # N > 0: after its N-th step this process commits it and SIGKILLs itself before any checkpoint can cover
+    # it (the run's checkpoints fall on multiples of --ckpt-every), so a restart has a committed step to skip
+    ap.add_argument("--die-after", type=int, default=0)
     a = ap.parse_args()
     import workbench
 
@@ -62,6 +66,11 @@ def main() -> None:
         run.log_step(step, {"train/loss": 1.0 / (step + 1)})
         if a.sleep:
             time.sleep(a.sleep)
+        if a.die_after and step - start + 1 == a.die_after:
+            if (step + 1) % a.ckpt_every == 0:
+                raise SystemExit(f"--die-after {a.die_after}: step {step} is a checkpoint step; pick another")
+            run.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
         if ckpt is not None and (step + 1) % a.ckpt_every == 0:
             run.flush()  # a checkpoint never covers an uncommitted step
             tmp = ckpt.with_suffix(".tmp")

@@ -143,10 +143,16 @@ def test_sigkill_three_times_then_restart(tmp_path):
     assert proc.returncode == -signal.SIGKILL
     now = _committed(store, run_id)
     assert all(n == PER_RANK for n in now.values()) and set(seen) <= set(now), now
+    # and once right after a commit that no checkpoint covers (the kills above may all land where the
+    # checkpoint caught up with the store): the restart after it has a committed step to skip, whatever the timing
+    proc = _start(store, run_id, steps, ckpt=ckpt, sleep=0.0, die_after=1)
+    starts.append(proc.communicate(timeout=300)[0].splitlines()[0])
+    assert proc.returncode == -signal.SIGKILL
     starts.append(_finish(_start(store, run_id, steps, ckpt=ckpt, sleep=0.0)).splitlines()[0])
     # a restart began at its checkpoint, at or before the last committed step: those steps were skipped
     resumed = [re.match(r"rank 0 starts at step (\d+) \(store has (\w+)\)", line).groups() for line in starts]
     assert any(int(start) <= int(last) for start, last in resumed if last != "None"), starts
+    assert int(resumed[-1][0]) <= int(resumed[-1][1]), starts  # the one after --die-after, always
     rollouts, step_rows, run = _rows(store, run_id)
     assert step_rows["step"].to_list() == list(range(steps))  # every step once
     check_rows_exact(rollouts, range(steps), range(1))
