@@ -59,7 +59,7 @@ def test_aepo_stores_its_split_and_branches_and_trains_with_the_balanced_loss(st
         assert mine[:r["branch_at"]] == theirs[:r["branch_at"]] and 0 < r["branch_at"] < len(mine)
     for s in (1, 2, 3):
         assert seen[s]["episodes/aepo_whole"] + seen[s]["episodes/aepo_branches"] + seen[s]["episodes/aepo_fill"] == 32
-        assert seen[s]["train/tokens"] > 0
+        _trained_where_signal(seen[s])
     names = set().union(*(m.keys() for m in seen.values()))
     assert sorted(n for n in names if lookup(n) is None) == []
     assert {m.name for m in CATALOGUE if m.present == "aepo"} <= names
@@ -69,6 +69,13 @@ def test_aepo_stores_its_split_and_branches_and_trains_with_the_balanced_loss(st
 
     with open_store(str(store_dir)) as st:
         assert 0 < decision_bytes(rows, st.episode_turns(rid), st.episode_tool_calls(rid), alloc) <= 5.0
+
+
+def _trained_where_signal(metrics: dict) -> None:
+    """A step with a group that carries signal trained on tokens (which groups carry signal is the sampler's
+    draw: a step without any, which skips its update, can happen on another machine)."""
+    if metrics["rollout/zero_signal_frac"] < 1.0:
+        assert metrics["train/tokens"] > 0
 
 
 def test_aepo_and_hard_off_are_the_uniform_run(store_dir, tiny_tools_config):
@@ -84,7 +91,7 @@ def test_aepo_and_hard_off_are_the_uniform_run(store_dir, tiny_tools_config):
     (a, ma), (b, mb) = out
     assert a.height == b.height == 64 and a["branch_split"].null_count() == a.height
     assert a.select(COLS).to_dicts() == b.select(COLS).to_dicts()
-    assert [ma[s]["train/loss"] for s in (1, 2)] == [mb[s]["train/loss"] for s in (1, 2)]
+    assert [ma[s].get("train/loss") for s in (1, 2)] == [mb[s].get("train/loss") for s in (1, 2)]  # None: no signal
 
 
 def test_arpo_hard_attribution_trains_on_its_branches(store_dir, tiny_tools_config):
@@ -99,7 +106,8 @@ def test_arpo_hard_attribution_trains_on_its_branches(store_dir, tiny_tools_conf
     assert rows.height == int(alloc["granted"].sum()) == 64 and rows["parent_idx"].is_not_null().sum() > 0
     sums = rows.filter(pl.col("used_in_update")).group_by(["step", "prompt_id"]).agg(pl.col("advantage").sum())
     assert (sums["advantage"].abs() < 1e-5).all()
-    assert all(seen[s]["train/tokens"] > 0 for s in (1, 2))
+    for s in (1, 2):
+        _trained_where_signal(seen[s])
 
 
 def test_aepo_without_its_split_keeps_arpos_plan_and_its_own_rule(store_dir, tiny_tools_config):
@@ -127,8 +135,8 @@ def test_the_entropy_advantage_reaches_the_update(store_dir, tiny_tools_config):
                   on_step=lambda s, m: seen.__setitem__(s, m))
         out[name] = (_rows(store_dir, rid)[0].select(COLS).to_dicts(), seen[1])
     assert out["plain"][0] == out["clip"][0] == out["scaled"][0]
-    assert out["plain"][1]["train/pg_loss"] == out["clip"][1]["train/pg_loss"]
-    assert out["plain"][1]["train/ratio_max"] == 1.0
     if not any(r["advantage"] for r in out["plain"][0]):
         pytest.skip("no group carried a signal on this machine's draws")
+    assert out["plain"][1]["train/pg_loss"] == out["clip"][1]["train/pg_loss"]
+    assert out["plain"][1]["train/ratio_max"] == 1.0
     assert out["scaled"][1]["train/pg_loss"] != pytest.approx(out["plain"][1]["train/pg_loss"], rel=1e-4, abs=1e-6)
