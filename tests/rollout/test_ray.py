@@ -130,7 +130,9 @@ def test_engine_run_with_two_workers_equals_in_process(ray_runtime, store_dir, t
         assert st.evals(a)["correct"].to_list() == st.evals(b)["correct"].to_list()  # same held-out pass@1
         steps = st.run_steps(b)
         per_step = [_as_dict(m) for m in steps.sort("step")["metrics"].to_list()]
-        assert any("timing_s/weight_sync" in m for m in per_step)  # every step that updated the policy
+        # every step that updated the policy ships its weights (an update needs a group with signal: the draw)
+        if any("train/loss" in m for m in per_step):
+            assert any("timing_s/weight_sync" in m for m in per_step)
         for m in per_step:
             assert m["rollout/workers"] == 2
             assert m["perf/worker/ray-0/rollouts_per_s"] > 0 and m["perf/worker/ray-1/rollouts_per_s"] > 0
@@ -142,8 +144,10 @@ def test_engine_run_with_two_workers_equals_in_process(ray_runtime, store_dir, t
     # the killed worker's lane shows it down, then back: a restart span and its reload of the weights
     (name,) = {_data(d)["worker"] for d in restarts["data"].to_list()}
     down = [m for m in lanes if m.get(f"lane/{name}/restart/s", 0) > 0]
-    assert down and down[0].get(f"lane/{name}/weight_sync/s", 0) > 0, sorted(k for m in lanes for k in m
-                                                                                if k.startswith(f"lane/{name}"))
+    assert down, sorted(k for m in lanes for k in m if k.startswith(f"lane/{name}"))
+    if "timing_s/weight_sync" in lanes[0]:  # step 1 updated the policy (the draw): the new worker reloads it
+        assert down[0].get(f"lane/{name}/weight_sync/s", 0) > 0, sorted(k for m in lanes for k in m
+                                                                         if k.startswith(f"lane/{name}"))
 
 
 def _data(d) -> dict:
@@ -179,7 +183,9 @@ def _check_worker_lanes(st, run_id: str, driver: str) -> list[dict]:
             totals.append(sum(m.get(f"lane/{w}/{p}/s", 0.0) for p in ("generate", "weight_sync", "restart", "idle")))
         assert totals[0] == pytest.approx(totals[1], abs=1e-4), (step, totals)  # the same windows
         if driver == "trainer":  # the windows lie inside its generate and weight_sync phases
-            assert totals[0] <= m["timing_s/generate"] + m.get("timing_s/weight_sync", 0.0) + 1e-3, (step, totals)
+            phases = m["timing_s/generate"] + m.get("timing_s/weight_sync", 0.0)
+            # the windows are wall-clock (time.time), the phases perf_counter: a slew's share of slack
+            assert totals[0] <= phases + 1e-3 + 1e-3 * phases, (step, totals)
     assert sum(n for (_, w), n in did.items()) == sum(m[f"perf/worker/{w}/rollouts"] for m in per_step
                                                       for w in workers if f"perf/worker/{w}/rollouts" in m)
     kept = st.sql(f"SELECT {_METRICS} AS metrics FROM steps WHERE run_id = ?", [run_id])["metrics"].to_list()
