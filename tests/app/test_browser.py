@@ -119,6 +119,25 @@ def _click(page, target):
     _rerun(page, target.click)
 
 
+def _open_option(page, box, name, attempts=4):
+    """Open the select box `box` and return its option `name`, visible. A rerun of the page (the run's
+    step arriving, a fragment refreshing) can redraw the box and close its list before the option is
+    clicked: it is opened again then."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    option = page.get_by_role("option", name=name, exact=True)
+    for attempt in range(attempts):
+        _settled(page)
+        box.click()
+        try:
+            option.wait_for(state="visible", timeout=10_000)
+            return option
+        except PlaywrightTimeout:  # the list closed under a rerun
+            if attempt == attempts - 1:
+                raise
+    return option
+
+
 def _goto(page, url, settle=True):
     """Load `url` and wait until its page has rendered and (`settle`) its script is idle. A page that
     refreshes itself faster than a busy machine runs it may never be idle: pass settle=False for it."""
@@ -187,8 +206,7 @@ def test_browse_and_steer_a_live_run(live_run, server, browser):
     _click(page, page.get_by_role("button", name="Set budget"))
 
     box = page.locator("[data-testid='stSelectbox']").filter(has_text="allocator")
-    box.click()
-    _click(page, page.get_by_role("option", name="multistage", exact=True))
+    _click(page, _open_option(page, box, "multistage"))
     _click(page, page.get_by_role("button", name="Switch to multistage"))
 
     # the engine applies each command at a step boundary; let one step run under the new budget and
