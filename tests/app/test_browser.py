@@ -152,6 +152,16 @@ def _goto(page, url, settle=True):
         _settled(page)
 
 
+
+def open_rollouts(page, run_id, name):
+    """Open the Rollouts page on `run_id` (the page fixture's `base` server), check it drew no exception and
+    keep a full-page screenshot named after `name` in the test artifacts."""
+    _goto(page, f"{page.base}/rollouts?run={run_id}")
+    errors = page.locator("[data-testid='stException']")
+    assert errors.count() == 0, errors.first.inner_text()
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"dashboard-rollouts-{name}.png"), full_page=True)
+
 def _open(page, base, name):
     # the live page refreshes itself every few seconds; on a busy 2-core machine one refresh can take
     # longer than that, so the test asks for a slow refresh to find the page idle between them

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from test_browser import ARTIFACTS, CHROMIUM, _goto, app_server, browser  # noqa: F401 - browser: a fixture
+from test_browser import CHROMIUM, app_server, browser, open_rollouts  # noqa: F401 - browser: a fixture
 
 pytestmark = [
     pytest.mark.slow,
@@ -64,14 +64,6 @@ def page(runs, browser):
         p.close()
 
 
-def _open(page, run_id, name):
-    _goto(page, f"{page.base}/rollouts?run={run_id}")
-    errors = page.locator("[data-testid='stException']")
-    assert errors.count() == 0, errors.first.inner_text()
-    ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / f"dashboard-rollouts-{name}.png"), full_page=True)
-
-
 def _f(x) -> str:
     return "–" if x is None else f"{x:.3f}"
 
@@ -100,7 +92,7 @@ def _check_tree(drawn: dict, stored: list[dict]) -> None:
 
 def test_an_arpo_runs_groups_are_trees_of_turns_with_their_branch_points(runs, page):
     _, ids, rows = runs
-    _open(page, ids["arpo"], "episode-tree-arpo")
+    open_rollouts(page, ids["arpo"], "episode-tree-arpo")
     stored = rows["arpo"]
     n_branches = sum(r["parent_idx"] is not None for r in stored)
     if n_branches == 0:  # threshold 1.0 branches at every tool result; a call is the sampler's draw
@@ -116,7 +108,7 @@ def test_an_arpo_runs_groups_are_trees_of_turns_with_their_branch_points(runs, p
 
 def test_a_roc_runs_dropped_episodes_are_drawn_apart(runs, page):
     _, ids, rows = runs
-    _open(page, ids["roc"], "episode-roc")
+    open_rollouts(page, ids["roc"], "episode-roc")
     stored = rows["roc"]
     want = sorted((r["prompt_id"], r["idx"], _f(r["filter_penalty"]), r["filter_reason"])
                   for r in stored if not r["filter_kept"])
@@ -129,7 +121,7 @@ def test_a_roc_runs_dropped_episodes_are_drawn_apart(runs, page):
 
 def test_both_on_draws_the_tree_with_rocs_verdict_on_every_node(runs, page):
     _, ids, rows = runs
-    _open(page, ids["both"], "episode-tree-both")
+    open_rollouts(page, ids["both"], "episode-tree-both")
     stored = rows["both"]
     drawn = {(n["prompt"], n["idx"]): n for n in page.evaluate(NODES)}
     _check_tree(drawn, stored)

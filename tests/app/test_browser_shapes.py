@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from test_browser import ARTIFACTS, CHROMIUM, _goto, app_server, browser  # noqa: F401 - browser: a fixture
+from test_browser import CHROMIUM, app_server, browser, open_rollouts  # noqa: F401 - browser: a fixture
 
 pytestmark = [
     pytest.mark.slow,
@@ -57,17 +57,9 @@ def page(shaped_runs, browser):
         p.close()
 
 
-def _open(page, run_id, name):
-    _goto(page, f"{page.base}/rollouts?run={run_id}")
-    errors = page.locator("[data-testid='stException']")
-    assert errors.count() == 0, errors.first.inner_text()
-    ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / f"dashboard-rollouts-{name}.png"), full_page=True)
-
-
 def test_a_tree_runs_groups_are_drawn_as_trees_with_their_branch_marks(shaped_runs, page):
     _, run_id, _, rows = shaped_runs
-    _open(page, run_id, "tree")
+    open_rollouts(page, run_id, "tree")
     drawn = {(n["prompt"], n["idx"]): n for n in page.evaluate(NODES)}
     stored = rows[run_id].to_dicts()
     assert len(drawn) == len(stored) == 32  # every row of the step, once
@@ -88,7 +80,7 @@ def test_a_tree_runs_groups_are_drawn_as_trees_with_their_branch_marks(shaped_ru
 
 def test_a_speculative_runs_reused_prefixes_are_shaded(shaped_runs, page):
     _, _, run_id, rows = shaped_runs
-    _open(page, run_id, "speculative")
+    open_rollouts(page, run_id, "speculative")
     assert page.locator("[data-tree-node]").count() == 0
     stored = rows[run_id].to_dicts()
     want = sorted((r["reused_tokens"], r["response"][:r["reused_tokens"]]) for r in stored if r["reused_tokens"])
