@@ -19,7 +19,7 @@ always runs (every difference is paired with it by seed). Reported:
   the mean entropy of its first k tokens minus the episode's first turn's (k = 10 and 20), quantiles over
   those turns and the share above 0;
 - the store bytes the decision columns add per episode: each run's rollouts written as Parquet (zstd) with
-  and without the decision columns (and the allocations with and without RoC's appended reason), against the
+  and without the decision columns, `filter_kept` and the `decision` map (and the allocations with and without RoC's appended reason), against the
   episode's whole record (its rollouts row, turns and tool calls), in percent.
 """
 
@@ -33,14 +33,15 @@ from typing import Any
 import numpy as np
 
 from benchmarks.episodes_learning import CONFIG, held_out_pass1, t_interval
+from workbench.store.schema import DECISION_FIELDS
 
 ARMS = {"uniform": {}, "roc": {"rollout.episodes.roc_oversample": 2}, "arpo": {"rollout.episodes.arpo_branch": True},
         "arpo_hard": {"rollout.episodes.arpo_branch": True, "rollout.episodes.arpo_advantage": "hard"},
         "aepo": {"rollout.episodes.aepo_branch": True, "algorithm.loss": "aepo_clip",
                  "algorithm.entropy_advantage": 0.2}}
 DEFAULT_ARMS = ("uniform", "roc", "arpo", "aepo")
-DECISION_COLUMNS = ("filter_kept", "filter_penalty", "filter_reason", "branch_entropy_before", "branch_entropy_after",
-                    "branch_draw", "branch_rounds", "branch_split", "branch_split_dh")
+DECISION_COLUMNS = ("filter_kept", "decision")
+"""The stored columns of the decisions (the named fields readers add, `DECISION_FIELDS`, are read out of `decision`)."""
 
 
 def _one(arm: str, seed: int, store_dir: str, steps: int, budget: int, threads: int) -> dict[str, Any]:
@@ -104,6 +105,7 @@ def decision_byte_counts(rows: Any, turns: Any, calls: Any, alloc: Any,
     them): each frame written as Parquet (zstd); a column null in every row counts as absent."""
     import polars as pl
 
+    rows = rows.drop([c for c in DECISION_FIELDS if c in rows.columns])  # read out of `decision`, not stored
     present = [c for c in columns if c in rows.columns and rows[c].null_count() < rows.height]
     without = _parquet_bytes(rows.drop(present))
     added = _parquet_bytes(rows) - without

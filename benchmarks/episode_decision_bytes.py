@@ -1,21 +1,22 @@
 """`workbench bench episode-decision-bytes`: what allocation inside episodes (issue #41) costs the store, per
 episode: short runs of the organism's tool task (`configs/organism-tools.toml`, a budget of 1,024 model
-tokens a step, 32 prompts a step) uniform, with GRPO-RoC (x2), with ARPO branching and with both.
+tokens a step, 32 prompts a step) uniform, with GRPO-RoC (x2), with ARPO branching, with AEPO branching, and
+with RoC beside each of the two.
 
     workbench bench episode-decision-bytes --json
     workbench bench episode-decision-bytes --steps 10 --seed 1 --json
 
 Each arm runs in a store of its own, so every data file of its `rollouts`, `turns`, `tool_calls` and
-`allocations` tables is that run's: one file per table per step, as each step commits (before compaction).
+`allocations` tables is that run's: a file per table per commit (group commit may take a few steps in one).
 Per arm: episodes stored, the store's bytes per episode (those files' sizes on disk), and what the decisions
 add, per episode and in percent: each rollouts file written again by DuckDB (the writer DuckLake uses, with
-the file's own codec) with and without `filter_kept`, `filter_penalty`, `filter_reason`,
-`branch_entropy_before`, `branch_entropy_after` and `branch_draw`, and each allocations file with and
-without RoC's words appended to the reason (`decision_pct`); `with_tree_pct` counts ARPO's tree columns
-`parent_idx` and `branch_at` too (the rollout shapes' columns, there before issue #41). Both as committed
-(one file per step: the cost of each column's metadata in every file is most of it) and after `compact`
-(what the writer's upkeep does every 100 steps of a run: the steps' files merged). The issue's bound, on the
-store a run leaves (compacted): `decision_pct` <= 5. `workbench bench episode-allocation` reports a figure over 40-step runs written as one
+the file's own codec) with and without the decision columns, `filter_kept` and the `decision` map (schema
+16; before it, nine columns of their own), and each allocations file with and without RoC's words appended
+to the reason (`decision_pct`); `with_tree_pct` counts ARPO's tree columns `parent_idx` and `branch_at` too
+(the rollout shapes' columns, there before issue #41). Both as committed (most of it is each column's
+footer in every file: ~100 bytes, filled or not) and after `compact` (what the writer's upkeep does every 100
+steps of a run: the steps' files merged). The issue's bound, 5%, is judged on the larger of the two
+(`within_bound`). `workbench bench episode-allocation` reports a figure over 40-step runs written as one
 Parquet file each (as after compaction: `decision_bytes_pct`).
 """
 
@@ -31,7 +32,9 @@ from benchmarks.episodes_learning import CONFIG
 
 ARMS = {"uniform": {}, "roc": {"rollout.episodes.roc_oversample": 2},
         "arpo": {"rollout.episodes.arpo_branch": True},
-        "both": {"rollout.episodes.roc_oversample": 2, "rollout.episodes.arpo_branch": True}}
+        "aepo": {"rollout.episodes.aepo_branch": True},
+        "both": {"rollout.episodes.roc_oversample": 2, "rollout.episodes.arpo_branch": True},
+        "roc_aepo": {"rollout.episodes.roc_oversample": 2, "rollout.episodes.aepo_branch": True}}
 TREE_COLUMNS = ("parent_idx", "branch_at")
 TABLES = ("rollouts", "turns", "tool_calls", "allocations")
 """The tables that hold an episode's record."""
@@ -62,7 +65,7 @@ def store_decision_bytes(store_dir: str, columns: tuple[str, ...]) -> tuple[int,
     for f in sorted((data / "rollouts").glob("*.parquet")) + sorted((data / "allocations").glob("*.parquet")):
         meta = pq.ParquetFile(f).metadata
         codec = meta.row_group(0).column(0).compression if meta.num_row_groups else "ZSTD"
-        names = set(meta.schema.names)
+        names = set(pq.ParquetFile(f).schema_arrow.names)  # top-level columns (a map is two leaves)
         if f.parent.name == "rollouts":
             drop = [c for c in columns if c in names]
             without = f"SELECT * EXCLUDE ({', '.join(drop)}) FROM {{src}}" if drop else "SELECT * FROM {src}"
@@ -120,4 +123,4 @@ def bench_episode_decision_bytes(store_dir: str, *, steps: int = 4, seed: int = 
     worst = {k: max(a[k]["decision_pct"] for a in arms.values()) for k in ("as_committed", "compacted")}
     return {"config": "configs/organism-tools.toml", "steps": steps, "seed": seed,
             "budget_model_tokens_per_step": budget, "load": list(os.getloadavg()), "arms": arms,
-            "decision_pct_max": worst, "bound_pct": BOUND_PCT, "within_bound": worst["compacted"] <= BOUND_PCT}
+            "decision_pct_max": worst, "bound_pct": BOUND_PCT, "within_bound": max(worst.values()) <= BOUND_PCT}

@@ -118,8 +118,9 @@ def register(bench: typer.Typer) -> None:
         store: StoreOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
-        """Uniform, GRPO-RoC, ARPO and both on the tools organism: the store bytes per episode and what the
-        decision columns (and RoC's reason text) add, in percent (the bound: 5%)."""
+        """Uniform, GRPO-RoC, ARPO, AEPO and RoC beside each on the tools organism: the store bytes per episode
+        and what the decision columns (and RoC's reason text) add, in percent, as committed and compacted (the
+        bound: 5%)."""
         from benchmarks.episode_decision_bytes import bench_episode_decision_bytes as run_bench
         from workbench.errors import ConfigError
 

@@ -15,12 +15,15 @@ def test_a_schema_14_store_gains_the_aepo_columns(tmp_path):
             {"stage": 0, "prompt_id": "p", "idx": 0, "response": "12", "reward": 1.0, "length": 2}]))
 
         def as_schema_14(cur):
-            for name in NEW:
-                cur.execute(f"ALTER TABLE rollouts DROP COLUMN {name}")
+            cur.execute("ALTER TABLE rollouts DROP COLUMN decision")  # schema 16 packed them into decision
+            for name, typ in (("filter_penalty", "FLOAT"), ("filter_reason", "VARCHAR"),
+                              ("branch_entropy_before", "FLOAT"), ("branch_entropy_after", "FLOAT"),
+                              ("branch_draw", "FLOAT")):  # schema 12's, still columns at 14
+                cur.execute(f"ALTER TABLE rollouts ADD COLUMN {name} {typ}")
             cur.execute("UPDATE meta SET value = '14' WHERE key = 'schema_version'")
 
         st._lake.write(as_schema_14, "a store as schema 14 left it")
-        assert "branch_rounds" not in st.rollouts(rid).columns
+        assert "branch_split_dh" not in st._lake.read("DESCRIBE rollouts")["column_name"].to_list()
     with open_store(tmp_path) as st:
         assert st.schema_version == schema.SCHEMA_VERSION >= 15
         st.write_step(StepRecord(rid, 2, {"rollout/count": 1}, [

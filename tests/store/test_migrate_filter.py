@@ -13,12 +13,12 @@ def test_a_schema_12_store_gains_the_filter_columns(tmp_path):
             {"stage": 0, "prompt_id": "p", "idx": 0, "response": "12", "reward": 1.0, "length": 2}]))
 
         def as_schema_12(cur):
-            for name in ("filter_kept", "filter_penalty", "filter_reason"):
+            for name in ("filter_kept", "decision"):  # schema 16 packed the rest into decision
                 cur.execute(f"ALTER TABLE rollouts DROP COLUMN {name}")
             cur.execute("UPDATE meta SET value = '12' WHERE key = 'schema_version'")
 
         st._lake.write(as_schema_12, "a store as schema 12 left it")
-        assert "filter_kept" not in st.rollouts(rid).columns
+        assert "filter_kept" not in st._lake.read("DESCRIBE rollouts")["column_name"].to_list()
     with open_store(tmp_path) as st:
         assert st.schema_version == schema.SCHEMA_VERSION >= 13
         st.write_step(StepRecord(rid, 2, {"rollout/count": 1}, [

@@ -16,14 +16,14 @@ import pyarrow as pa
 import torch
 
 from workbench.rollout.shapes.arpo import DECISION_COLUMNS
+from workbench.store.records import decision_array
 from workbench.tasks.rewards import terms_array
 
 log = logging.getLogger(__name__)
 
 BRANCH_COLUMNS = DECISION_COLUMNS
-BRANCH_INT_COLUMNS = ("branch_rounds", "branch_split")
-"""Branch decision columns stored as integers (null where NaN)."""
-"""ARPO's branch decision per row (the store's `rollouts` columns of the same names)."""
+"""ARPO's / AEPO's branch decision per row (the store's decision fields of the same names, packed into
+rollouts.decision: `workbench.store.schema.DECISION_FIELDS`)."""
 
 
 def _pad_to(x: torch.Tensor, width: int, value: float | int = 0) -> torch.Tensor:
@@ -315,15 +315,15 @@ def rollouts_table(
         summary = [ep.summary() if ep is not None else None for ep in r.episodes]
         for name in ("turns", "tool_calls", "tool_errors", "tool_tokens"):
             cols[name] = pa.array([x[name] if x is not None else None for x in summary], pa.int32())
+    decided: dict[str, object] = {}
     if r.kept is not None:  # a filter (GRPO-RoC): kept or dropped, the penalty, the reason
         cols["filter_kept"] = pa.array(r.kept_mask(), pa.bool_())
-        cols["filter_penalty"] = pa.array(np.asarray(r.filter_penalty, dtype=np.float32), pa.float32(),
-                                          from_pandas=True)
-        cols["filter_reason"] = pa.array(list(r.filter_reason or [None] * n), pa.string())
-    for name in BRANCH_COLUMNS if r.branch is not None else ():  # ARPO / AEPO: the decision that made a branch
-        v = np.asarray(r.branch[name], dtype=np.float64)
-        cols[name] = pa.array(np.where(np.isnan(v), 0, v).astype(np.int32), pa.int32(), mask=np.isnan(v)) \
-            if name in BRANCH_INT_COLUMNS else pa.array(v.astype(np.float32), pa.float32(), from_pandas=True)
+        decided["filter_penalty"] = np.asarray(r.filter_penalty, dtype=np.float64)
+        decided["filter_reason"] = list(r.filter_reason or [None] * n)
+    if r.branch is not None:  # ARPO / AEPO: the decision that made a branch
+        decided.update({name: np.asarray(r.branch[name], dtype=np.float64) for name in BRANCH_COLUMNS})
+    if decided:
+        cols["decision"] = decision_array(decided, n)
     if token_logprobs:
         cols["token_logprobs"] = _list_array(r.logprobs.cpu().float(), mask, lengths, pa.float32())
         cols["token_trainer_logprobs"] = _trainer_array(r.trainer_logprobs, mask, lengths)

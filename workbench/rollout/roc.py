@@ -32,8 +32,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from workbench.errors import WorkbenchError
+from workbench.store.schema import FILTER_REASONS
 
-REASONS = ("whole_group", "correct_low_penalty", "correct_high_penalty", "wrong_sampled", "wrong_not_sampled")
+REASONS = FILTER_REASONS
 """Why an episode was kept or dropped (the rollouts' `filter_reason`): the group was already the size
 granted; a correct episode within / past the lowest penalties kept; a wrong one drawn / not drawn."""
 

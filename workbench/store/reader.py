@@ -12,6 +12,7 @@ import polars as pl
 from workbench.errors import DataError, StoreError
 from workbench.store.connection import ALIAS, Lake
 from workbench.store.records import check_columns
+from workbench.store.schema import DECISION_FIELDS, decision_select
 
 ROLLOUT_ORDER = "step, stage, prompt_id, idx"
 
@@ -174,14 +175,17 @@ class ReaderMixin:
         reward_max, verdict, length_min, length_max, entropy_min, entropy_max (on entropy_mean),
         stage, finish_reason, staleness_min, staleness_max (versions behind the trainer when consumed,
         the asynchronous pipeline), tool_calls_min/_max and tool_errors_min/_max (episodes), alert_id (the rollouts behind an alert); term (a reward term's name: rows
-        that have it) with term_min, term_max (bounds on its value). `columns` picks columns (default: all)."""
+        that have it) with term_min, term_max (bounds on its value). `columns` picks columns (default: all, with
+        the decisions of allocation inside episodes read out of `decision` as their named fields, `DECISION_FIELDS`)."""
         where, params = rollout_where(run_id, filters)
         if columns is not None:
             check_columns("rollouts", list(columns))
             keys = ["step", "stage", "prompt_id", "idx"]
-            select = ", ".join(dict.fromkeys(list(columns) + keys))
+            stored = [c for c in dict.fromkeys(list(columns) + keys) if c not in DECISION_FIELDS]
+            named = [c for c in dict.fromkeys(columns) if c in DECISION_FIELDS]
+            select = ", ".join(stored + ([decision_select(named)] if named else []))
         else:
-            select = "*"
+            select = f"*, {decision_select()}"
         if int(limit) < 0 or int(offset) < 0:
             raise DataError(f"rollouts: limit ({limit}) and offset ({offset}) must be >= 0")
         query = f"SELECT {select} FROM rollouts WHERE {where}{{window}} ORDER BY {ROLLOUT_ORDER} LIMIT ? OFFSET ?"

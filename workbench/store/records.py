@@ -12,11 +12,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from workbench.errors import DataError
 from workbench.metrics import STEP_COLUMNS, TEXT_COLUMNS
-from workbench.store.schema import TABLES, arrow_schema, json_columns
+from workbench.store.schema import DECISION_FIELDS, FILTER_REASONS, TABLES, arrow_schema, json_columns
 
 
 @dataclass
@@ -71,11 +72,73 @@ def _jsonable(value: Any, where: str) -> str | None:
         raise DataError(f"{where}: value is not JSON-serialisable: {exc}") from exc
 
 
+def _reason_codes(values: Any, where: str, first_row: int = 0) -> np.ndarray:
+    """GRPO-RoC's reasons (`FILTER_REASONS` names, None: none) as float codes, NaN for none."""
+    out = np.full(len(values), np.nan)
+    for i, v in enumerate(values):
+        if v is None:
+            continue
+        if v not in FILTER_REASONS:
+            raise DataError(f"{where} row {first_row + i}: filter_reason {v!r} is not one of {list(FILTER_REASONS)}")
+        out[i] = FILTER_REASONS.index(v)
+    return out
+
+
+def decision_array(fields: dict[str, Any], n: int, where: str = "rollouts", first_row: int = 0) -> pa.MapArray:
+    """rollouts.decision for `n` rows from named decision fields (`DECISION_FIELDS`: filter_penalty, branch_draw,
+    ...), each n values (None or NaN: not decided), in one pass over columns: a row's map holds the keys it has
+    values for; a row with none is null."""
+    names = [name for name in DECISION_FIELDS if name in fields]
+    values = np.full((n, len(names)), np.nan)
+    for j, name in enumerate(names):
+        col = fields[name]
+        if name == "filter_reason":
+            values[:, j] = _reason_codes(col.to_pylist() if isinstance(col, (pa.Array, pa.ChunkedArray)) else col, where,
+                                         first_row)
+            continue
+        if isinstance(col, (pa.Array, pa.ChunkedArray)):
+            col = col.to_numpy(zero_copy_only=False)
+        try:
+            values[:, j] = np.asarray([np.nan if v is None else v for v in col] if isinstance(col, list) else col,
+                                      dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise DataError(f"{where} column {name!r}: not numbers: {exc}") from exc
+    present = ~np.isnan(values)
+    counts = present.sum(axis=1)
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    keys = np.array([DECISION_FIELDS[name][0] for name in names] or [""], dtype=object)
+    rows, cols = np.nonzero(present)  # row-major: each row's keys in DECISION_FIELDS order
+    return pa.MapArray.from_arrays(pa.array(offsets), pa.array(keys[cols], pa.string()),
+                                   pa.array(values[rows, cols].astype(np.float32), pa.float32()),
+                                   type=pa.map_(pa.string(), pa.float32()), mask=pa.array(counts == 0))
+
+
+def _pack_decision_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rollout rows naming decision fields (`filter_penalty=...`) with those packed into `decision`."""
+    if not any(k in DECISION_FIELDS for row in rows if isinstance(row, dict) for k in row):
+        return rows
+    out = []
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict) or not any(k in DECISION_FIELDS for k in row):
+            out.append(row)
+            continue
+        named = {k: row[k] for k in row if k in DECISION_FIELDS}
+        rest = {k: v for k, v in row.items() if k not in DECISION_FIELDS}
+        if rest.get("decision") is not None:
+            raise DataError(f"rollouts row {i}: gives both decision and {sorted(named)}; give one")
+        packed = decision_array({k: [v] for k, v in named.items()}, 1, "rollouts", first_row=i).to_pylist()[0]
+        out.append({**rest, "decision": packed})
+    return out
+
+
 def rows_to_arrow(table: str, rows: list[dict[str, Any]], fill: dict[str, Any]) -> pa.Table:
     """Rows (dicts) of `table` as an Arrow table with the store's types; `fill` supplies columns a
     row leaves out (e.g. run_id, step). Unknown keys and uncastable values raise DataError naming the
-    table, row and key."""
+    table, row and key. Rollout rows may name their decisions as fields (`DECISION_FIELDS`): they are
+    packed into `decision`."""
     schema = arrow_schema(table)
+    if table == "rollouts":
+        rows = _pack_decision_rows(rows)
     known = set(schema.names)
     jsons = json_columns(table)
     present: set[str] = set(fill)
@@ -108,6 +171,12 @@ def rollouts_to_arrow(rollouts: pa.Table | list[dict[str, Any]], run_id: str, st
     if not isinstance(rollouts, pa.Table):
         return rows_to_arrow(table, list(rollouts), {"run_id": run_id, "step": step})
     schema = arrow_schema(table)
+    named = [name for name in rollouts.column_names if name in DECISION_FIELDS] if table == "rollouts" else []
+    if named:  # decisions given as named columns: packed into the map
+        if "decision" in rollouts.column_names:
+            raise DataError(f"rollouts: gives both decision and {named}; give one")
+        packed = decision_array({name: rollouts.column(name) for name in named}, rollouts.num_rows)
+        rollouts = rollouts.drop_columns(named).append_column("decision", packed)
     unknown = set(rollouts.column_names) - set(schema.names)
     if unknown:
         raise DataError(f"{table}: unknown column(s) {sorted(unknown)}; columns are {schema.names}")
@@ -154,8 +223,9 @@ def step_row(run_id: str, step: int, metrics: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_columns(table: str, names: list[str]) -> None:
-    """Raise DataError when `names` holds a column `table` does not have."""
-    unknown = set(names) - {name for name, _ in TABLES[table]}
+    """Raise DataError when `names` holds a column `table` does not have (a rollout's decision fields,
+    `DECISION_FIELDS`, count as rollouts columns: readers return them)."""
+    unknown = set(names) - {name for name, _ in TABLES[table]} - (set(DECISION_FIELDS) if table == "rollouts" else set())
     if unknown:
         raise DataError(f"{table}: unknown column(s) {sorted(unknown)}")
 

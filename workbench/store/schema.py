@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 15
+SCHEMA_VERSION = 16
 """Bumped whenever a table or column changes; older stores are migrated on open (see MIGRATIONS)."""
 
 EPISODE_KEY = [("run_id", "VARCHAR"), ("step", "INTEGER"), ("stage", "INTEGER"), ("prompt_id", "VARCHAR"),
@@ -61,9 +61,7 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("draft_rejected_at", "INTEGER"), ("parent_idx", "INTEGER"), ("branch_at", "INTEGER"),
         ("draft_mode", "VARCHAR"),
         ("turns", "INTEGER"), ("tool_calls", "INTEGER"), ("tool_errors", "INTEGER"), ("tool_tokens", "INTEGER"),
-        ("filter_kept", "BOOLEAN"), ("filter_penalty", "FLOAT"), ("filter_reason", "VARCHAR"),
-        ("branch_entropy_before", "FLOAT"), ("branch_entropy_after", "FLOAT"), ("branch_draw", "FLOAT"),
-        ("branch_rounds", "INTEGER"), ("branch_split", "INTEGER"), ("branch_split_dh", "FLOAT"),
+        ("filter_kept", "BOOLEAN"), ("decision", "MAP(VARCHAR, FLOAT)"),
     ],
     # Episodes (workbench/episodes.py): the turns and tool calls of a multi-turn rollout, keyed by the
     # rollout's (run_id, step, stage, prompt_id, idx). A single-turn rollout has no rows here.
@@ -136,8 +134,53 @@ _ARROW = {
     "VARCHAR": pa.string(), "JSON": pa.string(), "INTEGER": pa.int32(), "BIGINT": pa.int64(),
     "DOUBLE": pa.float64(), "FLOAT": pa.float32(), "BOOLEAN": pa.bool_(),
     "TIMESTAMPTZ": pa.timestamp("us", tz="UTC"), "INTEGER[]": pa.list_(pa.int32()),
-    "FLOAT[]": pa.list_(pa.float32()), "BOOLEAN[]": pa.list_(pa.bool_()), "VARCHAR[]": pa.list_(pa.string()), "MAP(VARCHAR, DOUBLE)": pa.map_(pa.string(), pa.float64()),
+    "FLOAT[]": pa.list_(pa.float32()), "BOOLEAN[]": pa.list_(pa.bool_()), "VARCHAR[]": pa.list_(pa.string()),
+    "MAP(VARCHAR, DOUBLE)": pa.map_(pa.string(), pa.float64()), "MAP(VARCHAR, FLOAT)": pa.map_(pa.string(), pa.float32()),
 }
+
+# Allocation inside episodes (issue #41): the decisions behind a rollout are stored in one map column,
+# rollouts.decision, a key per number (absent: not decided), beside filter_kept. Nine columns of their own cost
+# every Parquet file of every run ~100 bytes each in the footer, filled or not: 6.5% of an organism episode's
+# bytes as committed with RoC and ARPO on (dev/LOG.md, 2026-12-05). Readers see them as the named fields below.
+FILTER_REASONS = ("whole_group", "correct_low_penalty", "correct_high_penalty", "wrong_sampled", "wrong_not_sampled")
+"""Why GRPO-RoC kept or dropped an episode (`workbench.rollout.roc`); stored as its index, `decision['reason']`."""
+DECISION_FIELDS: dict[str, tuple[str, str]] = {
+    "filter_penalty": ("penalty", "FLOAT"),
+    "filter_reason": ("reason", "VARCHAR"),
+    "branch_entropy_before": ("entropy_before", "FLOAT"),
+    "branch_entropy_after": ("entropy_after", "FLOAT"),
+    "branch_draw": ("draw", "FLOAT"),
+    "branch_rounds": ("rounds", "INTEGER"),
+    "branch_split": ("split", "INTEGER"),
+    "branch_split_dh": ("split_dh", "FLOAT"),
+}
+"""A rollout's decision fields as readers (and writers of rows) name them -> (key in rollouts.decision, type)."""
+
+
+def decision_select(fields: list[str] | tuple[str, ...] | None = None, column: str = "decision") -> str:
+    """SQL that reads the named decision `fields` (default: all) out of the map `column` as typed columns."""
+    reasons = ", ".join(f"'{r}'" for r in FILTER_REASONS)
+    out = []
+    for name in fields if fields is not None else DECISION_FIELDS:
+        key, kind = DECISION_FIELDS[name]
+        value = f"map_extract_value({column}, '{key}')"
+        if kind == "VARCHAR":
+            value = f"[{reasons}][{value}::INTEGER + 1]"
+        elif kind == "INTEGER":
+            value = f"{value}::INTEGER"
+        out.append(f"{value} AS {name}")
+    return ", ".join(out)
+
+
+def decision_map_sql() -> str:
+    """SQL that builds rollouts.decision from the named columns of schema 15 (the migration to 16)."""
+    entries = []
+    for name, (key, kind) in DECISION_FIELDS.items():
+        value = (f"(list_position([{', '.join(repr(r) for r in FILTER_REASONS)}], {name}) - 1)::FLOAT"
+                 if kind == "VARCHAR" else f"{name}::FLOAT")
+        entries.append(f"{{'k': '{key}', 'v': {value}}}")
+    built = f"map_from_entries(list_filter([{', '.join(entries)}], e -> e.v IS NOT NULL))"
+    return f"CASE WHEN cardinality({built}) = 0 THEN NULL ELSE {built} END"
 
 
 def arrow_schema(table: str) -> pa.Schema:
@@ -274,6 +317,20 @@ MIGRATIONS: dict[int, tuple[str, list[str] | Callable[[], list[str]]]] = {
          "H_root - mean H_tool behind it); null in rows written before and in rows without them",
          [f"ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS {name} {typ}" for name, typ in (
              ("branch_rounds", "INTEGER"), ("branch_split", "INTEGER"), ("branch_split_dh", "FLOAT"))]),
+    15: ("the decisions of allocation inside episodes in one map column (issue #41): rollouts.decision (keys "
+         "penalty, reason, entropy_before, entropy_after, draw, rounds, split, split_dh; see DECISION_FIELDS) "
+         "filled from filter_penalty, filter_reason, branch_entropy_before, branch_entropy_after, branch_draw, "
+         "branch_rounds, branch_split and branch_split_dh, which are dropped (readers still name them; their "
+         "bytes stay in the files written before until upkeep or compaction next merges them)",
+         lambda: [f"ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS {name} {kind}"  # a store set back by hand
+                  for name, (_, kind) in DECISION_FIELDS.items()] + [
+                  "SELECT error('rollouts.filter_reason \"' || filter_reason || '\" (run ' || run_id || ', step ' "
+                  f"|| step || ') is not one of {', '.join(FILTER_REASONS)}: nothing was migrated') FROM rollouts WHERE "
+                  f"filter_reason NOT IN ({', '.join(repr(r) for r in FILTER_REASONS)}) LIMIT 1",
+                  "ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS decision MAP(VARCHAR, FLOAT)",
+                  f"UPDATE rollouts SET decision = {decision_map_sql()} WHERE "
+                  + " OR ".join(f"{name} IS NOT NULL" for name in DECISION_FIELDS)]
+         + [f"ALTER TABLE rollouts DROP COLUMN {name}" for name in DECISION_FIELDS]),
 }
 
 
