@@ -29,6 +29,12 @@ def parse(text: str) -> dict[str, float]:
     return total
 
 
+def slow_threshold() -> float:
+    """`SLOW_S` as tests/conftest.py sets it (read from its text: importing it would load pytest's plugins)."""
+    found = re.search(r"^SLOW_S = ([0-9.]+)$", (OUT.parent / "conftest.py").read_text(), flags=re.M)
+    return float(found.group(1)) if found else float("nan")
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: dev/durations.py PYTEST_LOG (a run with --durations=0)", file=sys.stderr)
@@ -38,7 +44,8 @@ def main(argv: list[str]) -> int:
         print(f"{argv[0]}: no '--durations=0' lines found (run pytest with --durations=0)", file=sys.stderr)
         return 1
     OUT.write_text(json.dumps({k: round(v, 2) for k, v in sorted(found.items())}, indent=0) + "\n")
-    print(f"{OUT.name}: {len(found)} tests, {sum(v > 3.5 for v in found.values())} over 3.5 s (SLOW_S)")
+    slow_s = slow_threshold()
+    print(f"{OUT.name}: {len(found)} tests, {sum(v > slow_s for v in found.values())} over {slow_s} s (SLOW_S)")
     return 0
 
 

@@ -174,7 +174,7 @@ def pytest_xdist_make_scheduler(config, log):
     return FileOrGroup(config, log)
 
 
-SLOW_S = 3.5
+SLOW_S = 3.0
 """A test that took longer than this in the last whole run (`tests/durations.json`, written by
 `dev/durations.py` from a `--durations=0` report) is marked `slow`: the fast tier (`bash dev/test.sh -m
 "not slow"`) leaves it out; `make test` and CI run every test."""

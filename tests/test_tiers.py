@@ -40,4 +40,17 @@ def test_the_measured_durations_name_tests_that_exist_and_mark_the_slow_ones(req
     here = [i for i in request.session.items if i.nodeid in measured]
     for item in here:
         slow = item.get_closest_marker("slow") is not None
-        assert slow or measured[item.nodeid] <= 5.0, item.nodeid
+        assert slow or measured[item.nodeid] <= _durations().slow_threshold(), item.nodeid
+
+
+def test_the_report_reads_the_threshold_the_marks_use():
+    import sys
+
+    conftest = sys.modules.get("tests.conftest") or sys.modules.get("conftest")
+    slow_s = getattr(conftest, "SLOW_S", None)
+    if slow_s is None:  # another folder's conftest took the name: read the root one's value from its file
+        spec = importlib.util.spec_from_file_location("root_conftest_for_tiers", ROOT / "tests" / "conftest.py")
+        root = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(root)
+        slow_s = root.SLOW_S
+    assert _durations().slow_threshold() == slow_s > 0

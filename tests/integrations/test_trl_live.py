@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -234,11 +235,16 @@ def test_stop_from_the_dashboard_stops_trl_and_other_commands_are_rejected(organ
     box: dict = {}
 
     def issue_controls(prompts, completions, **_):  # noqa: ANN001
-        """At the first scoring, queue pause and stop as the dashboard would (another Store object)."""
+        """At the first scoring, queue pause and stop as the dashboard would (another Store object), then
+        wait for the writer's thread to take the stop: a loaded machine's commits can otherwise lag behind the
+        organism's eight quick steps, and the run would finish before any poll saw the stop."""
         if "stop" not in box:
             with open_store(tmp_path / "store") as other:
                 box["pause"] = control.pause(other, box["trainer"].workbench_run_id)
                 box["stop"] = control.stop(other, box["trainer"].workbench_run_id)
+            deadline = time.monotonic() + 60
+            while not box["trainer"]._wb_writer.stop_requested and time.monotonic() < deadline:
+                time.sleep(0.05)
         return [0.0] * len(completions)
 
     trainer = make_trainer(organism, tmp_path, steps=8, reward_funcs=[correct, issue_controls])
