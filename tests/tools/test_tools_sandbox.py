@@ -171,13 +171,49 @@ def test_mixed_batch_keeps_order(box):
     assert [r.kind for r in results[12:]] == ["timeout", "unknown_tool"]
 
 
-def test_a_dead_sandbox_process_is_replaced():
+def _children(pid: int) -> set[int]:
+    """The live processes whose parent is `pid` (from /proc; zombies left out)."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid and fields[0] != "Z":
+                found.add(int(entry))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_dead_sandbox_process_is_replaced_and_its_calls_do_not_outlive_it():
+    """SIGKILL the sandbox's process with a call sleeping in its child (what the out-of-memory killer
+    does): the call comes back "crashed", the next call is served, and the sleeping child is gone with it
+    (the parent-death signal), not left running for ever."""
     with Sandbox(SLACK) as sandbox:
+        zygote = sandbox.pid
         future = sandbox.submit("sleep", {})
-        os.kill(sandbox.pid, 9)
+        deadline = time.monotonic() + 30
+        while not (calls := _children(zygote)) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert calls, "the call's child never appeared"
+        time.sleep(0.3)  # let it get into the tool (past its walls)
+        os.kill(zygote, 9)
         result = sandbox.wait(future)
         assert (result.error, result.kind) == (True, "crashed")
         check_still_serves(sandbox)
+        deadline = time.monotonic() + 10
+        while any(_alive(pid) for pid in calls) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [pid for pid in calls if _alive(pid)], "a call's child outlived the sandbox's process"
 
 
 def test_spare_children_serve_the_same():

@@ -12,6 +12,8 @@ Kernel layers (what they guarantee does not depend on the tool's code):
    cannot raise a hard limit); RLIMIT_NPROC binds it.
 6. The network namespace (set up once in the sandbox's process, `unshare_network`): the child sees a
    loopback device that is down and no other; no packet leaves.
+7. The parent-death signal (Linux): the child is sent SIGKILL when the sandbox's process ends, however it
+   ends (killed, out of memory), so no call outlives the process that enforces its wall-clock limit.
 
 The Python layer (a second wall, not a guarantee: code in the same interpreter could in principle
 reach around it): an audit hook refuses opening files, sockets, subprocesses, exec, fork, signals,
@@ -43,6 +45,31 @@ REFUSED_EVENTS = frozenset({"open", "compile_file", "code.__new__", "function.__
                             "sys.addaudithook", "builtins.input", "socket"})
 
 NOBODY = 65534
+PR_SET_PDEATHSIG = 1
+_PARENT: int | None = None
+"""The sandbox's process (`watch_from`); its children die with it."""
+
+
+def watch_from(pid: int) -> None:
+    """Record the sandbox's process (called there, before it forks): every child's `enter` then asks for
+    SIGKILL when it ends."""
+    global _PARENT
+    _PARENT = pid
+
+
+def _die_with_parent() -> None:
+    """Layer 7: SIGKILL this process when `_PARENT` ends. Set after the credentials change (a change of
+    user or group clears it); a parent already gone by then: exit at once."""
+    if _PARENT is None:
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # not Linux: the sandbox's own kill of its process group is the wall
+    if os.getppid() != _PARENT:
+        os._exit(0)
 
 
 class Refused(PermissionError):
@@ -93,5 +120,6 @@ def enter(cpu_seconds: int, memory_mb: int) -> None:
         os.setgroups([])
         os.setgid(NOBODY)
         os.setuid(NOBODY)
+    _die_with_parent()
     resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
     sys.addaudithook(_hook)

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -106,7 +108,7 @@ class Sandbox:
         finally:
             timer.cancel()
         if not ready.get("ready"):
-            proc.kill()
+            _kill_group(proc)
             proc.wait()
             errors.seek(0)
             err = errors.read().decode(errors="replace")[-2000:]
@@ -150,7 +152,7 @@ class Sandbox:
                 proc.stdin.close()  # type: ignore[union-attr]
                 proc.wait(timeout=5)
             except (OSError, subprocess.TimeoutExpired):
-                proc.kill()
+                _kill_group(proc)
                 proc.wait()
 
     def __enter__(self) -> "Sandbox":
@@ -198,7 +200,7 @@ class Sandbox:
             with self._lock:
                 proc = self._proc
             if proc is not None:
-                proc.kill()
+                _kill_group(proc)
             return ToolResult.failure("timeout", "the tool sandbox did not answer in time",
                                       max_chars=limits.max_result_chars)
 
@@ -210,6 +212,19 @@ class Sandbox:
         """Run `calls` ((name, arguments) pairs) at once, `parallel` at a time; results in order."""
         futures = [self.submit(name, arguments, limits) for name, arguments in calls]
         return [self.wait(f, limits) for f in futures]
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the sandbox's process and its calls' children: it leads a process group of its own
+    (`start_new_session`), which they are in. Each child also dies with it (guard layer 7); this takes
+    them at once, and where the kernel has no parent-death signal."""
+    if proc.returncode is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+            return
+        except (ProcessLookupError, PermissionError):
+            pass
+    proc.kill()
 
 
 def _plain(limits: ToolLimits) -> dict[str, Any]:

@@ -366,6 +366,7 @@ def main() -> None:
         importlib.import_module(name)
     _register_late(spec.get("tools", []))
     isolated = guard.unshare_network()
+    guard.watch_from(os.getpid())  # every call's child dies with this process
     gc.collect()
     gc.freeze()  # the children's collector leaves the zygote's objects (and their pages) alone
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # a dead child's pipe raises BrokenPipeError, never kills
