@@ -19,8 +19,9 @@ always runs (every difference is paired with it by seed). Reported:
   the mean entropy of its first k tokens minus the episode's first turn's (k = 10 and 20), quantiles over
   those turns and the share above 0;
 - the store bytes the decision columns add per episode: each run's rollouts written as Parquet (zstd) with
-  and without the decision columns, `filter_kept` and the `decision` map (and the allocations with and without RoC's appended reason), against the
-  episode's whole record (its rollouts row, turns and tool calls), in percent.
+  and without the decision columns, `filter_kept` and the `decision` map (and the allocations with and
+  without RoC's appended reason), against the episode's whole record (its rollouts row, turns and tool
+  calls), in percent.
 """
 
 from __future__ import annotations

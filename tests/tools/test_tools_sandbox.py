@@ -186,6 +186,17 @@ def _children(pid: int) -> set[int]:
     return found
 
 
+def _walls_up(pid: int) -> bool:
+    """Whether the child `pid` is past `guard.enter`'s parent-death signal: the process limit it sets next reads
+    0 (or the child is gone)."""
+    try:
+        with open(f"/proc/{pid}/limits") as f:
+            line = next(x for x in f if x.startswith("Max processes"))
+    except (OSError, StopIteration):
+        return True
+    return line.split()[2] == "0"
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -205,7 +216,9 @@ def test_a_dead_sandbox_process_is_replaced_and_its_calls_do_not_outlive_it():
         while not (calls := _children(zygote)) and time.monotonic() < deadline:
             time.sleep(0.02)
         assert calls, "the call's child never appeared"
-        time.sleep(0.3)  # let it get into the tool (past its walls)
+        while not all(_walls_up(pid) for pid in calls) and time.monotonic() < deadline:
+            time.sleep(0.02)  # into the tool: past its walls, the parent-death signal among them
+        assert all(_walls_up(pid) for pid in calls), "the call's child never put its walls up"
         os.kill(zygote, 9)
         result = sandbox.wait(future)
         assert (result.error, result.kind) == (True, "crashed")

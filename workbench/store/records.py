@@ -93,8 +93,8 @@ def decision_array(fields: dict[str, Any], n: int, where: str = "rollouts", firs
     for j, name in enumerate(names):
         col = fields[name]
         if name == "filter_reason":
-            values[:, j] = _reason_codes(col.to_pylist() if isinstance(col, (pa.Array, pa.ChunkedArray)) else col, where,
-                                         first_row)
+            arrow = isinstance(col, (pa.Array, pa.ChunkedArray))
+            values[:, j] = _reason_codes(col.to_pylist() if arrow else col, where, first_row)
             continue
         if isinstance(col, (pa.Array, pa.ChunkedArray)):
             col = col.to_numpy(zero_copy_only=False)
@@ -225,7 +225,8 @@ def step_row(run_id: str, step: int, metrics: dict[str, Any]) -> dict[str, Any]:
 def check_columns(table: str, names: list[str]) -> None:
     """Raise DataError when `names` holds a column `table` does not have (a rollout's decision fields,
     `DECISION_FIELDS`, count as rollouts columns: readers return them)."""
-    unknown = set(names) - {name for name, _ in TABLES[table]} - (set(DECISION_FIELDS) if table == "rollouts" else set())
+    known = {name for name, _ in TABLES[table]} | (set(DECISION_FIELDS) if table == "rollouts" else set())
+    unknown = set(names) - known
     if unknown:
         raise DataError(f"{table}: unknown column(s) {sorted(unknown)}")
 

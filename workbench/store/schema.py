@@ -135,7 +135,8 @@ _ARROW = {
     "DOUBLE": pa.float64(), "FLOAT": pa.float32(), "BOOLEAN": pa.bool_(),
     "TIMESTAMPTZ": pa.timestamp("us", tz="UTC"), "INTEGER[]": pa.list_(pa.int32()),
     "FLOAT[]": pa.list_(pa.float32()), "BOOLEAN[]": pa.list_(pa.bool_()), "VARCHAR[]": pa.list_(pa.string()),
-    "MAP(VARCHAR, DOUBLE)": pa.map_(pa.string(), pa.float64()), "MAP(VARCHAR, FLOAT)": pa.map_(pa.string(), pa.float32()),
+    "MAP(VARCHAR, DOUBLE)": pa.map_(pa.string(), pa.float64()),
+    "MAP(VARCHAR, FLOAT)": pa.map_(pa.string(), pa.float32()),
 }
 
 # Allocation inside episodes (issue #41): the decisions behind a rollout are stored in one map column,
@@ -144,6 +145,8 @@ _ARROW = {
 # bytes as committed with RoC and ARPO on (dev/LOG.md, 2026-12-05). Readers see them as the named fields below.
 FILTER_REASONS = ("whole_group", "correct_low_penalty", "correct_high_penalty", "wrong_sampled", "wrong_not_sampled")
 """Why GRPO-RoC kept or dropped an episode (`workbench.rollout.roc`); stored as its index, `decision['reason']`."""
+_REASONS_SQL = f"[{', '.join(repr(r) for r in FILTER_REASONS)}]"
+"""FILTER_REASONS as a SQL list literal (index i + 1 holds code i)."""
 DECISION_FIELDS: dict[str, tuple[str, str]] = {
     "filter_penalty": ("penalty", "FLOAT"),
     "filter_reason": ("reason", "VARCHAR"),
@@ -159,13 +162,12 @@ DECISION_FIELDS: dict[str, tuple[str, str]] = {
 
 def decision_select(fields: list[str] | tuple[str, ...] | None = None, column: str = "decision") -> str:
     """SQL that reads the named decision `fields` (default: all) out of the map `column` as typed columns."""
-    reasons = ", ".join(f"'{r}'" for r in FILTER_REASONS)
     out = []
     for name in fields if fields is not None else DECISION_FIELDS:
         key, kind = DECISION_FIELDS[name]
         value = f"map_extract_value({column}, '{key}')"
         if kind == "VARCHAR":
-            value = f"[{reasons}][{value}::INTEGER + 1]"
+            value = f"{_REASONS_SQL}[{value}::INTEGER + 1]"
         elif kind == "INTEGER":
             value = f"{value}::INTEGER"
         out.append(f"{value} AS {name}")
@@ -176,8 +178,7 @@ def decision_map_sql() -> str:
     """SQL that builds rollouts.decision from the named columns of schema 15 (the migration to 16)."""
     entries = []
     for name, (key, kind) in DECISION_FIELDS.items():
-        value = (f"(list_position([{', '.join(repr(r) for r in FILTER_REASONS)}], {name}) - 1)::FLOAT"
-                 if kind == "VARCHAR" else f"{name}::FLOAT")
+        value = f"(list_position({_REASONS_SQL}, {name}) - 1)::FLOAT" if kind == "VARCHAR" else f"{name}::FLOAT"
         entries.append(f"{{'k': '{key}', 'v': {value}}}")
     built = f"map_from_entries(list_filter([{', '.join(entries)}], e -> e.v IS NOT NULL))"
     return f"CASE WHEN cardinality({built}) = 0 THEN NULL ELSE {built} END"
@@ -325,8 +326,8 @@ MIGRATIONS: dict[int, tuple[str, list[str] | Callable[[], list[str]]]] = {
          lambda: [f"ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS {name} {kind}"  # a store set back by hand
                   for name, (_, kind) in DECISION_FIELDS.items()] + [
                   "SELECT error('rollouts.filter_reason \"' || filter_reason || '\" (run ' || run_id || ', step ' "
-                  f"|| step || ') is not one of {', '.join(FILTER_REASONS)}: nothing was migrated') FROM rollouts WHERE "
-                  f"filter_reason NOT IN ({', '.join(repr(r) for r in FILTER_REASONS)}) LIMIT 1",
+                  f"|| step || ') is not one of {', '.join(FILTER_REASONS)}: nothing was migrated') "
+                  f"FROM rollouts WHERE NOT list_contains({_REASONS_SQL}, filter_reason) LIMIT 1",
                   "ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS decision MAP(VARCHAR, FLOAT)",
                   f"UPDATE rollouts SET decision = {decision_map_sql()} WHERE "
                   + " OR ".join(f"{name} IS NOT NULL" for name in DECISION_FIELDS)]
